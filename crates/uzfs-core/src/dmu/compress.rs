@@ -1,0 +1,139 @@
+//! Block compression. A compressed physical block is
+//!
+//! ```text
+//!   +--------------------+---------------------------+-------------+
+//!   | u32 LE stream len  | compressed stream (lz4    | zero pad to |
+//!   |                    | block or zstd frame)      | 512 bytes   |
+//!   +--------------------+---------------------------+-------------+
+//! ```
+//!
+//! As in OpenZFS a block is stored compressed only when that saves at least
+//! 1/8 of its size; otherwise it is stored raw and its block pointer says
+//! `off`, so reads never pay to decompress incompressible data.
+
+use crate::error::{Error, Result};
+
+pub const SECTOR: usize = 512;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Compression {
+    Off = 0,
+    Lz4 = 1,
+    Zstd = 2,
+}
+
+impl Compression {
+    pub fn from_u8(v: u8) -> Result<Self> {
+        match v {
+            0 => Ok(Self::Off),
+            1 => Ok(Self::Lz4),
+            2 => Ok(Self::Zstd),
+            _ => Err(Error::corrupt("block pointer", format!("unknown compression {v}"))),
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "off" => Ok(Self::Off),
+            "on" | "lz4" => Ok(Self::Lz4),
+            "zstd" => Ok(Self::Zstd),
+            _ => Err(Error::invalid(format!(
+                "invalid compression '{s}': expected off, on, lz4 or zstd"
+            ))),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        }
+    }
+}
+
+pub fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// Compress `data`; returns the algorithm actually used and the physical
+/// bytes (a multiple of 512 long).
+pub fn compress(alg: Compression, data: &[u8]) -> (Compression, Vec<u8>) {
+    let stream = match alg {
+        Compression::Off => None,
+        Compression::Lz4 => Some(lz4_flex::block::compress(data)),
+        Compression::Zstd => zstd::bulk::compress(data, 3).ok(),
+    };
+    if let Some(stream) = stream {
+        let total = round_up(stream.len() + 4, SECTOR);
+        if total <= data.len() - data.len() / 8 {
+            let mut out = Vec::with_capacity(total);
+            out.extend_from_slice(&(stream.len() as u32).to_le_bytes());
+            out.extend_from_slice(&stream);
+            out.resize(total, 0);
+            return (alg, out);
+        }
+    }
+    let mut out = data.to_vec();
+    out.resize(round_up(data.len(), SECTOR), 0);
+    (Compression::Off, out)
+}
+
+/// Decompress physical bytes into exactly `lsize` logical bytes.
+pub fn decompress(alg: Compression, phys: &[u8], lsize: usize) -> Result<Vec<u8>> {
+    let bad = |why: String| Error::corrupt("compressed block", why);
+    match alg {
+        Compression::Off => {
+            if phys.len() < lsize {
+                return Err(bad(format!("physical {} < logical {lsize}", phys.len())));
+            }
+            Ok(phys[..lsize].to_vec())
+        }
+        Compression::Lz4 | Compression::Zstd => {
+            let hdr: [u8; 4] = phys
+                .get(..4)
+                .and_then(|h| h.try_into().ok())
+                .ok_or_else(|| bad("short header".into()))?;
+            let n = u32::from_le_bytes(hdr) as usize;
+            let stream = phys
+                .get(4..4 + n)
+                .ok_or_else(|| bad(format!("stream length {n} exceeds block")))?;
+            let out = if alg == Compression::Lz4 {
+                lz4_flex::block::decompress(stream, lsize).map_err(|e| bad(e.to_string()))?
+            } else {
+                zstd::bulk::decompress(stream, lsize).map_err(|e| bad(e.to_string()))?
+            };
+            if out.len() != lsize {
+                return Err(bad(format!("decompressed {} bytes, expected {lsize}", out.len())));
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn roundtrip_and_fallback() {
+        let text: Vec<u8> = b"uzfs ".iter().cycle().take(8192).copied().collect();
+        for alg in [Compression::Lz4, Compression::Zstd] {
+            let (used, phys) = compress(alg, &text);
+            assert_eq!(used, alg);
+            assert!(phys.len() < 8192 && phys.len() % 512 == 0);
+            assert_eq!(decompress(used, &phys, 8192).ok(), Some(text.clone()));
+        }
+        let mut rng = crate::vdev::sim::SimRng::new(1);
+        let mut noise = vec![0u8; 8192];
+        rng.fill(&mut noise);
+        let (used, phys) = compress(Compression::Lz4, &noise);
+        assert_eq!(used, Compression::Off);
+        assert_eq!(phys, noise);
+    }
+    #[test]
+    fn garbage_is_an_error() {
+        let junk = vec![0xffu8; 512];
+        assert!(decompress(Compression::Lz4, &junk, 4096).is_err());
+        assert!(decompress(Compression::Zstd, &junk, 4096).is_err());
+        assert!(decompress(Compression::Off, &junk, 4096).is_err());
+    }
+}

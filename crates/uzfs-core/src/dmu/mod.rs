@@ -1,0 +1,8 @@
+//! The data management unit: objects made of blocks reached through
+//! checksummed block pointers, written copy-on-write in transaction groups.
+
+pub mod blkptr;
+pub mod checksum;
+pub mod compress;
+pub mod dnode;
+pub mod objset;

@@ -1,0 +1,821 @@
+//! Object sets: a meta-dnode whose data is an array of dnodes, and the
+//! copy-on-write machinery that turns a transaction group's dirty buffers into
+//! new block trees.
+//!
+//! # Theory of operation
+//!
+//! An object set has three layers of state, searched top-down by readers:
+//!
+//! 1. `open`: the dirty buffers of the open txg. Writers land here.
+//! 2. `syncing`: the frozen dirty buffers of the txg being written out
+//!    (shared read-only with the sync thread through an `Arc`).
+//! 3. the synced tree: `meta` (the meta-dnode) and the dnodes and block trees
+//!    it reaches on disk, as of the last sync pass.
+//!
+//! Syncing a txg (`sync_pass`) walks every dirty object, writes its dirty
+//! level-0 blocks through the [`BlockWriter`], rewrites every indirect block on
+//! the path to the root, rewrites the dnode blocks of the meta-dnode that hold
+//! changed dnodes, and finally writes the object-set block. Nothing already
+//! referenced by a committed txg is overwritten: the writer allocates a new
+//! location for every block whose old version was born in an earlier txg and
+//! frees (defers) the old one. Only blocks born in the txg being synced may be
+//! rewritten in place, which is how the MOS converges in a few passes (see
+//! `spa/txg.rs`).
+//!
+//! Invariants (asserted in debug builds, checked on decode in all builds):
+//! a non-hole child of an indirect block at level L has level L-1; the top
+//! pointers of a dnode have level nlevels-1; fill counts sum up the tree.
+
+use super::blkptr::{BlkPtr, BLKPTR_SIZE};
+use super::checksum::ChecksumType;
+use super::compress::Compression;
+use super::dnode::{ot, DnodePhys, ObjProps, DNODE_SIZE};
+use crate::error::{Error, Result};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Reads a block: verifies its checksum (trying every copy and repairing bad
+/// ones below this layer) and returns the logical (decompressed) bytes.
+pub trait BlockReader: Send + Sync {
+    fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>>;
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct WriteParams {
+    pub obj_type: u8,
+    pub level: u8,
+    pub checksum: ChecksumType,
+    pub compress: Compression,
+    pub copies: u8,
+    pub fill: u64,
+}
+
+/// Allocates and writes blocks during sync. Implemented by the SPA.
+pub trait BlockWriter {
+    fn txg(&self) -> u64;
+    /// Write `data` as the new version of `old` (a hole for a new block).
+    /// The old version is freed, or rewritten in place if it was born in
+    /// this txg and the new one fits.
+    fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr>;
+    fn free_bp(&mut self, bp: &BlkPtr);
+}
+
+pub const OBJSET_MAGIC: u64 = 0x5355_4a42_4f53_465a; // "ZFSOBJUS" little-endian
+pub const OBJSET_VERSION: u64 = 1;
+pub const OBJSET_PHYS_SIZE: usize = 1024;
+pub const OS_TYPE_META: u64 = 1;
+pub const OS_TYPE_DATASET: u64 = 2;
+/// Meta-dnode data blocks: 16 KiB, 32 dnodes each.
+pub const DNODE_BLOCK_SIZE: u32 = 16 << 10;
+const DNODES_PER_BLOCK: u64 = DNODE_BLOCK_SIZE as u64 / DNODE_SIZE as u64;
+
+#[derive(Clone, Debug, Default)]
+pub struct DirtyObj {
+    /// Set when the object was (re)created in this txg: the new dnode.
+    pub create: Option<DnodePhys>,
+    /// Freed in this txg (after any earlier incarnation's changes).
+    pub freed: bool,
+    /// Whole level-0 blocks, `datablksz` long.
+    pub blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    /// New logical size, if it changed.
+    pub size: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct TxgDirty {
+    pub txg: u64,
+    pub objs: BTreeMap<u64, DirtyObj>,
+    /// Bytes of dirty buffers held (for the write throttle).
+    pub bytes: u64,
+}
+
+impl TxgDirty {
+    pub fn new(txg: u64) -> Self {
+        TxgDirty {
+            txg,
+            ..Default::default()
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.objs.is_empty()
+    }
+}
+
+struct OsState {
+    /// Object-set block pointer as of the last sync pass.
+    bp: BlkPtr,
+    meta: DnodePhys,
+    dnodes: HashMap<u64, DnodePhys>,
+    open: TxgDirty,
+    syncing: Option<Arc<TxgDirty>>,
+    next_obj: u64,
+}
+
+pub struct Objset {
+    pub os_type: u64,
+    reader: Arc<dyn BlockReader>,
+    st: Mutex<OsState>,
+    /// Serializes object-number allocation.
+    create_lock: Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+
+/// Where the current contents of one block live.
+enum BlockSource {
+    Data(Arc<Vec<u8>>),
+    Zero,
+    Tree(DnodePhys),
+}
+
+impl Objset {
+    /// A new, empty object set; its first sync writes it.
+    pub fn create(os_type: u64, reader: Arc<dyn BlockReader>, open_txg: u64) -> Self {
+        let meta = DnodePhys::new(ot::DNODE, DNODE_BLOCK_SIZE, &ObjProps::METADATA);
+        Self::with_root(os_type, reader, open_txg, BlkPtr::HOLE, meta)
+    }
+
+    /// Open the object set rooted at `bp`.
+    pub fn open(bp: &BlkPtr, reader: Arc<dyn BlockReader>, open_txg: u64) -> Result<Self> {
+        let data = reader.read_bp(bp)?;
+        let (os_type, meta) = decode_objset_phys(&data)?;
+        Ok(Self::with_root(os_type, reader, open_txg, *bp, meta))
+    }
+
+    fn with_root(
+        os_type: u64,
+        reader: Arc<dyn BlockReader>,
+        open_txg: u64,
+        bp: BlkPtr,
+        meta: DnodePhys,
+    ) -> Self {
+        Objset {
+            os_type,
+            reader,
+            st: Mutex::new(OsState {
+                bp,
+                meta,
+                dnodes: HashMap::new(),
+                open: TxgDirty::new(open_txg),
+                syncing: None,
+                next_obj: 1,
+            }),
+            create_lock: Mutex::new(()),
+        }
+    }
+
+    pub fn reader(&self) -> &Arc<dyn BlockReader> {
+        &self.reader
+    }
+
+    pub fn root_bp(&self) -> BlkPtr {
+        lock(&self.st).bp
+    }
+
+    pub fn meta_dnode(&self) -> DnodePhys {
+        lock(&self.st).meta.clone()
+    }
+
+    pub fn dirty_bytes(&self) -> u64 {
+        let st = lock(&self.st);
+        st.open.bytes + st.syncing.as_ref().map_or(0, |s| s.bytes)
+    }
+
+    pub fn open_is_empty(&self) -> bool {
+        lock(&self.st).open.is_empty()
+    }
+
+    /// Close the open txg: its dirty set becomes the syncing set.
+    pub fn freeze(&self, next_txg: u64) -> Arc<TxgDirty> {
+        let mut st = lock(&self.st);
+        debug_assert!(st.syncing.is_none(), "freeze while a txg is syncing");
+        let d = Arc::new(std::mem::replace(&mut st.open, TxgDirty::new(next_txg)));
+        st.syncing = Some(d.clone());
+        d
+    }
+
+    /// The syncing txg is on disk: drop its buffers.
+    pub fn sync_done(&self) {
+        lock(&self.st).syncing = None;
+    }
+
+    // ---- reading -------------------------------------------------------
+
+    /// The synced dnode of `obj` (free if none).
+    pub fn synced_dnode(&self, obj: u64) -> Result<DnodePhys> {
+        let meta = {
+            let st = lock(&self.st);
+            if let Some(d) = st.dnodes.get(&obj) {
+                return Ok(d.clone());
+            }
+            st.meta.clone()
+        };
+        let blkid = obj / DNODES_PER_BLOCK;
+        let dn = match read_tree_block(&*self.reader, &meta, blkid)? {
+            None => DnodePhys::free(),
+            Some(block) => {
+                let at = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+                DnodePhys::decode(block.get(at..at + DNODE_SIZE).ok_or_else(|| {
+                    Error::corrupt("dnode block", format!("short block for object {obj}"))
+                })?)?
+            }
+        };
+        lock(&self.st).dnodes.insert(obj, dn.clone());
+        Ok(dn)
+    }
+
+    /// The current dnode of `obj` (type, block size, logical size), or `None`.
+    pub fn dnode(&self, obj: u64) -> Result<Option<DnodePhys>> {
+        let mut size = None;
+        {
+            let st = lock(&self.st);
+            let layers = [Some(&st.open), st.syncing.as_deref()];
+            for d in layers.into_iter().flatten() {
+                if let Some(o) = d.objs.get(&obj) {
+                    if o.freed {
+                        return Ok(None);
+                    }
+                    size = size.or(o.size);
+                    if let Some(c) = &o.create {
+                        let mut dn = c.clone();
+                        dn.size = size.unwrap_or(0);
+                        return Ok(Some(dn));
+                    }
+                }
+            }
+        }
+        let mut dn = self.synced_dnode(obj)?;
+        if dn.is_free() {
+            return Ok(None);
+        }
+        if let Some(s) = size {
+            dn.size = s;
+        }
+        Ok(Some(dn))
+    }
+
+    pub fn exists(&self, obj: u64) -> Result<bool> {
+        Ok(self.dnode(obj)?.is_some())
+    }
+
+    /// Type, block size and logical size of an existing object.
+    pub fn stat(&self, obj: u64) -> Result<DnodePhys> {
+        self.dnode(obj)?
+            .ok_or_else(|| Error::invalid(format!("object {obj} does not exist")))
+    }
+
+    fn block_source(&self, obj: u64, blkid: u64) -> Result<BlockSource> {
+        {
+            let st = lock(&self.st);
+            let layers = [Some(&st.open), st.syncing.as_deref()];
+            for d in layers.into_iter().flatten() {
+                if let Some(o) = d.objs.get(&obj) {
+                    if o.freed {
+                        return Err(Error::invalid(format!("object {obj} does not exist")));
+                    }
+                    if let Some(b) = o.blocks.get(&blkid) {
+                        return Ok(BlockSource::Data(b.clone()));
+                    }
+                    if o.create.is_some() {
+                        return Ok(BlockSource::Zero);
+                    }
+                }
+            }
+        }
+        Ok(BlockSource::Tree(self.synced_dnode(obj)?))
+    }
+
+    /// Current contents of one level-0 block (`None` = hole, reads as zeros).
+    pub fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        match self.block_source(obj, blkid)? {
+            BlockSource::Data(d) => Ok(Some(d)),
+            BlockSource::Zero => Ok(None),
+            BlockSource::Tree(dn) => read_tree_block(&*self.reader, &dn, blkid).map_err(|e| {
+                match e {
+                    Error::Checksum(m) => Error::Checksum(format!(
+                        "object {obj} offset {}: {m}",
+                        blkid * dn.datablksz as u64
+                    )),
+                    e => e,
+                }
+            }),
+        }
+    }
+
+    /// Read `buf.len()` bytes at `offset`. Holes and bytes past the end of
+    /// the object read as zeros; the caller clips to the object size.
+    pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let bs = self.stat(obj)?.datablksz as u64;
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let off = offset + pos as u64;
+            let (blkid, boff) = (off / bs, (off % bs) as usize);
+            let n = (bs as usize - boff).min(buf.len() - pos);
+            match self.read_block(obj, blkid)? {
+                Some(b) => buf[pos..pos + n].copy_from_slice(&b[boff..boff + n]),
+                None => buf[pos..pos + n].fill(0),
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    // ---- writing (open context) -----------------------------------------
+
+    /// Create an object; returns its number.
+    pub fn create_object(&self, obj_type: u8, blksz: u32, props: &ObjProps) -> Result<u64> {
+        if blksz < 512 || blksz % 512 != 0 || blksz > super::blkptr::MAX_BLOCK_SIZE {
+            return Err(Error::invalid(format!("invalid block size {blksz}")));
+        }
+        let _g = lock(&self.create_lock);
+        let mut cand = lock(&self.st).next_obj;
+        while self.exists(cand)? {
+            cand += 1;
+        }
+        let mut st = lock(&self.st);
+        st.next_obj = cand + 1;
+        let d = st.open.objs.entry(cand).or_default();
+        *d = DirtyObj {
+            create: Some(DnodePhys::new(obj_type, blksz, props)),
+            freed: false,
+            blocks: BTreeMap::new(),
+            size: Some(0),
+        };
+        Ok(cand)
+    }
+
+    /// Free an object and all its blocks.
+    pub fn free_object(&self, obj: u64) -> Result<()> {
+        let bs = self.stat(obj)?.datablksz as u64;
+        let mut st = lock(&self.st);
+        let d = st.open.objs.entry(obj).or_default();
+        let released = d.blocks.len() as u64 * bs;
+        *d = DirtyObj {
+            freed: true,
+            ..Default::default()
+        };
+        st.open.bytes -= released.min(st.open.bytes);
+        if obj < st.next_obj {
+            st.next_obj = obj;
+        }
+        Ok(())
+    }
+
+    /// Set the logical size of an object (bytes beyond it read as zeros).
+    pub fn set_size(&self, obj: u64, size: u64) -> Result<()> {
+        self.stat(obj)?;
+        lock(&self.st).open.objs.entry(obj).or_default().size = Some(size);
+        Ok(())
+    }
+
+    /// Write `data` at `offset`; returns the dirty bytes this added.
+    pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<u64> {
+        let dn = self.stat(obj)?;
+        let bs = dn.datablksz as u64;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| e / bs < dn.capacity(8))
+            .ok_or_else(|| Error::invalid("write beyond the largest object size"))?;
+        let mut added = 0;
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let off = offset + pos as u64;
+            let (blkid, boff) = (off / bs, (off % bs) as usize);
+            let n = (bs as usize - boff).min(data.len() - pos);
+            let src = &data[pos..pos + n];
+            // Patch in place when the open txg already holds the block.
+            let patched = {
+                let mut st = lock(&self.st);
+                let d = st.open.objs.entry(obj).or_default();
+                if let Some(b) = d.blocks.get_mut(&blkid) {
+                    Arc::make_mut(b)[boff..boff + n].copy_from_slice(src);
+                    true
+                } else {
+                    false
+                }
+            };
+            if !patched {
+                let block = if n == bs as usize {
+                    src.to_vec()
+                } else {
+                    let mut b = match self.read_block(obj, blkid)? {
+                        Some(old) => old.to_vec(),
+                        None => vec![0u8; bs as usize],
+                    };
+                    b[boff..boff + n].copy_from_slice(src);
+                    b
+                };
+                let mut st = lock(&self.st);
+                let d = st.open.objs.entry(obj).or_default();
+                if d.blocks.insert(blkid, Arc::new(block)).is_none() {
+                    st.open.bytes += bs;
+                    added += bs;
+                }
+            }
+            pos += n;
+        }
+        let mut st = lock(&self.st);
+        let d = st.open.objs.entry(obj).or_default();
+        let cur = d.size.unwrap_or(dn.size);
+        d.size = Some(cur.max(end));
+        Ok(added)
+    }
+
+    // ---- syncing --------------------------------------------------------
+
+    /// Write out `dirty` (the syncing txg, or a later sync pass's changes) and
+    /// the object-set block. Returns the new object-set block pointer.
+    pub fn sync_pass(&self, w: &mut dyn BlockWriter, dirty: &TxgDirty) -> Result<BlkPtr> {
+        let (mut meta, os_bp) = {
+            let st = lock(&self.st);
+            (st.meta.clone(), st.bp)
+        };
+        if dirty.is_empty() && !os_bp.is_hole() {
+            return Ok(os_bp);
+        }
+        let reader = &*self.reader;
+        let mut changed = BTreeMap::new();
+        for (&obj, d) in &dirty.objs {
+            let old = self.synced_dnode(obj)?;
+            let new = sync_object(reader, w, old, d)?;
+            changed.insert(obj, new);
+        }
+        let mut blocks: BTreeMap<u64, Arc<Vec<u8>>> = BTreeMap::new();
+        for (&obj, dn) in &changed {
+            let blkid = obj / DNODES_PER_BLOCK;
+            if !blocks.contains_key(&blkid) {
+                let cur = match read_tree_block(reader, &meta, blkid)? {
+                    Some(b) => b,
+                    None => Arc::new(vec![0u8; DNODE_BLOCK_SIZE as usize]),
+                };
+                blocks.insert(blkid, cur);
+            }
+            if let Some(b) = blocks.get_mut(&blkid) {
+                let at = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+                dn.encode(&mut Arc::make_mut(b)[at..at + DNODE_SIZE]);
+            }
+        }
+        if let Some((&last, _)) = blocks.last_key_value() {
+            let end = (last + 1) * DNODE_BLOCK_SIZE as u64;
+            meta.size = meta.size.max(end);
+            apply_blocks(reader, w, &mut meta, &blocks)?;
+        }
+        let phys = encode_objset_phys(self.os_type, &meta);
+        let new_bp = w.write_bp(
+            &os_bp,
+            &phys,
+            WriteParams {
+                obj_type: ot::OBJSET,
+                level: 0,
+                checksum: ChecksumType::Fletcher4,
+                compress: Compression::Lz4,
+                copies: if self.os_type == OS_TYPE_META { 3 } else { 2 },
+                fill: meta.used_bytes.max(1),
+            },
+        )?;
+        let mut st = lock(&self.st);
+        st.bp = new_bp;
+        st.meta = meta;
+        for (obj, dn) in changed {
+            st.dnodes.insert(obj, dn);
+        }
+        Ok(new_bp)
+    }
+
+    /// A sync-context write (MOS passes after the first): read-modify-write
+    /// against the synced tree into `into`, which the caller syncs next.
+    pub fn write_in_sync(&self, into: &mut TxgDirty, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let dn = match into.objs.get(&obj).and_then(|o| o.create.clone()) {
+            Some(c) => c,
+            None => self.synced_dnode(obj)?,
+        };
+        if dn.is_free() {
+            return Err(Error::invalid(format!("sync write to free object {obj}")));
+        }
+        let bs = dn.datablksz as u64;
+        let mut pos = 0usize;
+        let mut size = into.objs.get(&obj).and_then(|o| o.size).unwrap_or(dn.size);
+        while pos < data.len() {
+            let off = offset + pos as u64;
+            let (blkid, boff) = (off / bs, (off % bs) as usize);
+            let n = (bs as usize - boff).min(data.len() - pos);
+            let have = into.objs.get(&obj).and_then(|o| o.blocks.get(&blkid)).cloned();
+            let mut block = match have {
+                Some(b) => b,
+                None => match read_tree_block(&*self.reader, &dn, blkid)? {
+                    Some(b) => b,
+                    None => Arc::new(vec![0u8; bs as usize]),
+                },
+            };
+            Arc::make_mut(&mut block)[boff..boff + n].copy_from_slice(&data[pos..pos + n]);
+            into.objs.entry(obj).or_default().blocks.insert(blkid, block);
+            pos += n;
+            size = size.max(off + n as u64);
+        }
+        into.objs.entry(obj).or_default().size = Some(size);
+        Ok(())
+    }
+}
+
+fn l0_params(dn: &DnodePhys) -> WriteParams {
+    WriteParams {
+        obj_type: dn.obj_type,
+        level: 0,
+        checksum: dn.checksum,
+        compress: dn.compress,
+        copies: dn.copies,
+        fill: 1,
+    }
+}
+
+fn indirect_params(dn: &DnodePhys, level: u8, fill: u64) -> WriteParams {
+    WriteParams {
+        obj_type: dn.obj_type,
+        level,
+        checksum: dn.checksum,
+        compress: Compression::Lz4,
+        copies: (dn.copies + 1).min(3),
+        fill,
+    }
+}
+
+/// Apply one txg's changes to one object; returns its new dnode.
+fn sync_object(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    old: DnodePhys,
+    d: &DirtyObj,
+) -> Result<DnodePhys> {
+    let mut dn = old;
+    if let Some(c) = &d.create {
+        if !dn.is_free() {
+            free_tree(reader, w, &dn)?;
+        }
+        dn = c.clone();
+    }
+    if d.freed {
+        if !dn.is_free() {
+            free_tree(reader, w, &dn)?;
+        }
+        return Ok(DnodePhys::free());
+    }
+    if dn.is_free() {
+        return Err(Error::invalid("sync of changes to a free object"));
+    }
+    if !d.blocks.is_empty() {
+        apply_blocks(reader, w, &mut dn, &d.blocks)?;
+    }
+    if let Some(s) = d.size {
+        dn.size = s;
+    }
+    Ok(dn)
+}
+
+/// Write changed level-0 blocks and every indirect block above them.
+fn apply_blocks(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    dn: &mut DnodePhys,
+    blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
+) -> Result<()> {
+    let max = match blocks.last_key_value() {
+        Some((&k, _)) => k,
+        None => return Ok(()),
+    };
+    let mut used = dn.used_bytes as i64;
+    // Grow the tree until it can address `max`: the old top pointers become
+    // the first entries of a new indirect block one level up.
+    while dn.capacity(dn.nlevels) <= max {
+        if dn.nlevels >= 8 {
+            return Err(Error::invalid("object too large"));
+        }
+        if dn.blkptr.iter().all(|b| b.is_hole()) {
+            dn.nlevels += 1;
+            continue;
+        }
+        let mut children = vec![BlkPtr::HOLE; dn.epb() as usize];
+        children[..3].copy_from_slice(&dn.blkptr);
+        let fill = children.iter().map(|c| c.fill).sum();
+        let bp = w.write_bp(
+            &BlkPtr::HOLE,
+            &encode_indirect(&children),
+            indirect_params(dn, dn.nlevels, fill),
+        )?;
+        used += bp.asize() as i64;
+        dn.blkptr = [bp, BlkPtr::HOLE, BlkPtr::HOLE];
+        dn.nlevels += 1;
+    }
+    let items: Vec<(u64, &Arc<Vec<u8>>)> = blocks.iter().map(|(k, v)| (*k, v)).collect();
+    let span = dn.capacity(dn.nlevels) / 3;
+    let top_level = dn.nlevels - 1;
+    let snapshot = dn.clone();
+    let mut i = 0;
+    while i < items.len() {
+        let slot = (items[i].0 / span) as usize;
+        let mut j = i;
+        while j < items.len() && (items[j].0 / span) as usize == slot {
+            j += 1;
+        }
+        let old = dn.blkptr[slot];
+        let new = sync_node(
+            reader,
+            w,
+            &snapshot,
+            &old,
+            top_level,
+            slot as u64 * span,
+            span,
+            &items[i..j],
+            &mut used,
+        )?;
+        dn.blkptr[slot] = new;
+        i = j;
+    }
+    dn.maxblkid = dn.maxblkid.max(max);
+    dn.used_bytes = used.max(0) as u64;
+    Ok(())
+}
+
+/// Rewrite the subtree under `old` (at `level`, covering `span` level-0 blocks
+/// from `base`) with `changes` applied; returns its new pointer.
+#[allow(clippy::too_many_arguments)]
+fn sync_node(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    dn: &DnodePhys,
+    old: &BlkPtr,
+    level: u8,
+    base: u64,
+    span: u64,
+    changes: &[(u64, &Arc<Vec<u8>>)],
+    used: &mut i64,
+) -> Result<BlkPtr> {
+    if level == 0 {
+        debug_assert_eq!(changes.len(), 1);
+        let (_, data) = changes[0];
+        if data.len() != dn.datablksz as usize {
+            return Err(Error::invalid("dirty block of the wrong size"));
+        }
+        let new = w.write_bp(old, data, l0_params(dn))?;
+        *used += new.asize() as i64 - old.asize() as i64;
+        return Ok(new);
+    }
+    let mut children = if old.is_hole() {
+        vec![BlkPtr::HOLE; dn.epb() as usize]
+    } else {
+        decode_indirect(&reader.read_bp(old)?, level)?
+    };
+    let child_span = span / dn.epb();
+    let mut i = 0;
+    while i < changes.len() {
+        let idx = ((changes[i].0 - base) / child_span) as usize;
+        let mut j = i;
+        while j < changes.len() && ((changes[j].0 - base) / child_span) as usize == idx {
+            j += 1;
+        }
+        let child = children[idx];
+        children[idx] = sync_node(
+            reader,
+            w,
+            dn,
+            &child,
+            level - 1,
+            base + idx as u64 * child_span,
+            child_span,
+            &changes[i..j],
+            used,
+        )?;
+        i = j;
+    }
+    let fill = children.iter().map(|c| c.fill).sum();
+    let new = w.write_bp(old, &encode_indirect(&children), indirect_params(dn, level, fill))?;
+    *used += new.asize() as i64 - old.asize() as i64;
+    Ok(new)
+}
+
+/// Free every block of an object.
+pub fn free_tree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, dn: &DnodePhys) -> Result<()> {
+    for bp in dn.blkptr.iter().filter(|b| !b.is_hole()) {
+        free_subtree(reader, w, bp)?;
+    }
+    Ok(())
+}
+
+fn free_subtree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, bp: &BlkPtr) -> Result<()> {
+    if bp.level > 0 {
+        for c in decode_indirect(&reader.read_bp(bp)?, bp.level)? {
+            if !c.is_hole() {
+                free_subtree(reader, w, &c)?;
+            }
+        }
+    }
+    w.free_bp(bp);
+    Ok(())
+}
+
+pub fn encode_indirect(children: &[BlkPtr]) -> Vec<u8> {
+    let mut out = vec![0u8; children.len() * BLKPTR_SIZE];
+    for (i, c) in children.iter().enumerate() {
+        c.encode(&mut out[i * BLKPTR_SIZE..(i + 1) * BLKPTR_SIZE]);
+    }
+    out
+}
+
+/// Decode an indirect block at `level`; every child must be one level down.
+pub fn decode_indirect(b: &[u8], level: u8) -> Result<Vec<BlkPtr>> {
+    let mut out = Vec::with_capacity(b.len() / BLKPTR_SIZE);
+    for chunk in b.chunks_exact(BLKPTR_SIZE) {
+        let bp = BlkPtr::decode(chunk)?;
+        if !bp.is_hole() && bp.level + 1 != level {
+            return Err(Error::corrupt(
+                "indirect block",
+                format!("child level {} under level {level}", bp.level),
+            ));
+        }
+        out.push(bp);
+    }
+    Ok(out)
+}
+
+/// Read level-0 block `blkid` of the tree under `dn`, or `None` for a hole.
+pub fn read_tree_block(
+    reader: &dyn BlockReader,
+    dn: &DnodePhys,
+    blkid: u64,
+) -> Result<Option<Arc<Vec<u8>>>> {
+    let bp = match find_l0_bp(reader, dn, blkid)? {
+        Some(bp) => bp,
+        None => return Ok(None),
+    };
+    let data = reader.read_bp(&bp)?;
+    if data.len() != dn.datablksz as usize {
+        return Err(Error::corrupt(
+            "data block",
+            format!("size {} != object block size {}", data.len(), dn.datablksz),
+        ));
+    }
+    Ok(Some(data))
+}
+
+/// The level-0 block pointer of `blkid`, or `None` for a hole.
+pub fn find_l0_bp(reader: &dyn BlockReader, dn: &DnodePhys, blkid: u64) -> Result<Option<BlkPtr>> {
+    if dn.is_free() || blkid >= dn.capacity(dn.nlevels) {
+        return Ok(None);
+    }
+    let epb = dn.epb();
+    let mut span = dn.capacity(dn.nlevels) / 3; // L0 blocks under each top pointer
+    let mut bp = dn.blkptr[(blkid / span) as usize];
+    let mut rel = blkid % span;
+    let mut level = dn.nlevels - 1;
+    while level > 0 {
+        if bp.is_hole() {
+            return Ok(None);
+        }
+        if bp.level != level {
+            return Err(Error::corrupt("indirect block", format!("level {} where {level} expected", bp.level)));
+        }
+        let ind = reader.read_bp(&bp)?;
+        span /= epb;
+        let idx = (rel / span) as usize;
+        rel %= span;
+        bp = BlkPtr::decode(ind.get(idx * BLKPTR_SIZE..(idx + 1) * BLKPTR_SIZE).ok_or_else(|| {
+            Error::corrupt("indirect block", "short indirect block")
+        })?)?;
+        level -= 1;
+    }
+    Ok(if bp.is_hole() { None } else { Some(bp) })
+}
+
+pub fn decode_objset_phys(b: &[u8]) -> Result<(u64, DnodePhys)> {
+    use super::blkptr::le64;
+    if b.len() < OBJSET_PHYS_SIZE {
+        return Err(Error::corrupt("objset", "truncated"));
+    }
+    if le64(b, 0) != OBJSET_MAGIC {
+        return Err(Error::corrupt("objset", "bad magic"));
+    }
+    if le64(b, 8) != OBJSET_VERSION {
+        return Err(Error::corrupt("objset", format!("unknown version {}", le64(b, 8))));
+    }
+    let t = le64(b, 16);
+    if t != OS_TYPE_META && t != OS_TYPE_DATASET {
+        return Err(Error::corrupt("objset", format!("unknown type {t}")));
+    }
+    let meta = DnodePhys::decode(&b[64..64 + DNODE_SIZE])?;
+    if meta.obj_type != ot::DNODE {
+        return Err(Error::corrupt("objset", "meta-dnode has wrong type"));
+    }
+    Ok((t, meta))
+}
+
+pub fn encode_objset_phys(os_type: u64, meta: &DnodePhys) -> Vec<u8> {
+    let mut b = vec![0u8; OBJSET_PHYS_SIZE];
+    b[0..8].copy_from_slice(&OBJSET_MAGIC.to_le_bytes());
+    b[8..16].copy_from_slice(&OBJSET_VERSION.to_le_bytes());
+    b[16..24].copy_from_slice(&os_type.to_le_bytes());
+    meta.encode(&mut b[64..64 + DNODE_SIZE]);
+    b
+}

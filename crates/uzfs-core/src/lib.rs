@@ -1,0 +1,16 @@
+//! uzfs-core: the storage engine of uzfs, layered as in OpenZFS.
+//!
+//! * [`vdev`]: devices, labels, mirrors.
+//! * [`spa`]: the pool: config, allocation, txg sync, import.
+//! * [`dmu`]: objects, block pointers, checksums, compression.
+//! * [`arc`]: the block cache beside the DMU.
+//! * [`zdb`]: offline inspection and verification.
+
+pub mod arc;
+pub mod dmu;
+pub mod error;
+pub mod spa;
+pub mod vdev;
+pub mod zdb;
+
+pub use error::{Error, Result};

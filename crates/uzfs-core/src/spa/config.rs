@@ -1,0 +1,105 @@
+//! The pool configuration (OpenZFS: the config nvlist). Stored as JSON in
+//! every label (for discovery at import) and in the MOS (authoritative, and
+//! committed atomically with the txg that changed it).
+
+use crate::vdev::{FlushPolicy, TopKind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const POOL_VERSION: u64 = 5000; // feature flags, as OpenZFS
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolState {
+    Active,
+    Exported,
+    Destroyed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafConfig {
+    pub guid: u64,
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopConfig {
+    pub id: u32,
+    pub guid: u64,
+    pub kind: TopKind,
+    pub ashift: u8,
+    pub asize: u64,
+    pub ms_shift: u8,
+    /// MOS object listing the space map object of each metaslab.
+    pub ms_array: u64,
+    pub flush: FlushPolicy,
+    pub children: Vec<LeafConfig>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureState {
+    Disabled,
+    Enabled,
+    Active,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureEntry {
+    pub state: FeatureState,
+    /// A build that does not know this feature may still import read-only.
+    pub read_only_compatible: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolConfig {
+    pub version: u64,
+    pub name: String,
+    pub pool_guid: u64,
+    pub state: PoolState,
+    /// Txg in which this config was written.
+    pub txg: u64,
+    pub hostname: String,
+    pub vdev_tree: Vec<TopConfig>,
+    pub features: BTreeMap<String, FeatureEntry>,
+}
+
+impl PoolConfig {
+    pub fn guid_sum(&self) -> u64 {
+        let mut s = self.pool_guid;
+        for t in &self.vdev_tree {
+            s = s.wrapping_add(t.guid);
+            for c in &t.children {
+                s = s.wrapping_add(c.guid);
+            }
+        }
+        s
+    }
+}
+
+/// What each leaf's label holds: the pool config plus who this leaf is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelConfig {
+    pub pool: PoolConfig,
+    pub top_guid: u64,
+    pub guid: u64,
+}
+
+/// The MOS object directory (object 1): names of the pool's MOS objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectDirectory {
+    pub config: u64,
+    pub history: u64,
+    pub props: u64,
+    pub root_dataset: u64,
+}
+
+/// Settable pool properties persisted in the MOS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolProps {
+    #[serde(default)]
+    pub comment: String,
+    /// Default ashift for vdevs added later (0 = automatic, 12).
+    #[serde(default)]
+    pub ashift: u8,
+}

@@ -1,0 +1,97 @@
+//! Pool feature flags (OpenZFS zpool-features(7)).
+//!
+//! Each feature is `disabled` (the pool may never use it), `enabled` (it may,
+//! but nothing on disk depends on it yet) or `active` (something on disk
+//! needs it). A build refuses to import a pool on which a feature it does not
+//! know is active, unless the feature is read-only compatible, in which case
+//! only a read-only import would be safe (and this build does not offer one
+//! yet, so it refuses with that explanation).
+
+use super::config::{FeatureEntry, FeatureState};
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+pub struct FeatureInfo {
+    pub name: &'static str,
+    pub read_only_compatible: bool,
+    pub description: &'static str,
+}
+
+pub const LZ4: &str = "org.openzfs:lz4_compress";
+pub const ZSTD: &str = "org.freebsd:zstd_compress";
+pub const BLAKE3: &str = "org.openzfs:blake3";
+pub const BLOCK_REMAP: &str = "com.uzfs:block_remap";
+
+pub const FEATURES: &[FeatureInfo] = &[
+    FeatureInfo {
+        name: LZ4,
+        read_only_compatible: false,
+        description: "LZ4 compression algorithm support.",
+    },
+    FeatureInfo {
+        name: ZSTD,
+        read_only_compatible: false,
+        description: "zstd compression algorithm support.",
+    },
+    FeatureInfo {
+        name: BLAKE3,
+        read_only_compatible: false,
+        description: "BLAKE3 hash algorithm.",
+    },
+    FeatureInfo {
+        name: BLOCK_REMAP,
+        read_only_compatible: false,
+        description: "Relocate blocks through the remap table without rewriting their parents.",
+    },
+];
+
+pub fn info(name: &str) -> Option<&'static FeatureInfo> {
+    FEATURES.iter().find(|f| f.name == name || short(f.name) == name)
+}
+
+pub fn short(name: &str) -> &str {
+    name.rsplit(':').next().unwrap_or(name)
+}
+
+/// Every known feature enabled; lz4 active from birth (pool metadata uses it).
+pub fn default_set() -> BTreeMap<String, FeatureEntry> {
+    FEATURES
+        .iter()
+        .map(|f| {
+            let state = if f.name == LZ4 {
+                FeatureState::Active
+            } else {
+                FeatureState::Enabled
+            };
+            (
+                f.name.to_string(),
+                FeatureEntry {
+                    state,
+                    read_only_compatible: f.read_only_compatible,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Refuse a pool that depends on a feature this build does not implement.
+pub fn check_importable(pool: &str, features: &BTreeMap<String, FeatureEntry>) -> Result<()> {
+    let unknown: Vec<String> = features
+        .iter()
+        .filter(|(name, e)| e.state == FeatureState::Active && info(name).is_none())
+        .map(|(name, e)| {
+            if e.read_only_compatible {
+                format!("{name} (read-only compatible)")
+            } else {
+                name.clone()
+            }
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported(format!(
+        "cannot import '{pool}': pool uses the following feature(s) not supported by this system:\n\t{}\nUse a newer uzfs to import it.",
+        unknown.join("\n\t")
+    )))
+}

@@ -1,0 +1,291 @@
+//! Metaslabs and the allocator (OpenZFS metaslab.c).
+//!
+//! Each top-level vdev's allocatable area is cut into equal metaslabs
+//! (`2^ms_shift` bytes, ~200 per vdev). A metaslab's free space lives in
+//! memory as a range tree, rebuilt at import by replaying its space map.
+//!
+//! # Lifetime of a block's space
+//!
+//! ```text
+//!   free --alloc(txg T)--> allocated --free(txg F)--> freeing(F) --sync F+1 done--> free
+//! ```
+//!
+//! A block freed in txg F is still referenced by txg F-1, which import may
+//! fall back to if F's uberblock is lost, so its space is not handed out again
+//! until txg F+1 has committed (OpenZFS TXG_DEFER_SIZE = 2). The exception is
+//! a block born in the txg being synced: no committed txg can refer to it, so
+//! its space returns to the free tree at once.
+//!
+//! Every ALLOC and FREE is also queued as a space-map entry (`pending`) and
+//! appended to the metaslab's space map in the same txg (see `spa/txg.rs`).
+//!
+//! # Choosing a vdev (dynamic striping)
+//!
+//! A rotor walks the top-level vdevs. Each stays current until it has taken
+//! its quota of bytes, `ALIQUOT * free(v) / mean free`: a vdev with twice the
+//! mean free space takes twice the new writes, so an added empty vdev catches
+//! up, as OpenZFS's `mg_bias` does.
+
+use super::range_tree::RangeTree;
+use super::space_map::{SmEntry, SmKind};
+use crate::dmu::blkptr::Dva;
+use crate::error::{Error, Result};
+
+/// Bytes a vdev takes before the rotor moves on, at mean free space
+/// (OpenZFS metaslab_aliquot: 512 KiB; larger means longer sequential runs
+/// per vdev, smaller means finer spreading).
+pub const ALIQUOT: u64 = 1 << 20;
+
+pub struct Metaslab {
+    pub id: u64,
+    pub start: u64,
+    pub size: u64,
+    /// Space map object in the MOS.
+    pub sm_obj: u64,
+    pub free: RangeTree,
+    /// Entries not yet appended to the space map.
+    pub pending: Vec<SmEntry>,
+    /// Frees of the syncing txg (deferred).
+    pub freeing: Vec<(u64, u64)>,
+    /// Frees of the previous txg, released when the current sync completes.
+    pub defer: Vec<(u64, u64)>,
+    pub cursor: u64,
+}
+
+impl Metaslab {
+    pub fn deferred_space(&self) -> u64 {
+        self.freeing.iter().chain(&self.defer).map(|f| f.1).sum()
+    }
+}
+
+pub struct VdevAlloc {
+    pub id: u32,
+    pub ashift: u8,
+    pub asize: u64,
+    pub ms_shift: u8,
+    pub metaslabs: Vec<Metaslab>,
+    pub active: usize,
+}
+
+impl VdevAlloc {
+    pub fn new(id: u32, ashift: u8, asize: u64, ms_shift: u8, sm_objs: &[u64]) -> Self {
+        let count = asize >> ms_shift;
+        let metaslabs = (0..count)
+            .map(|i| {
+                let start = i << ms_shift;
+                let size = 1u64 << ms_shift;
+                let mut free = RangeTree::new();
+                free.add(start, size);
+                Metaslab {
+                    id: i,
+                    start,
+                    size,
+                    sm_obj: sm_objs.get(i as usize).copied().unwrap_or(0),
+                    free,
+                    pending: Vec::new(),
+                    freeing: Vec::new(),
+                    defer: Vec::new(),
+                    cursor: start,
+                }
+            })
+            .collect();
+        VdevAlloc {
+            id,
+            ashift,
+            asize,
+            ms_shift,
+            metaslabs,
+            active: 0,
+        }
+    }
+
+    /// Free bytes, counting deferred frees as free (they are, on disk).
+    pub fn free_space(&self) -> u64 {
+        self.metaslabs
+            .iter()
+            .map(|m| m.free.space() + m.deferred_space())
+            .sum()
+    }
+
+    /// Bytes that can be allocated right now.
+    pub fn allocatable_space(&self) -> u64 {
+        self.metaslabs.iter().map(|m| m.free.space()).sum()
+    }
+
+    pub fn round(&self, psize: u64) -> u64 {
+        let a = 1u64 << self.ashift;
+        psize.div_ceil(a) * a
+    }
+
+    fn alloc(&mut self, asize: u64, avoid_ms: Option<usize>) -> Option<(u64, usize)> {
+        let n = self.metaslabs.len();
+        for k in 0..n {
+            let i = (self.active + k) % n;
+            if Some(i) == avoid_ms && n > 1 {
+                continue;
+            }
+            let ms = &mut self.metaslabs[i];
+            if ms.free.space() < asize {
+                continue;
+            }
+            if let Some(off) = ms.free.find_fit(asize, ms.cursor) {
+                let removed = ms.free.remove(off, asize);
+                debug_assert!(removed);
+                ms.cursor = off + asize;
+                ms.pending.push(SmEntry {
+                    kind: SmKind::Alloc,
+                    offset: off,
+                    len: asize,
+                });
+                if avoid_ms.is_none() {
+                    self.active = i;
+                }
+                return Some((off, i));
+            }
+        }
+        None
+    }
+
+    fn ms_index(&self, offset: u64) -> Option<usize> {
+        let i = (offset >> self.ms_shift) as usize;
+        (i < self.metaslabs.len()).then_some(i)
+    }
+}
+
+pub struct Allocator {
+    pub vdevs: Vec<VdevAlloc>,
+    rotor: usize,
+    rotor_bytes: u64,
+}
+
+impl Allocator {
+    pub fn new(vdevs: Vec<VdevAlloc>) -> Self {
+        Allocator {
+            vdevs,
+            rotor: 0,
+            rotor_bytes: 0,
+        }
+    }
+
+    pub fn free_space(&self) -> u64 {
+        self.vdevs.iter().map(|v| v.free_space()).sum()
+    }
+    pub fn total_space(&self) -> u64 {
+        self.vdevs.iter().map(|v| v.asize).sum()
+    }
+
+    fn quota(&self, v: usize) -> u64 {
+        let n = self.vdevs.len() as u64;
+        let total: u64 = self.vdevs.iter().map(|v| v.allocatable_space()).sum();
+        if total == 0 {
+            return ALIQUOT;
+        }
+        let mine = self.vdevs[v].allocatable_space() as u128;
+        ((ALIQUOT as u128 * mine * n as u128 / total as u128) as u64).max(ALIQUOT / 16)
+    }
+
+    /// Allocate `copies` DVAs for a block of `psize` physical bytes, each on a
+    /// different vdev where there are several.
+    pub fn alloc(&mut self, psize: u64, copies: usize) -> Result<Vec<Dva>> {
+        let n = self.vdevs.len();
+        if n == 0 {
+            return Err(Error::NoSpace);
+        }
+        let mut out: Vec<(Dva, usize)> = Vec::with_capacity(copies);
+        for copy in 0..copies {
+            let start = match out.last() {
+                None => self.rotor,
+                Some((d, _)) => (d.vdev as usize + 1) % n,
+            };
+            let mut got = None;
+            for k in 0..n {
+                let v = (start + k) % n;
+                // Prefer a vdev no earlier copy uses; fall back to any.
+                let prev_same = out.iter().find(|(d, _)| d.vdev as usize == v);
+                if prev_same.is_some() && k + 1 < n && out.len() < n {
+                    continue;
+                }
+                let avoid = prev_same.map(|(_, ms)| {
+                    let m = self.vdevs[v].metaslabs.len();
+                    (ms + m / 2) % m.max(1)
+                });
+                let vd = &mut self.vdevs[v];
+                let asize = vd.round(psize);
+                // A ditto copy on the same vdev starts half the vdev away.
+                if let Some(target) = avoid {
+                    let saved = vd.active;
+                    vd.active = target;
+                    let r = vd.alloc(asize, prev_same.map(|p| p.1));
+                    vd.active = saved;
+                    if let Some((off, ms)) = r {
+                        got = Some((Dva { vdev: v as u32, asize, offset: off, flags: 0 }, ms));
+                        break;
+                    }
+                } else if let Some((off, ms)) = vd.alloc(asize, None) {
+                    got = Some((Dva { vdev: v as u32, asize, offset: off, flags: 0 }, ms));
+                    break;
+                }
+            }
+            match got {
+                Some(g) => {
+                    if copy == 0 {
+                        self.rotor_bytes += g.0.asize;
+                        if self.rotor_bytes >= self.quota(self.rotor) {
+                            self.rotor = (self.rotor + 1) % n;
+                            self.rotor_bytes = 0;
+                        } else if g.0.vdev as usize != self.rotor {
+                            self.rotor = g.0.vdev as usize;
+                            self.rotor_bytes = 0;
+                        }
+                    }
+                    out.push(g);
+                }
+                None => {
+                    for (d, _) in &out {
+                        self.free(d, true);
+                    }
+                    return Err(Error::NoSpace);
+                }
+            }
+        }
+        Ok(out.into_iter().map(|(d, _)| d).collect())
+    }
+
+    /// Free a DVA. `immediate` for a block born in the syncing txg.
+    pub fn free(&mut self, dva: &Dva, immediate: bool) {
+        let Some(vd) = self.vdevs.get_mut(dva.vdev as usize) else {
+            debug_assert!(false, "free of DVA on unknown vdev {}", dva.vdev);
+            return;
+        };
+        let Some(i) = vd.ms_index(dva.offset) else {
+            debug_assert!(false, "free of DVA past end of vdev");
+            return;
+        };
+        let ms = &mut vd.metaslabs[i];
+        ms.pending.push(SmEntry {
+            kind: SmKind::Free,
+            offset: dva.offset,
+            len: dva.asize,
+        });
+        if immediate {
+            let ok = ms.free.add(dva.offset, dva.asize);
+            debug_assert!(ok, "double free of {:?}", dva);
+        } else {
+            ms.freeing.push((dva.offset, dva.asize));
+        }
+    }
+
+    /// A txg committed: the previous txg's frees become allocatable and this
+    /// txg's frees start their wait.
+    pub fn sync_done(&mut self) {
+        for v in &mut self.vdevs {
+            for ms in &mut v.metaslabs {
+                for (off, len) in std::mem::take(&mut ms.defer) {
+                    let ok = ms.free.add(off, len);
+                    debug_assert!(ok, "deferred free overlaps free space");
+                }
+                ms.defer = std::mem::take(&mut ms.freeing);
+            }
+        }
+    }
+}

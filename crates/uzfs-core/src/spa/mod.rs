@@ -1,0 +1,530 @@
+//! The storage pool allocator: pool lifecycle (create, import, export,
+//! destroy), configuration, allocation and the txg sync that ties the layers
+//! together. See `txg.rs` for the commit protocol and `import.rs` for how a
+//! pool is found and opened.
+
+pub mod config;
+pub mod feature;
+pub mod import;
+pub mod io;
+pub mod metaslab;
+pub mod range_tree;
+pub mod space_map;
+pub mod txg;
+pub mod uberblock;
+
+use crate::dmu::blkptr::BlkPtr;
+use crate::dmu::dnode::{ot, ObjProps};
+use crate::dmu::objset::{Objset, OS_TYPE_DATASET, OS_TYPE_META};
+use crate::error::{Error, Result};
+use crate::vdev::{self, label, BlockDevice, FlushPolicy, Leaf, TopKind, TopVdev, VdevStats};
+use config::*;
+use io::SpaIo;
+use metaslab::{Allocator, VdevAlloc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+use uberblock::Uberblock;
+
+pub use txg::Tunables;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How one top-level vdev is to be built.
+pub struct TopSpec {
+    pub kind: TopKind,
+    pub leaves: Vec<(String, Arc<dyn BlockDevice>)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub ashift: u8,
+    pub flush: FlushPolicy,
+    pub force: bool,
+    pub tunables: Tunables,
+    /// Seed for guids (tests); `None` draws from the OS.
+    pub guid_seed: Option<u64>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            ashift: 12,
+            flush: FlushPolicy::Honor,
+            force: false,
+            tunables: Tunables::default(),
+            guid_seed: None,
+        }
+    }
+}
+
+pub(crate) struct SpaState {
+    pub config: PoolConfig,
+    pub alloc: Allocator,
+    pub dir: ObjectDirectory,
+    pub props: PoolProps,
+    pub history_pending: Vec<String>,
+    pub config_dirty: bool,
+    pub ub: Option<Uberblock>,
+    /// Set when a sync failed: the pool takes no more writes.
+    pub suspended: Option<String>,
+    pub guid_rng: u64,
+}
+
+pub(crate) struct TxgState {
+    pub open: u64,
+    pub synced: u64,
+    pub shutdown: bool,
+    pub want_sync: bool,
+    pub last_sync: Instant,
+}
+
+pub struct Pool {
+    pub name: String,
+    pub guid: u64,
+    pub io: Arc<SpaIo>,
+    pub mos: Objset,
+    pub root: Objset,
+    pub(crate) st: Mutex<SpaState>,
+    pub(crate) txg: Mutex<TxgState>,
+    pub(crate) txg_cv: Condvar,
+    pub(crate) sync_lock: Mutex<()>,
+    pub tun: Tunables,
+    pub(crate) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Validate a pool name as zpool(8) does.
+pub fn check_pool_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("invalid pool name '{name}': {why}")));
+    let Some(first) = name.chars().next() else {
+        return bad("name is empty");
+    };
+    if !first.is_ascii_alphabetic() {
+        return bad("name must begin with a letter");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "_-.: ".contains(*c)) || *c == ' ')
+    {
+        return bad(&format!("invalid character '{c}' in pool name"));
+    }
+    if name.len() > 200 {
+        return bad("name is too long");
+    }
+    for r in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
+        if name.starts_with(r) {
+            return bad(&format!("name is reserved ('{r}')"));
+        }
+    }
+    if name == "c" || (name.len() > 1 && name.starts_with('c') && name[1..].starts_with(|c: char| c.is_ascii_digit())) {
+        return bad("pool name is reserved");
+    }
+    Ok(())
+}
+
+pub(crate) fn next_guid(state: &mut u64) -> u64 {
+    loop {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        if z != 0 {
+            return z;
+        }
+    }
+}
+
+pub(crate) fn os_entropy() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// What a leaf's labels say, if anything.
+pub fn probe_label(dev: &dyn BlockDevice) -> Option<LabelConfig> {
+    label::read_configs(dev)
+        .into_iter()
+        .filter_map(|(_, r)| r.ok())
+        .filter_map(|p| serde_json::from_slice::<LabelConfig>(&p).ok())
+        .max_by_key(|c| c.pool.txg)
+}
+
+pub(crate) fn build_top(
+    id: u32,
+    spec: &TopSpec,
+    ashift: u8,
+    flush: FlushPolicy,
+    guids: &mut u64,
+) -> Result<(Arc<TopVdev>, TopConfig)> {
+    if spec.leaves.is_empty() {
+        return Err(Error::invalid("a vdev needs at least one device"));
+    }
+    if spec.kind == TopKind::Mirror && spec.leaves.len() < 2 {
+        return Err(Error::invalid("a mirror needs at least two devices"));
+    }
+    if spec.kind == TopKind::Disk && spec.leaves.len() != 1 {
+        return Err(Error::invalid("a disk vdev has exactly one device"));
+    }
+    if !(9..=16).contains(&ashift) {
+        return Err(Error::invalid(format!("ashift {ashift} out of range 9..16")));
+    }
+    let mut asize = u64::MAX;
+    let mut ms_shift = 0;
+    for (path, dev) in &spec.leaves {
+        let (a, s) = vdev::allocatable(dev.size()).ok_or_else(|| {
+            Error::invalid(format!(
+                "cannot use '{path}': device is too small ({} bytes; the minimum is {} MiB)",
+                dev.size(),
+                vdev::MIN_DEVICE_SIZE >> 20
+            ))
+        })?;
+        if a < asize {
+            asize = a;
+            ms_shift = s;
+        }
+    }
+    let top_guid = next_guid(guids);
+    let children: Vec<Arc<Leaf>> = spec
+        .leaves
+        .iter()
+        .map(|(path, dev)| {
+            Arc::new(Leaf {
+                guid: next_guid(guids),
+                path: path.clone(),
+                dev: dev.clone(),
+                stats: VdevStats::default(),
+            })
+        })
+        .collect();
+    let cfg = TopConfig {
+        id,
+        guid: top_guid,
+        kind: spec.kind,
+        ashift,
+        asize,
+        ms_shift,
+        ms_array: 0,
+        flush,
+        children: children
+            .iter()
+            .map(|c| LeafConfig {
+                guid: c.guid,
+                path: c.path.clone(),
+            })
+            .collect(),
+    };
+    let top = Arc::new(TopVdev {
+        id,
+        guid: top_guid,
+        kind: spec.kind,
+        ashift,
+        asize,
+        ms_shift,
+        flush,
+        children,
+    });
+    Ok((top, cfg))
+}
+
+impl Pool {
+    /// `zpool create`: label the devices and commit the pool's first txg.
+    pub fn create(name: &str, specs: Vec<TopSpec>, opts: CreateOptions) -> Result<Arc<Pool>> {
+        check_pool_name(name)?;
+        if specs.is_empty() {
+            return Err(Error::invalid("a pool needs at least one vdev"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (path, dev) in specs.iter().flat_map(|s| &s.leaves) {
+            if !seen.insert(path.clone()) {
+                return Err(Error::invalid(format!("device '{path}' is named more than once")));
+            }
+            if !opts.force {
+                if let Some(l) = probe_label(&**dev) {
+                    if l.pool.state != PoolState::Destroyed {
+                        return Err(Error::invalid(format!(
+                            "{path} is part of {} pool '{}'\nuse '-f' to override",
+                            if l.pool.state == PoolState::Exported { "exported" } else { "active" },
+                            l.pool.name
+                        )));
+                    }
+                }
+            }
+        }
+        let mut guids = opts.guid_seed.unwrap_or_else(os_entropy);
+        let pool_guid = next_guid(&mut guids);
+        let mut tops = Vec::new();
+        let mut cfgs = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let (t, c) = build_top(i as u32, spec, opts.ashift, opts.flush, &mut guids)?;
+            tops.push(t);
+            cfgs.push(c);
+        }
+        // Wipe stale uberblock rings so nothing of an older pool survives.
+        for t in &tops {
+            for c in &t.children {
+                label::clear(&*c.dev)?;
+            }
+        }
+        let txg = 1;
+        let io = Arc::new(SpaIo::new(tops.clone(), opts.tunables.cache_bytes));
+        let mos = Objset::create(OS_TYPE_META, io.clone(), txg);
+        let root = Objset::create(OS_TYPE_DATASET, io.clone(), txg);
+        let md = ObjProps::METADATA;
+        let dir_obj = mos.create_object(ot::OBJECT_DIRECTORY, 4096, &md)?;
+        debug_assert_eq!(dir_obj, 1);
+        let dir = ObjectDirectory {
+            config: mos.create_object(ot::PACKED_CONFIG, 16384, &md)?,
+            history: mos.create_object(ot::HISTORY, 16384, &md)?,
+            props: mos.create_object(ot::POOL_PROPS, 4096, &md)?,
+            root_dataset: mos.create_object(ot::DSL_DATASET, 512, &md)?,
+        };
+        let mut vallocs = Vec::new();
+        for c in &mut cfgs {
+            let (ms_array, sms) = create_space_maps(&mos, c.asize >> c.ms_shift)?;
+            c.ms_array = ms_array;
+            vallocs.push(VdevAlloc::new(c.id, c.ashift, c.asize, c.ms_shift, &sms));
+        }
+        let config = PoolConfig {
+            version: POOL_VERSION,
+            name: name.to_string(),
+            pool_guid,
+            state: PoolState::Active,
+            txg,
+            hostname: hostname(),
+            vdev_tree: cfgs,
+            features: feature::default_set(),
+        };
+        let pool = Arc::new(Pool {
+            name: name.to_string(),
+            guid: pool_guid,
+            io,
+            mos,
+            root,
+            st: Mutex::new(SpaState {
+                config,
+                alloc: Allocator::new(vallocs),
+                dir: dir.clone(),
+                props: PoolProps::default(),
+                history_pending: Vec::new(),
+                config_dirty: true,
+                ub: None,
+                suspended: None,
+                guid_rng: guids,
+            }),
+            txg: Mutex::new(TxgState {
+                open: txg,
+                synced: 0,
+                shutdown: false,
+                want_sync: false,
+                last_sync: Instant::now(),
+            }),
+            txg_cv: Condvar::new(),
+            sync_lock: Mutex::new(()),
+            tun: opts.tunables.clone(),
+            thread: Mutex::new(None),
+        });
+        pool.write_json(dir_obj, &dir)?;
+        pool.write_json(dir.props, &PoolProps::default())?;
+        pool.sync()?;
+        if pool.tun.sync_thread {
+            txg::start_sync_thread(&pool);
+        }
+        Ok(pool)
+    }
+
+    /// Write a JSON document as the whole contents of a MOS object.
+    pub(crate) fn write_json<T: serde::Serialize>(&self, obj: u64, v: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(v).map_err(|e| Error::invalid(e.to_string()))?;
+        self.mos.write(obj, 0, &bytes)?;
+        self.mos.set_size(obj, bytes.len() as u64)
+    }
+
+    pub(crate) fn read_json<T: serde::de::DeserializeOwned>(mos: &Objset, obj: u64, what: &str) -> Result<T> {
+        let dn = mos.stat(obj)?;
+        if dn.size > 16 << 20 {
+            return Err(Error::corrupt(what, "object too large"));
+        }
+        let mut buf = vec![0u8; dn.size as usize];
+        mos.read(obj, 0, &mut buf)?;
+        serde_json::from_slice(&buf).map_err(|e| Error::corrupt(what, e.to_string()))
+    }
+
+    pub fn config(&self) -> PoolConfig {
+        lock(&self.st).config.clone()
+    }
+
+    pub fn props(&self) -> PoolProps {
+        lock(&self.st).props.clone()
+    }
+
+    pub fn set_comment(&self, comment: &str) -> Result<()> {
+        if comment.len() > 32 || comment.chars().any(|c| c.is_control()) {
+            return Err(Error::invalid("comment must be at most 32 printable characters"));
+        }
+        let (obj, props) = {
+            let mut st = lock(&self.st);
+            st.props.comment = comment.to_string();
+            (st.dir.props, st.props.clone())
+        };
+        self.write_json(obj, &props)
+    }
+
+    pub fn set_default_ashift(&self, ashift: u8) -> Result<()> {
+        if ashift != 0 && !(9..=16).contains(&ashift) {
+            return Err(Error::invalid("ashift must be 0 or between 9 and 16"));
+        }
+        let (obj, props) = {
+            let mut st = lock(&self.st);
+            st.props.ashift = ashift;
+            (st.dir.props, st.props.clone())
+        };
+        self.write_json(obj, &props)
+    }
+
+    pub fn set_flush(&self, vdev: &str, policy: FlushPolicy) -> Result<()> {
+        let mut st = lock(&self.st);
+        let tops = self.io.tops();
+        let Some(pos) = tops.iter().position(|t| t.name() == vdev || t.children.iter().any(|c| c.path == vdev)) else {
+            return Err(Error::invalid(format!("no such vdev '{vdev}' in pool '{}'", self.name)));
+        };
+        st.config.vdev_tree[pos].flush = policy;
+        let old = &tops[pos];
+        let new = Arc::new(TopVdev {
+            id: old.id,
+            guid: old.guid,
+            kind: old.kind,
+            ashift: old.ashift,
+            asize: old.asize,
+            ms_shift: old.ms_shift,
+            flush: policy,
+            children: old.children.clone(),
+        });
+        self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos] = new;
+        st.config_dirty = true;
+        Ok(())
+    }
+
+    /// Record a command in the pool history (committed with the next txg).
+    pub fn log_history(&self, cmd: &str) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        lock(&self.st).history_pending.push(format!("{now} {cmd}\n"));
+    }
+
+    pub fn history(&self) -> Result<Vec<(u64, String)>> {
+        let obj = lock(&self.st).dir.history;
+        let dn = self.mos.stat(obj)?;
+        let mut buf = vec![0u8; dn.size as usize];
+        self.mos.read(obj, 0, &mut buf)?;
+        Ok(String::from_utf8_lossy(&buf)
+            .lines()
+            .filter_map(|l| {
+                let (t, c) = l.split_once(' ')?;
+                Some((t.parse().ok()?, c.to_string()))
+            })
+            .collect())
+    }
+
+    /// (size, allocated, free) in bytes.
+    pub fn space(&self) -> (u64, u64, u64) {
+        let st = lock(&self.st);
+        let size = st.alloc.total_space();
+        let free = st.alloc.free_space();
+        (size, size - free, free)
+    }
+
+    pub fn last_txg(&self) -> u64 {
+        lock(&self.txg).synced
+    }
+
+    pub fn uberblock(&self) -> Option<Uberblock> {
+        lock(&self.st).ub
+    }
+
+    pub fn suspended(&self) -> Option<String> {
+        lock(&self.st).suspended.clone()
+    }
+
+    /// `zpool add`: a new top-level vdev, committed before returning.
+    pub fn add_vdev(&self, spec: TopSpec, ashift: Option<u8>, force: bool) -> Result<()> {
+        let _g = lock(&self.sync_lock);
+        if !force {
+            for (path, dev) in &spec.leaves {
+                if let Some(l) = probe_label(&**dev) {
+                    if l.pool.state != PoolState::Destroyed {
+                        return Err(Error::invalid(format!(
+                            "{path} is part of pool '{}'\nuse '-f' to override",
+                            l.pool.name
+                        )));
+                    }
+                }
+            }
+        }
+        let mut st = lock(&self.st);
+        let id = st.config.vdev_tree.len() as u32;
+        let ashift = ashift.unwrap_or(if st.props.ashift == 0 { 12 } else { st.props.ashift });
+        let flush = st.config.vdev_tree.first().map_or(FlushPolicy::Honor, |t| t.flush);
+        let mut rng = st.guid_rng;
+        let (top, mut cfg) = build_top(id, &spec, ashift, flush, &mut rng)?;
+        st.guid_rng = rng;
+        for c in &top.children {
+            label::clear(&*c.dev)?;
+        }
+        let (ms_array, sms) = create_space_maps(&self.mos, cfg.asize >> cfg.ms_shift)?;
+        cfg.ms_array = ms_array;
+        st.alloc
+            .vdevs
+            .push(VdevAlloc::new(id, cfg.ashift, cfg.asize, cfg.ms_shift, &sms));
+        st.config.vdev_tree.push(cfg);
+        st.config_dirty = true;
+        self.io.vdevs.write().unwrap_or_else(|e| e.into_inner()).push(top);
+        drop(st);
+        drop(_g);
+        self.sync().map(|_| ())
+    }
+
+    /// Health of the pool and of each vdev, as `zpool status` prints it.
+    pub fn health(&self) -> &'static str {
+        if self.suspended().is_some() {
+            return "SUSPENDED";
+        }
+        "ONLINE"
+    }
+}
+
+/// Create one space map object per metaslab and the array listing them.
+fn create_space_maps(mos: &Objset, count: u64) -> Result<(u64, Vec<u64>)> {
+    let md = ObjProps::METADATA;
+    let mut sms = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        sms.push(mos.create_object(ot::SPACE_MAP, space_map::SM_BLOCK_SIZE, &md)?);
+    }
+    let arr = mos.create_object(ot::METASLAB_ARRAY, 16384, &md)?;
+    let bytes: Vec<u8> = sms.iter().flat_map(|s| s.to_le_bytes()).collect();
+    mos.write(arr, 0, &bytes)?;
+    Ok((arr, sms))
+}
+
+/// Decode the root dataset object: its first 128 bytes are the objset bp.
+pub(crate) fn dataset_bp(mos: &Objset, obj: u64) -> Result<BlkPtr> {
+    let mut b = [0u8; 128];
+    mos.read(obj, 0, &mut b)?;
+    BlkPtr::decode(&b)
+}

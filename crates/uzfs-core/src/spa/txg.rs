@@ -1,0 +1,481 @@
+//! Transaction groups: the commit protocol, the sync thread and the write
+//! throttle (OpenZFS txg.c, spa.c:spa_sync, dsl_pool.c, dmu_tx.c delay).
+//!
+//! # States
+//!
+//! Writers add dirty buffers to the *open* txg. A sync closes it (the dirty
+//! sets freeze, a new open txg starts at once, so writers are not blocked) and
+//! writes it out:
+//!
+//! 1. Sync the root dataset's object set (new data, indirect and dnode
+//!    blocks, then its object-set block).
+//! 2. MOS pass 1: the MOS objects dirtied in open context.
+//! 3. MOS passes 2..: store the dataset's new root pointer, the config and
+//!    history if they changed, and append every queued allocation and free to
+//!    the space maps. Appending allocates, which queues more entries, so
+//!    repeat until a pass queues nothing. From pass 2 MOS blocks are written
+//!    uncompressed, and a block born in this txg is rewritten in place (no
+//!    committed txg can see it), so passes stop allocating and converge;
+//!    `MAX_SYNC_PASSES` bounds it.
+//! 4. Flush every vdev. Now every block of txg T is durable.
+//! 5. If the config changed: labels L0/L2, flush, labels L1/L3, flush.
+//! 6. Write the uberblock for T into slot `T % nslots` of every label of
+//!    every leaf, then flush. The flush returning is the commit point.
+//!
+//! # What a crash leaves
+//!
+//! * Before step 6's writes reach the media: T-1's uberblock is the newest
+//!   valid one; everything T-1 references is intact, because T only wrote to
+//!   space that was free in T-1 (frees of T-1 are not reused before T+1) or
+//!   rewrote blocks born in T. Import finds T-1.
+//! * During step 6: some labels hold T, others not, and a torn slot fails its
+//!   checksum. Import takes the newest valid uberblock, T or T-1; both are
+//!   complete because step 4 made T's blocks durable first.
+//! * After step 6: T.
+//!
+//! # Write throttle
+//!
+//! Dirty bytes (open + syncing) are bounded by `dirty_max`. Crossing
+//! `dirty_sync_pct` of it wakes the sync thread early. Above `delay_min_pct`
+//! each write is delayed by `delay_scale_ns * (dirty - min) / (max - dirty)`,
+//! growing smoothly towards the limit; at the limit writers wait for a sync.
+
+use super::metaslab::Allocator;
+use super::space_map;
+use super::{feature, lock, Pool};
+use crate::dmu::blkptr::{BlkPtr, Dva};
+use crate::dmu::checksum::ChecksumType;
+use crate::dmu::compress::{self, Compression};
+use crate::dmu::objset::{BlockWriter, TxgDirty, WriteParams};
+use crate::error::{Error, Result};
+use crate::spa::config::FeatureState;
+use crate::spa::io::SpaIo;
+use crate::spa::uberblock::Uberblock;
+use crate::vdev::label;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const MAX_SYNC_PASSES: u32 = 32;
+
+/// Tunables, each documented with its default and what goes wrong if set badly.
+#[derive(Clone, Debug)]
+pub struct Tunables {
+    /// Seconds between syncs of a pool with dirty data (default 5, as
+    /// zfs_txg_timeout). Larger: more data lost on a crash without fsync.
+    pub txg_timeout: Duration,
+    /// Bound on dirty bytes in memory (default 10% of RAM, at most 4 GiB, as
+    /// zfs_dirty_data_max). Too small throttles writers; too large delays
+    /// syncs and risks memory pressure.
+    pub dirty_max: u64,
+    /// Percent of dirty_max that starts a sync early (default 20).
+    pub dirty_sync_pct: u64,
+    /// Percent of dirty_max at which writers start being delayed (default 60).
+    pub delay_min_pct: u64,
+    /// Delay scale in ns (default 500,000, as zfs_delay_scale).
+    pub delay_scale_ns: u64,
+    /// Longest single delay (default 100 ms).
+    pub delay_max_ns: u64,
+    /// Block cache size in bytes (default 256 MiB).
+    pub cache_bytes: u64,
+    /// Run a background sync thread (tests drive syncs by hand).
+    pub sync_thread: bool,
+}
+
+fn ram_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(4 << 30, |kb| kb * 1024)
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            txg_timeout: Duration::from_secs(5),
+            dirty_max: (ram_bytes() / 10).min(4 << 30),
+            dirty_sync_pct: 20,
+            delay_min_pct: 60,
+            delay_scale_ns: 500_000,
+            delay_max_ns: 100_000_000,
+            cache_bytes: 256 << 20,
+            sync_thread: true,
+        }
+    }
+}
+
+/// The BlockWriter the DMU uses during one txg's sync.
+pub(crate) struct SyncWriter<'a> {
+    pub io: &'a SpaIo,
+    pub alloc: &'a mut Allocator,
+    pub txg: u64,
+    pub pass: u32,
+    pub used: BTreeSet<&'static str>,
+}
+
+impl SyncWriter<'_> {
+    fn fits_in_place(&self, old: &BlkPtr, psize: u64, copies: u8) -> bool {
+        if old.is_hole() || old.birth != self.txg || old.ndvas() != copies as usize {
+            return false;
+        }
+        old.dva.iter().filter(|d| d.is_valid()).all(|d| {
+            self.alloc
+                .vdevs
+                .get(d.vdev as usize)
+                .is_some_and(|v| v.round(psize) <= d.asize)
+        })
+    }
+}
+
+impl BlockWriter for SyncWriter<'_> {
+    fn txg(&self) -> u64 {
+        self.txg
+    }
+
+    fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
+        let alg = if self.pass >= 2 { Compression::Off } else { wp.compress };
+        let (comp, phys) = compress::compress(alg, data);
+        match comp {
+            Compression::Zstd => {
+                self.used.insert(feature::ZSTD);
+            }
+            Compression::Lz4 => {
+                self.used.insert(feature::LZ4);
+            }
+            Compression::Off => {}
+        }
+        if wp.checksum == ChecksumType::Blake3 {
+            self.used.insert(feature::BLAKE3);
+        }
+        let checksum = wp.checksum.compute(&phys);
+        let psize = phys.len() as u64;
+        let dva: [Dva; 3] = if self.fits_in_place(old, psize, wp.copies) {
+            old.dva
+        } else {
+            if !old.is_hole() {
+                self.free_bp(old);
+            }
+            let got = self.alloc.alloc(psize, wp.copies as usize)?;
+            let mut d = [Dva::default(); 3];
+            for (i, g) in got.into_iter().enumerate().take(3) {
+                d[i] = g;
+            }
+            d
+        };
+        self.io.write_phys(&dva, &phys)?;
+        Ok(BlkPtr {
+            dva,
+            lsize: data.len() as u32,
+            psize: psize as u32,
+            compress: comp,
+            checksum_type: wp.checksum,
+            obj_type: wp.obj_type,
+            level: wp.level,
+            birth: self.txg,
+            phys_birth: self.txg,
+            fill: wp.fill,
+            checksum,
+        })
+    }
+
+    fn free_bp(&mut self, bp: &BlkPtr) {
+        let immediate = bp.birth == self.txg;
+        for d in bp.dva.iter().filter(|d| d.is_valid()) {
+            self.alloc.free(d, immediate);
+        }
+    }
+}
+
+pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
+    let weak = Arc::downgrade(pool);
+    let h = std::thread::Builder::new()
+        .name(format!("txg_sync:{}", pool.name))
+        .spawn(move || loop {
+            let Some(p) = weak.upgrade() else { return };
+            {
+                let mut t = lock(&p.txg);
+                let deadline = t.last_sync + p.tun.txg_timeout;
+                let now = Instant::now();
+                if !t.shutdown && !t.want_sync && now < deadline && !p.over_sync_threshold() {
+                    let wait = (deadline - now).min(Duration::from_millis(100));
+                    t = p.txg_cv.wait_timeout(t, wait).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+                }
+                if t.shutdown {
+                    return;
+                }
+                let due = t.want_sync || Instant::now() >= t.last_sync + p.tun.txg_timeout;
+                drop(t);
+                if !(due || p.over_sync_threshold()) {
+                    continue;
+                }
+            }
+            if p.suspended().is_some() {
+                // Nothing more can be committed; wake waiters so they see the error.
+                let mut t = lock(&p.txg);
+                t.want_sync = false;
+                p.txg_cv.notify_all();
+                drop(t);
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            let _ = p.sync();
+        })
+        .ok();
+    *lock(&pool.thread) = h;
+}
+
+impl Pool {
+    pub fn dirty_bytes(&self) -> u64 {
+        self.root.dirty_bytes() + self.mos.dirty_bytes()
+    }
+
+    fn over_sync_threshold(&self) -> bool {
+        self.dirty_bytes() > self.tun.dirty_max * self.tun.dirty_sync_pct / 100
+    }
+
+    fn has_pending_changes(&self) -> bool {
+        let st = lock(&self.st);
+        st.config_dirty || !st.history_pending.is_empty() || !self.root.open_is_empty() || !self.mos.open_is_empty()
+    }
+
+    /// Sync the open txg now and wait for it to commit. Returns the txg.
+    pub fn sync(&self) -> Result<u64> {
+        let _g = lock(&self.sync_lock);
+        if let Some(why) = self.suspended() {
+            return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+        }
+        if !self.has_pending_changes() && lock(&self.txg).synced > 0 {
+            let mut t = lock(&self.txg);
+            t.want_sync = false;
+            t.last_sync = Instant::now();
+            self.txg_cv.notify_all();
+            return Ok(t.synced);
+        }
+        let r = self.sync_locked();
+        if let Err(e) = &r {
+            lock(&self.st).suspended = Some(e.to_string());
+            self.txg_cv.notify_all();
+        }
+        r
+    }
+
+    fn sync_locked(&self) -> Result<u64> {
+        let txg = {
+            let mut t = lock(&self.txg);
+            let txg = t.open;
+            t.open += 1;
+            txg
+        };
+        let root_dirty = self.root.freeze(txg + 1);
+        let mos_dirty = self.mos.freeze(txg + 1);
+        let mut st = lock(&self.st);
+        let st = &mut *st;
+        let mut w = SyncWriter {
+            io: &self.io,
+            alloc: &mut st.alloc,
+            txg,
+            pass: 1,
+            used: BTreeSet::new(),
+        };
+        let old_root = self.root.root_bp();
+        let root_bp = self.root.sync_pass(&mut w, &root_dirty)?;
+        let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
+        // Features first used by this txg become active in its config.
+        for f in std::mem::take(&mut w.used) {
+            if let Some(e) = st.config.features.get_mut(f) {
+                if e.state == FeatureState::Enabled {
+                    e.state = FeatureState::Active;
+                    st.config_dirty = true;
+                }
+            }
+        }
+        let config_dirty = st.config_dirty;
+        if config_dirty {
+            st.config.txg = txg;
+        }
+        let mut pass = 2;
+        loop {
+            if pass > MAX_SYNC_PASSES {
+                return Err(Error::invalid(format!("txg {txg} sync did not converge")));
+            }
+            w.pass = pass;
+            let mut extra = TxgDirty::new(txg);
+            if pass == 2 {
+                if root_bp != old_root {
+                    self.mos
+                        .write_in_sync(&mut extra, st.dir.root_dataset, 0, &root_bp.to_bytes())?;
+                }
+                if config_dirty {
+                    let bytes = serde_json::to_vec(&st.config).map_err(|e| Error::invalid(e.to_string()))?;
+                    self.mos.write_in_sync(&mut extra, st.dir.config, 0, &bytes)?;
+                    if let Some(o) = extra.objs.get_mut(&st.dir.config) {
+                        o.size = Some(bytes.len() as u64);
+                    }
+                }
+                let hist: String = st.history_pending.drain(..).collect();
+                if !hist.is_empty() {
+                    let at = self.mos.synced_dnode(st.dir.history)?.size;
+                    self.mos.write_in_sync(&mut extra, st.dir.history, at, hist.as_bytes())?;
+                }
+            }
+            for v in &mut w.alloc.vdevs {
+                for ms in &mut v.metaslabs {
+                    if ms.pending.is_empty() {
+                        continue;
+                    }
+                    let entries = std::mem::take(&mut ms.pending);
+                    let at = match extra.objs.get(&ms.sm_obj).and_then(|o| o.size) {
+                        Some(s) => s,
+                        None => self.mos.synced_dnode(ms.sm_obj)?.size,
+                    };
+                    self.mos
+                        .write_in_sync(&mut extra, ms.sm_obj, at, &space_map::encode(&entries))?;
+                }
+            }
+            if extra.is_empty() {
+                break;
+            }
+            mos_bp = self.mos.sync_pass(&mut w, &extra)?;
+            pass += 1;
+        }
+        // Step 4: every block of this txg durable before any label points at it.
+        let tops = self.io.tops();
+        for t in &tops {
+            t.flush()?;
+        }
+        if config_dirty {
+            self.write_labels(&st.config, &tops)?;
+        }
+        let ub = Uberblock {
+            txg,
+            guid_sum: st.config.guid_sum(),
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            rootbp: mos_bp,
+            pool_guid: self.guid,
+        };
+        for t in &tops {
+            let slot = label::ub_slot_size(t.ashift);
+            let nslots = label::UB_RING_SIZE / slot;
+            for c in &t.children {
+                for off in label::label_offsets(c.dev.size()) {
+                    let at = off + label::UB_RING_OFFSET + (txg % nslots) * slot;
+                    c.dev.write_at(&ub.encode(slot as usize, at), at)?;
+                }
+            }
+        }
+        for t in &tops {
+            t.flush()?;
+        }
+        // Committed.
+        st.alloc.sync_done();
+        st.config_dirty = false;
+        st.ub = Some(ub);
+        self.root.sync_done();
+        self.mos.sync_done();
+        let mut t = lock(&self.txg);
+        t.synced = txg;
+        t.want_sync = false;
+        t.last_sync = Instant::now();
+        self.txg_cv.notify_all();
+        Ok(txg)
+    }
+
+    /// Write the config to every leaf's labels, even half then odd half.
+    pub(crate) fn write_labels(
+        &self,
+        config: &super::config::PoolConfig,
+        tops: &[Arc<crate::vdev::TopVdev>],
+    ) -> Result<()> {
+        for half in [[0usize, 2], [1, 3]] {
+            for t in tops {
+                for c in &t.children {
+                    let lc = super::config::LabelConfig {
+                        pool: config.clone(),
+                        top_guid: t.guid,
+                        guid: c.guid,
+                    };
+                    let payload = serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
+                    label::write_config(&*c.dev, &payload, &half)?;
+                }
+            }
+            for t in tops {
+                t.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ask the sync thread for a sync and wait until the current open txg
+    /// has committed (or sync now if there is no thread).
+    pub fn txg_wait_synced(&self) -> Result<u64> {
+        if lock(&self.thread).is_none() {
+            return self.sync();
+        }
+        let target = lock(&self.txg).open;
+        let mut t = lock(&self.txg);
+        t.want_sync = true;
+        self.txg_cv.notify_all();
+        while t.synced < target {
+            if let Some(why) = self.suspended() {
+                return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+            }
+            t = self.txg_cv.wait_timeout(t, Duration::from_millis(50)).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+            t.want_sync = true;
+        }
+        Ok(t.synced)
+    }
+
+    /// The write throttle: delay or block the caller according to dirty data.
+    pub fn throttle(&self, incoming: u64) -> Result<()> {
+        let max = self.tun.dirty_max.max(1);
+        let min = max * self.tun.delay_min_pct / 100;
+        loop {
+            if let Some(why) = self.suspended() {
+                return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+            }
+            let dirty = self.dirty_bytes();
+            if self.over_sync_threshold() {
+                lock(&self.txg).want_sync = true;
+                self.txg_cv.notify_all();
+            }
+            if dirty + incoming < max || lock(&self.thread).is_none() {
+                if dirty > min {
+                    let ns = self.tun.delay_scale_ns.saturating_mul(dirty - min) / (max - dirty).max(1);
+                    std::thread::sleep(Duration::from_nanos(ns.min(self.tun.delay_max_ns)));
+                }
+                return Ok(());
+            }
+            // At the limit: wait for the syncing txg to drain.
+            let t = lock(&self.txg);
+            let _ = self.txg_cv.wait_timeout(t, Duration::from_millis(20));
+        }
+    }
+
+    /// Bytes of space new writes may still claim, leaving 1/32 of the pool
+    /// (at least 16 MiB... or half the pool on tiny pools) so a sync can
+    /// always commit (OpenZFS spa_slop_shift = 5).
+    pub fn writable_space(&self) -> u64 {
+        let (size, _, free) = self.space();
+        let slop = (size / 32).max((16u64 << 20).min(size / 2));
+        free.saturating_sub(slop)
+    }
+
+    /// Stop the sync thread (after committing everything dirty).
+    pub fn close(&self) -> Result<()> {
+        let r = if self.suspended().is_none() { self.sync().map(|_| ()) } else { Ok(()) };
+        lock(&self.txg).shutdown = true;
+        self.txg_cv.notify_all();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+        r
+    }
+}
