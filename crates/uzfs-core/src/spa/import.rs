@@ -1,1 +1,314 @@
-pub fn placeholder() {}
+//! Finding and opening pools (OpenZFS spa_import, vdev_label.c discovery).
+//!
+//! Import reads the labels of every candidate device, groups devices by pool
+//! guid, opens the leaves the newest label config names (matching them by
+//! guid, not by path, so files may move), takes the newest uberblock that
+//! verifies on any label of any leaf, and opens the MOS it points to. The MOS
+//! copy of the config is authoritative; the label copy only finds devices.
+//! Space maps are replayed into each metaslab's free tree.
+
+use super::config::*;
+use super::io::SpaIo;
+use super::metaslab::{Allocator, VdevAlloc};
+use super::space_map;
+use super::txg::{self, Tunables};
+use super::uberblock::Uberblock;
+use super::{feature, hostname, lock, os_entropy, Pool, SpaState, TxgState};
+use crate::dmu::objset::Objset;
+use crate::error::{Error, Result};
+use crate::vdev::device::MissingDevice;
+use crate::vdev::{label, BlockDevice, FileDevice, Leaf, TopVdev, VdevStats};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+/// One device that carries a uzfs label.
+#[derive(Clone)]
+pub struct LabeledDevice {
+    pub path: String,
+    pub dev: Arc<dyn BlockDevice>,
+    pub label: LabelConfig,
+}
+
+/// A pool found on a set of devices.
+#[derive(Clone)]
+pub struct FoundPool {
+    pub config: PoolConfig,
+    pub devices: Vec<LabeledDevice>,
+}
+
+impl FoundPool {
+    /// Leaves named by the config that were not found.
+    pub fn missing(&self) -> Vec<String> {
+        self.config
+            .vdev_tree
+            .iter()
+            .flat_map(|t| &t.children)
+            .filter(|c| !self.devices.iter().any(|d| d.label.guid == c.guid))
+            .map(|c| c.path.clone())
+            .collect()
+    }
+}
+
+/// Open every regular file and block device directly in `dir`.
+pub fn scan_dir(dir: &Path) -> Result<Vec<(String, Arc<dyn BlockDevice>)>> {
+    let rd = std::fs::read_dir(dir).map_err(|source| Error::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut out: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
+    let mut paths: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        let ft = meta.file_type();
+        if !(ft.is_file() || ft.is_block_device()) {
+            continue;
+        }
+        if let Ok(d) = FileDevice::open(&p) {
+            out.push((p.display().to_string(), Arc::new(d)));
+        }
+    }
+    Ok(out)
+}
+
+/// Group labeled devices into pools. Devices with no readable label are skipped.
+pub fn discover(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Vec<FoundPool> {
+    let mut pools: BTreeMap<u64, FoundPool> = BTreeMap::new();
+    for (path, dev) in devs {
+        let Some(lab) = super::probe_label(&*dev) else { continue };
+        let e = pools.entry(lab.pool.pool_guid).or_insert_with(|| FoundPool {
+            config: lab.pool.clone(),
+            devices: Vec::new(),
+        });
+        if lab.pool.txg > e.config.txg {
+            e.config = lab.pool.clone();
+        }
+        // The same device reached twice (e.g. a symlink): keep one.
+        if !e.devices.iter().any(|d| d.label.guid == lab.guid) {
+            e.devices.push(LabeledDevice { path, dev, label: lab });
+        }
+    }
+    pools.into_values().collect()
+}
+
+/// The newest uberblock of `pool_guid` that verifies on any label of `devs`.
+pub fn best_uberblock(devs: &[LabeledDevice], pool_guid: u64, ashift_of: impl Fn(u64) -> u8) -> Option<Uberblock> {
+    let mut best: Option<Uberblock> = None;
+    for d in devs {
+        let slot = label::ub_slot_size(ashift_of(d.label.top_guid));
+        for off in label::label_offsets(d.dev.size()) {
+            let mut ring = vec![0u8; label::UB_RING_SIZE as usize];
+            let base = off + label::UB_RING_OFFSET;
+            if d.dev.read_at(&mut ring, base).is_err() {
+                continue;
+            }
+            for (i, s) in ring.chunks_exact(slot as usize).enumerate() {
+                if let Ok(Some(ub)) = Uberblock::decode(s, base + i as u64 * slot) {
+                    if ub.pool_guid == pool_guid && best.is_none_or(|b| ub.txg > b.txg) {
+                        best = Some(ub);
+                    }
+                }
+            }
+        }
+    }
+    best
+}
+
+fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> {
+    let mut tops = Vec::new();
+    for (i, t) in cfg.vdev_tree.iter().enumerate() {
+        if t.id as usize != i {
+            return Err(Error::corrupt("pool config", "vdev ids out of order"));
+        }
+        let mut children = Vec::new();
+        let mut present = 0;
+        for c in &t.children {
+            let (path, dev): (String, Arc<dyn BlockDevice>) =
+                match found.devices.iter().find(|d| d.label.guid == c.guid) {
+                    Some(d) => {
+                        present += 1;
+                        (d.path.clone(), d.dev.clone())
+                    }
+                    None => (
+                        c.path.clone(),
+                        Arc::new(MissingDevice {
+                            path: c.path.clone(),
+                            size: 0,
+                        }),
+                    ),
+                };
+            children.push(Arc::new(Leaf {
+                guid: c.guid,
+                path,
+                dev,
+                stats: VdevStats::default(),
+            }));
+        }
+        if present == 0 {
+            return Err(Error::invalid(format!(
+                "cannot import '{}': one or more devices is currently unavailable: {}",
+                cfg.name,
+                t.children.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        tops.push(Arc::new(TopVdev {
+            id: t.id,
+            guid: t.guid,
+            kind: t.kind,
+            ashift: t.ashift,
+            asize: t.asize,
+            ms_shift: t.ms_shift,
+            flush: t.flush,
+            children,
+        }));
+    }
+    Ok(tops)
+}
+
+impl Pool {
+    /// Import a found pool and start its sync thread (if the tunables say so).
+    pub fn import(found: &FoundPool, new_name: Option<&str>, tun: Tunables) -> Result<Arc<Pool>> {
+        let lcfg = &found.config;
+        if lcfg.state == PoolState::Destroyed {
+            return Err(Error::invalid(format!("cannot import '{}': pool was destroyed", lcfg.name)));
+        }
+        feature::check_importable(&lcfg.name, &lcfg.features)?;
+        let ashifts: BTreeMap<u64, u8> = lcfg.vdev_tree.iter().map(|t| (t.guid, t.ashift)).collect();
+        let ub = best_uberblock(&found.devices, lcfg.pool_guid, |g| ashifts.get(&g).copied().unwrap_or(12))
+            .ok_or_else(|| {
+                Error::corrupt(
+                    "pool",
+                    format!("cannot import '{}': no valid uberblock found on any label", lcfg.name),
+                )
+            })?;
+        let tops = build_tops(lcfg, found)?;
+        let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
+        let open_txg = ub.txg + 1;
+        let mos = Objset::open(&ub.rootbp, io.clone(), open_txg)?;
+        let dir: ObjectDirectory = Pool::read_json(&mos, 1, "object directory")?;
+        let mut config: PoolConfig = Pool::read_json(&mos, dir.config, "pool config")?;
+        feature::check_importable(&config.name, &config.features)?;
+        if config.pool_guid != lcfg.pool_guid {
+            return Err(Error::corrupt("pool config", "MOS config belongs to another pool"));
+        }
+        // The MOS config is authoritative: rebuild the vdev tree from it.
+        let tops = build_tops(&config, found)?;
+        if config.guid_sum() != ub.guid_sum {
+            return Err(Error::corrupt(
+                "pool",
+                format!(
+                    "cannot import '{}': vdev guid sum does not match the uberblock (a device of another configuration?)",
+                    config.name
+                ),
+            ));
+        }
+        *io.vdevs.write().unwrap_or_else(|e| e.into_inner()) = tops.clone();
+        let props: PoolProps = Pool::read_json(&mos, dir.props, "pool properties").unwrap_or_default();
+        let mut vallocs = Vec::new();
+        for t in &config.vdev_tree {
+            let count = t.asize >> t.ms_shift;
+            let mut raw = vec![0u8; count as usize * 8];
+            mos.read(t.ms_array, 0, &mut raw)?;
+            let sms: Vec<u64> = raw
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect();
+            let mut va = VdevAlloc::new(t.id, t.ashift, t.asize, t.ms_shift, &sms);
+            for ms in &mut va.metaslabs {
+                let dn = mos.stat(ms.sm_obj)?;
+                if dn.size > 1 << 30 {
+                    return Err(Error::corrupt("space map", "implausibly large"));
+                }
+                let mut buf = vec![0u8; dn.size as usize];
+                mos.read(ms.sm_obj, 0, &mut buf)?;
+                let allocated = space_map::replay(&buf, ms.start, ms.size)?;
+                for (off, len) in allocated.iter() {
+                    if !ms.free.remove(off, len) {
+                        return Err(Error::corrupt("space map", "allocation outside metaslab"));
+                    }
+                }
+            }
+            vallocs.push(va);
+        }
+        let root_bp = super::dataset_bp(&mos, dir.root_dataset)?;
+        let root = Objset::open(&root_bp, io.clone(), open_txg)?;
+        // Record where the devices are now and that the pool is in use.
+        for (t, tc) in tops.iter().zip(config.vdev_tree.iter_mut()) {
+            for (c, cc) in t.children.iter().zip(tc.children.iter_mut()) {
+                cc.path = c.path.clone();
+            }
+        }
+        config.state = PoolState::Active;
+        config.hostname = hostname();
+        if let Some(n) = new_name {
+            super::check_pool_name(n)?;
+            config.name = n.to_string();
+        }
+        let pool = Arc::new(Pool {
+            name: config.name.clone(),
+            guid: config.pool_guid,
+            io,
+            mos,
+            root,
+            st: Mutex::new(SpaState {
+                config,
+                alloc: Allocator::new(vallocs),
+                dir,
+                props,
+                history_pending: Vec::new(),
+                config_dirty: true,
+                ub: Some(ub),
+                suspended: None,
+                guid_rng: os_entropy(),
+            }),
+            txg: Mutex::new(TxgState {
+                open: open_txg,
+                synced: ub.txg,
+                shutdown: false,
+                want_sync: false,
+                last_sync: Instant::now(),
+            }),
+            txg_cv: Condvar::new(),
+            sync_lock: Mutex::new(()),
+            tun: tun.clone(),
+            thread: Mutex::new(None),
+        });
+        if tun.sync_thread {
+            txg::start_sync_thread(&pool);
+        }
+        Ok(pool)
+    }
+
+    /// `zpool export`: commit, mark the labels exported, stop.
+    pub fn export(&self) -> Result<()> {
+        self.set_state(PoolState::Exported)
+    }
+
+    /// `zpool destroy`: mark the labels destroyed, stop.
+    pub fn destroy(&self) -> Result<()> {
+        self.set_state(PoolState::Destroyed)
+    }
+
+    fn set_state(&self, s: PoolState) -> Result<()> {
+        {
+            let mut st = lock(&self.st);
+            st.config.state = s;
+            st.config_dirty = true;
+        }
+        self.close()
+    }
+
+    /// Leaves that were missing at import (their I/O fails).
+    pub fn unavailable_leaves(&self) -> Vec<String> {
+        self.io
+            .tops()
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .filter(|c| c.dev.size() == 0)
+            .map(|c| c.path.clone())
+            .collect()
+    }
+}

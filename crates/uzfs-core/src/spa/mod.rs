@@ -528,3 +528,44 @@ pub(crate) fn dataset_bp(mos: &Objset, obj: u64) -> Result<BlkPtr> {
     mos.read(obj, 0, &mut b)?;
     BlkPtr::decode(&b)
 }
+
+/// The object interface of the pool's root dataset: what `zfs` datasets,
+/// volumes and the benchmarks build on until the DSL arrives.
+impl Pool {
+    pub fn create_object(&self, blksz: u32, props: &ObjProps) -> Result<u64> {
+        self.check_writable(0)?;
+        self.root.create_object(ot::PLAIN_FILE, blksz, props)
+    }
+
+    fn check_writable(&self, incoming: u64) -> Result<()> {
+        if let Some(why) = self.suspended() {
+            return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+        }
+        if self.dirty_bytes() + incoming > self.writable_space() {
+            return Err(Error::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Write through the throttle. Fails with `NoSpace` (losing nothing
+    /// already written) when the pool cannot hold the data.
+    pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let copies = self.root.stat(obj)?.copies as u64;
+        self.check_writable(data.len() as u64 * copies)?;
+        self.throttle(data.len() as u64)?;
+        self.root.write(obj, offset, data)?;
+        Ok(())
+    }
+
+    pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.root.read(obj, offset, buf)
+    }
+
+    pub fn free_object(&self, obj: u64) -> Result<()> {
+        self.root.free_object(obj)
+    }
+
+    pub fn object_size(&self, obj: u64) -> Result<u64> {
+        Ok(self.root.stat(obj)?.size)
+    }
+}

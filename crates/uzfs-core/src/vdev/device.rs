@@ -122,3 +122,31 @@ impl BlockDevice for FileDevice {
         self.path.display().to_string()
     }
 }
+
+/// Stand-in for a leaf that was not found at import: every I/O fails, so a
+/// mirror reads from its other sides and `zpool status` shows it UNAVAIL.
+pub struct MissingDevice {
+    pub path: String,
+    pub size: u64,
+}
+
+impl BlockDevice for MissingDevice {
+    fn read_at(&self, _: &mut [u8], _: u64) -> Result<()> {
+        Err(Error::Io {
+            path: self.path.clone(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> Result<()> {
+        self.read_at(&mut [], 0)
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn name(&self) -> String {
+        self.path.clone()
+    }
+}

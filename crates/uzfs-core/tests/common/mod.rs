@@ -1,0 +1,71 @@
+#![allow(dead_code)]
+//! Shared helpers for the engine's integration tests.
+
+use std::sync::Arc;
+use uzfs_core::spa::import::{discover, FoundPool};
+use uzfs_core::spa::{CreateOptions, Pool, TopSpec, Tunables};
+use uzfs_core::vdev::sim::{SimDevice, SimWorld};
+use uzfs_core::vdev::{BlockDevice, TopKind};
+
+pub const DISK: u64 = 96 << 20;
+
+pub fn tunables() -> Tunables {
+    Tunables {
+        sync_thread: false,
+        cache_bytes: 4 << 20,
+        dirty_max: 256 << 20,
+        ..Tunables::default()
+    }
+}
+
+pub fn opts(seed: u64) -> CreateOptions {
+    CreateOptions {
+        tunables: tunables(),
+        guid_seed: Some(seed),
+        ..CreateOptions::default()
+    }
+}
+
+pub fn spec(kind: TopKind, disks: &[SimDevice]) -> TopSpec {
+    TopSpec {
+        kind,
+        leaves: disks
+            .iter()
+            .map(|d| (d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>))
+            .collect(),
+    }
+}
+
+pub fn devs(disks: &[SimDevice]) -> Vec<(String, Arc<dyn BlockDevice>)> {
+    disks
+        .iter()
+        .map(|d| (d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>))
+        .collect()
+}
+
+/// Find the one pool on a set of device images.
+pub fn find(world: &SimWorld, images: Vec<(String, Vec<u8>)>) -> (Vec<SimDevice>, FoundPool) {
+    let disks: Vec<SimDevice> = images
+        .into_iter()
+        .map(|(n, img)| world.disk_from_image(&n, img))
+        .collect();
+    let mut found = discover(devs(&disks));
+    assert_eq!(found.len(), 1, "expected exactly one pool");
+    (disks, found.remove(0))
+}
+
+pub fn reimport(world: &SimWorld, images: Vec<(String, Vec<u8>)>) -> uzfs_core::Result<Arc<Pool>> {
+    let (_d, f) = find(world, images);
+    Pool::import(&f, None, tunables())
+}
+
+pub fn images(disks: &[SimDevice]) -> Vec<(String, Vec<u8>)> {
+    disks.iter().map(|d| (d.name(), d.image())).collect()
+}
+
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut r = uzfs_core::vdev::sim::SimRng::new(seed);
+    let mut v = vec![0u8; len];
+    r.fill(&mut v);
+    v
+}
