@@ -62,6 +62,8 @@ impl SimRng {
 struct WorldState {
     /// Operations left before the power is cut; `None` = never.
     countdown: Option<u64>,
+    /// Flushes left before the power is cut (the flush itself fails).
+    flush_countdown: Option<u64>,
     power_lost: bool,
     ops: u64,
 }
@@ -120,6 +122,26 @@ impl SimWorld {
     /// Cut the power when `n` more operations have been issued.
     pub fn cut_power_after(&self, n: u64) {
         lock(&self.state).countdown = Some(n);
+    }
+
+    /// Cut the power as the `n`-th flush from now is issued: every write
+    /// issued since the previous flush is still volatile. This aims crashes
+    /// at the commit protocol's interesting instants (e.g. just after the
+    /// uberblocks were written).
+    pub fn cut_power_at_flush(&self, n: u64) {
+        lock(&self.state).flush_countdown = Some(n);
+    }
+
+    fn tick_flush(&self) -> Result<()> {
+        let mut s = lock(&self.state);
+        if let Some(c) = s.flush_countdown.as_mut() {
+            if *c == 0 {
+                s.power_lost = true;
+                return Err(Error::PowerLost);
+            }
+            *c -= 1;
+        }
+        Ok(())
     }
 
     pub fn ops(&self) -> u64 {
@@ -262,6 +284,7 @@ impl BlockDevice for SimDevice {
     }
     fn flush(&self) -> Result<()> {
         self.world.tick()?;
+        self.world.tick_flush()?;
         let mut st = lock(&self.disk.inner);
         let pending = std::mem::take(&mut st.pending);
         for (off, d) in pending {
