@@ -125,9 +125,26 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
         }
         let mut children = Vec::new();
         let mut present = 0;
+        let mut problems = Vec::new();
+        let need = crate::vdev::LABEL_START_SIZE + t.asize + crate::vdev::LABEL_END_SIZE;
         for c in &t.children {
+            let dev = found.devices.iter().find(|d| d.label.guid == c.guid);
+            if dev.is_none() {
+                problems.push(format!("{}: not found", c.path));
+            }
+            let dev = dev.filter(|d| {
+                let ok = label::aligned_size(d.dev.size()) >= need;
+                if !ok {
+                    problems.push(format!(
+                        "{}: device is truncated ({} bytes, the pool needs {need})",
+                        d.path,
+                        d.dev.size()
+                    ));
+                }
+                ok
+            });
             let (path, dev): (String, Arc<dyn BlockDevice>) =
-                match found.devices.iter().find(|d| d.label.guid == c.guid) {
+                match dev {
                     Some(d) => {
                         present += 1;
                         (d.path.clone(), d.dev.clone())
@@ -149,9 +166,9 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
         }
         if present == 0 {
             return Err(Error::invalid(format!(
-                "cannot import '{}': one or more devices is currently unavailable: {}",
+                "cannot import '{}': one or more devices is currently unavailable:\n\t{}",
                 cfg.name,
-                t.children.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", ")
+                problems.join("\n\t")
             )));
         }
         tops.push(Arc::new(TopVdev {
