@@ -124,7 +124,7 @@ fn bad_pool_names() {
     for n in ["", "1abc", "mirror1", "a/b", "c0", "log", "tank space"] {
         assert!(uzfs_core::spa::check_pool_name(n).is_err(), "{n:?} accepted");
     }
-    for n in ["tank", "a_b-c.d:e", "c1x"] {
+    for n in ["tank", "a_b-c.d:e", "c"] {
         assert!(uzfs_core::spa::check_pool_name(n).is_ok(), "{n:?} refused");
     }
 }
