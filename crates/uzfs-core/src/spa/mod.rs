@@ -117,7 +117,7 @@ pub fn check_pool_name(name: &str) -> Result<()> {
             return bad(&format!("name is reserved ('{r}')"));
         }
     }
-    if (name.len() > 1 && name.starts_with('c') && name[1..].starts_with(|c: char| c.is_ascii_digit())) {
+    if name.len() > 1 && name.starts_with('c') && name[1..].starts_with(|c: char| c.is_ascii_digit()) {
         return bad("pool name is reserved");
     }
     Ok(())

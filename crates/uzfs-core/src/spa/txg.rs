@@ -33,6 +33,11 @@
 //!   complete because step 4 made T's blocks durable first.
 //! * After step 6: T.
 //!
+//! # Locks
+//!
+//! `sync_lock` (one sync at a time) before `Pool::st` (allocator, config)
+//! before `Pool::txg` (txg numbers). Objset locks are leaves.
+//!
 //! # Write throttle
 //!
 //! Dirty bytes (open + syncing) are bounded by `dirty_max`. Crossing
@@ -420,17 +425,20 @@ impl Pool {
             return self.sync();
         }
         let target = lock(&self.txg).open;
-        let mut t = lock(&self.txg);
-        t.want_sync = true;
-        self.txg_cv.notify_all();
-        while t.synced < target {
+        loop {
+            // Lock order is `st` before `txg`: never ask for `st` (inside
+            // `suspended`) while holding `txg`.
             if let Some(why) = self.suspended() {
                 return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
             }
-            t = self.txg_cv.wait_timeout(t, Duration::from_millis(50)).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+            let mut t = lock(&self.txg);
+            if t.synced >= target {
+                return Ok(t.synced);
+            }
             t.want_sync = true;
+            self.txg_cv.notify_all();
+            let _ = self.txg_cv.wait_timeout(t, Duration::from_millis(50));
         }
-        Ok(t.synced)
     }
 
     /// The write throttle: delay or block the caller according to dirty data.

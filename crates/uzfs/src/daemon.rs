@@ -1,0 +1,213 @@
+//! `uzfs daemon`: holds imported pools and serves the control socket.
+//!
+//! Everything it keeps lives in the run directory (mode 0700): the socket
+//! `uzfsd.sock` (mode 0600, so only its owner and root can connect), the pool
+//! cache `zpool.cache` (which pools to re-import at start), `uzfsd.pid` and,
+//! when started by the CLI, `uzfsd.log`. `uzfs daemon --stop` syncs and
+//! closes every pool but leaves them in the cache, so the next daemon
+//! re-imports them.
+
+use crate::client::{socket_path, Request, Response};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use uzfs_core::spa::import::{discover, FoundPool};
+use uzfs_core::spa::{Pool, Tunables};
+use uzfs_core::vdev::{BlockDevice, FileDevice};
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct CacheEntry {
+    pub name: String,
+    pub guid: u64,
+    pub paths: Vec<String>,
+}
+
+pub struct Daemon {
+    pub rundir: PathBuf,
+    pub pools: Mutex<BTreeMap<String, Arc<Pool>>>,
+    pub shutdown: Mutex<bool>,
+}
+
+pub fn prepare_rundir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+pub fn open_paths(paths: &[String]) -> Vec<(String, Arc<dyn BlockDevice>)> {
+    paths
+        .iter()
+        .filter_map(|p| {
+            FileDevice::open(Path::new(p))
+                .ok()
+                .map(|d| (p.clone(), Arc::new(d) as Arc<dyn BlockDevice>))
+        })
+        .collect()
+}
+
+impl Daemon {
+    pub fn cache_path(&self) -> PathBuf {
+        self.rundir.join("zpool.cache")
+    }
+
+    pub fn read_cache(&self) -> Vec<CacheEntry> {
+        std::fs::read(self.cache_path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Rewrite the cache from the imported pools (atomically: temp + rename).
+    pub fn write_cache(&self) {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let entries: Vec<CacheEntry> = pools
+            .values()
+            .map(|p| CacheEntry {
+                name: p.name.clone(),
+                guid: p.guid,
+                paths: p
+                    .config()
+                    .vdev_tree
+                    .iter()
+                    .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
+                    .collect(),
+            })
+            .collect();
+        let tmp = self.rundir.join("zpool.cache.tmp");
+        if let Ok(b) = serde_json::to_vec_pretty(&entries) {
+            if std::fs::write(&tmp, b).is_ok() {
+                let _ = std::fs::rename(&tmp, self.cache_path());
+            }
+        }
+    }
+
+    pub fn tunables() -> Tunables {
+        let mut t = Tunables::default();
+        if let Some(s) = std::env::var("UZFS_TXG_TIMEOUT").ok().and_then(|v| v.parse::<u64>().ok()) {
+            t.txg_timeout = std::time::Duration::from_secs(s.max(1));
+        }
+        if let Some(m) = std::env::var("UZFS_DIRTY_MAX").ok().and_then(|v| v.parse::<u64>().ok()) {
+            t.dirty_max = m.max(1 << 20);
+        }
+        t
+    }
+
+    pub fn import(&self, found: &FoundPool, new_name: Option<&str>) -> Result<Arc<Pool>, String> {
+        let name = new_name.unwrap_or(&found.config.name).to_string();
+        if self.pools.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&name) {
+            return Err(format!("cannot import '{name}': a pool with that name already exists"));
+        }
+        let pool = Pool::import(found, new_name, Self::tunables()).map_err(|e| e.to_string())?;
+        pool.log_history(&format!("zpool import {}", found.config.name));
+        pool.txg_wait_synced().map_err(|e| e.to_string())?;
+        self.pools.lock().unwrap_or_else(|e| e.into_inner()).insert(name, pool.clone());
+        self.write_cache();
+        Ok(pool)
+    }
+
+    fn reimport_cached(&self) {
+        for e in self.read_cache() {
+            let found = discover(open_paths(&e.paths)).into_iter().find(|f| f.config.pool_guid == e.guid);
+            match found {
+                Some(f) => match self.import(&f, Some(&e.name)) {
+                    Ok(_) => eprintln!("uzfsd: imported '{}' from the cache", e.name),
+                    Err(err) => eprintln!("uzfsd: cannot re-import '{}': {err}", e.name),
+                },
+                None => eprintln!("uzfsd: cannot re-import '{}': devices not found", e.name),
+            }
+        }
+        // Keep entries for pools that could not be opened this time.
+        let missing: Vec<CacheEntry> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            self.read_cache().into_iter().filter(|e| !pools.contains_key(&e.name)).collect()
+        };
+        if missing.is_empty() {
+            self.write_cache();
+        }
+    }
+
+    pub fn close_all(&self) {
+        let pools: Vec<Arc<Pool>> = self.pools.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for p in pools {
+            if let Err(e) = p.close() {
+                eprintln!("uzfsd: closing '{}': {e}", p.name);
+            }
+        }
+    }
+}
+
+fn handle(d: &Daemon, stream: UnixStream) {
+    let mut r = BufReader::new(&stream);
+    let mut line = String::new();
+    let resp = match r.read_line(&mut line) {
+        Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Ok(req) => dispatch(d, &req),
+            Err(e) => Response::err(2, format!("bad request: {e}")),
+        },
+        Err(e) => Response::err(2, format!("bad request: {e}")),
+    };
+    if let Ok(mut b) = serde_json::to_vec(&resp) {
+        b.push(b'\n');
+        let _ = (&stream).write_all(&b);
+    }
+    if *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) {
+        let _ = std::fs::remove_file(socket_path(&d.rundir));
+        let _ = std::fs::remove_file(d.rundir.join("uzfsd.pid"));
+        std::process::exit(0);
+    }
+}
+
+fn dispatch(d: &Daemon, req: &Request) -> Response {
+    let cwd = Path::new(&req.cwd);
+    match req.argv.first().map(String::as_str) {
+        Some("zpool") => crate::zpool::run(d, &req.argv[1..], cwd),
+        Some("zfs") => crate::zfs::run(d, &req.argv[1..]),
+        Some("object") => crate::zpool::object_cmd(d, &req.argv[1..], cwd),
+        Some("shutdown") => {
+            *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            d.close_all();
+            Response::ok("uzfs daemon stopped\n".into())
+        }
+        Some("ping") => Response::ok(format!("uzfsd {} pid {}\n", env!("CARGO_PKG_VERSION"), std::process::id())),
+        _ => Response::err(2, "unknown request"),
+    }
+}
+
+/// Run the daemon in the foreground until a `shutdown` request.
+pub fn run(rundir: &Path) -> i32 {
+    if let Err(e) = prepare_rundir(rundir) {
+        eprintln!("uzfs daemon: cannot create run directory {}: {e}", rundir.display());
+        return 1;
+    }
+    let sock = socket_path(rundir);
+    if UnixStream::connect(&sock).is_ok() {
+        eprintln!("uzfs daemon: another daemon is already serving {}", sock.display());
+        return 1;
+    }
+    let _ = std::fs::remove_file(&sock);
+    let listener = match UnixListener::bind(&sock) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("uzfs daemon: cannot listen on {}: {e}", sock.display());
+            return 1;
+        }
+    };
+    let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+    let _ = std::fs::write(rundir.join("uzfsd.pid"), format!("{}\n", std::process::id()));
+    let d = Arc::new(Daemon {
+        rundir: rundir.to_path_buf(),
+        pools: Mutex::new(BTreeMap::new()),
+        shutdown: Mutex::new(false),
+    });
+    d.reimport_cached();
+    eprintln!("uzfsd: serving {}", sock.display());
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let d2 = d.clone();
+        std::thread::spawn(move || handle(&d2, stream));
+    }
+    0
+}

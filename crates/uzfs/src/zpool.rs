@@ -1,0 +1,887 @@
+//! `zpool` subcommands, executed inside the daemon. Syntax and output follow
+//! the OpenZFS man pages (zpool-create(8), zpool-status(8), ...); departures
+//! are listed in the README.
+
+use crate::client::Response;
+use crate::daemon::Daemon;
+use crate::fmt::{nicenum, Table};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use uzfs_core::spa::config::{FeatureState, PoolState};
+use uzfs_core::spa::import::{discover, scan_dir, FoundPool};
+use uzfs_core::spa::{feature, CreateOptions, Pool, TopSpec};
+use uzfs_core::vdev::{label, BlockDevice, FileDevice, FlushPolicy, TopKind, VdevStats};
+
+pub const USAGE: &str = "usage: zpool command args ...
+where 'command' is one of the following:
+
+\tcreate [-f] [-o property=value] ... <pool> <vdev> ...
+\tadd [-f] [-o property=value] <pool> <vdev> ...
+\tdestroy [-f] <pool>
+\tlabelclear [-f] <vdev>
+
+\tlist [-Hp] [-o property[,...]] [pool] ...
+\tstatus [-x] [pool] ...
+\thistory [pool] ...
+\tsync [pool] ...
+
+\timport [-d dir] [-f] [-a] [-N]
+\timport [-d dir] [-f] <pool | id> [newpool]
+\texport [-f] <pool> ...
+\tupgrade [-v]
+
+\tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> [pool] ...
+\tset <property=value> <pool> [vdev]
+";
+
+type Opts = Vec<(char, Option<String>)>;
+
+/// POSIX-style option parsing: `spec` lists flags, a trailing ':' takes a value.
+pub fn getopt(args: &[String], spec: &str) -> Result<(Opts, Vec<String>), String> {
+    let mut opts = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if !a.starts_with('-') || a.len() < 2 {
+            break;
+        }
+        let chars: Vec<char> = a[1..].chars().collect();
+        let mut j = 0;
+        while j < chars.len() {
+            let c = chars[j];
+            let Some(pos) = spec.find(c) else {
+                return Err(format!("invalid option '{c}'"));
+            };
+            if spec[pos + 1..].starts_with(':') {
+                let rest: String = chars[j + 1..].iter().collect();
+                let v = if !rest.is_empty() {
+                    rest
+                } else {
+                    i += 1;
+                    args.get(i).cloned().ok_or_else(|| format!("missing argument for '{c}' option"))?
+                };
+                opts.push((c, Some(v)));
+                break;
+            }
+            opts.push((c, None));
+            j += 1;
+        }
+        i += 1;
+    }
+    Ok((opts, args[i..].to_vec()))
+}
+
+fn has(o: &Opts, c: char) -> bool {
+    o.iter().any(|(k, _)| *k == c)
+}
+
+fn values(o: &Opts, c: char) -> Vec<String> {
+    o.iter().filter(|(k, _)| *k == c).filter_map(|(_, v)| v.clone()).collect()
+}
+
+/// A device name as the user typed it, made absolute: relative to the
+/// client's cwd if that exists, else under /dev (as zpool accepts `sdb`).
+pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
+    let path = Path::new(p);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    let c = cwd.join(path);
+    if c.exists() {
+        return c;
+    }
+    let d = Path::new("/dev").join(path);
+    if d.exists() {
+        return d;
+    }
+    c
+}
+
+fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevice>), String> {
+    let path = resolve(cwd, p);
+    let dev = FileDevice::open(&path).map_err(|e| format!("cannot open '{p}': {e}"))?;
+    Ok((path.display().to_string(), Arc::new(dev)))
+}
+
+/// Parse `[mirror] dev ... [mirror dev ...]` into top-level vdev specs.
+pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<Vec<TopSpec>, String> {
+    let mut specs: Vec<TopSpec> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        match a {
+            "mirror" => {
+                let mut leaves = Vec::new();
+                i += 1;
+                while i < args.len() && !is_keyword(&args[i]) {
+                    leaves.push(open_dev(cwd, &args[i])?);
+                    i += 1;
+                }
+                if leaves.len() < 2 {
+                    return Err("invalid vdev specification: mirror requires at least 2 devices".into());
+                }
+                specs.push(TopSpec { kind: TopKind::Mirror, leaves });
+            }
+            k if k.starts_with("raidz") || k.starts_with("draid") => {
+                return Err(format!("invalid vdev specification: '{k}' is not supported yet (RAID-Z arrives with issue #3)"));
+            }
+            "log" | "cache" | "spare" | "special" | "dedup" => {
+                return Err(format!("invalid vdev specification: '{a}' devices are not supported yet"));
+            }
+            _ => {
+                specs.push(TopSpec { kind: TopKind::Disk, leaves: vec![open_dev(cwd, a)?] });
+                i += 1;
+            }
+        }
+    }
+    if specs.is_empty() {
+        return Err("missing vdev specification".into());
+    }
+    Ok(specs)
+}
+
+fn is_keyword(s: &str) -> bool {
+    matches!(s, "mirror" | "log" | "cache" | "spare" | "special" | "dedup") || s.starts_with("raidz") || s.starts_with("draid")
+}
+
+fn err(msg: impl Into<String>) -> Response {
+    Response::err(1, msg)
+}
+
+fn usage_err(msg: &str) -> Response {
+    Response::err(2, format!("{msg}\n{USAGE}"))
+}
+
+fn get_pool(d: &Daemon, name: &str) -> Result<Arc<Pool>, Response> {
+    d.pools
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(name)
+        .cloned()
+        .ok_or_else(|| err(format!("cannot open '{name}': no such pool")))
+}
+
+fn pools_or_all(d: &Daemon, names: &[String]) -> Result<Vec<Arc<Pool>>, Response> {
+    if names.is_empty() {
+        return Ok(d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect());
+    }
+    names.iter().map(|n| get_pool(d, n)).collect()
+}
+
+pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
+    let Some(cmd) = args.first() else {
+        return usage_err("missing command");
+    };
+    let rest = &args[1..];
+    let full = format!("zpool {}", args.join(" "));
+    match cmd.as_str() {
+        "create" => create(d, rest, cwd, &full),
+        "add" => add(d, rest, cwd, &full),
+        "list" => list(d, rest),
+        "status" => status(d, rest),
+        "import" => import(d, rest, cwd),
+        "export" => export_or_destroy(d, rest, false),
+        "destroy" => export_or_destroy(d, rest, true),
+        "get" => get(d, rest),
+        "set" => set(d, rest, &full),
+        "history" => history(d, rest),
+        "sync" => match pools_or_all(d, rest) {
+            Ok(ps) => {
+                for p in ps {
+                    if let Err(e) = p.txg_wait_synced() {
+                        return err(format!("cannot sync '{}': {e}", p.name));
+                    }
+                }
+                Response::ok(String::new())
+            }
+            Err(r) => r,
+        },
+        "labelclear" => labelclear(d, rest, cwd),
+        "upgrade" => upgrade(rest),
+        "help" | "-?" | "--help" => Response::ok(USAGE.into()),
+        other => usage_err(&format!("unrecognized command '{other}'")),
+    }
+}
+
+fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
+    let (o, rest) = match getopt(args, "fo:O:m:n") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let Some(name) = rest.first() else {
+        return usage_err("missing pool name argument");
+    };
+    if d.pools.lock().unwrap_or_else(|e| e.into_inner()).contains_key(name) {
+        return err(format!("cannot create '{name}': pool already exists"));
+    }
+    let mut opts = CreateOptions { force: has(&o, 'f'), tunables: Daemon::tunables(), ..Default::default() };
+    let mut comment = None;
+    for kv in values(&o, 'o') {
+        let Some((k, v)) = kv.split_once('=') else {
+            return usage_err(&format!("bad property '{kv}': expected property=value"));
+        };
+        match k {
+            "ashift" => match v.parse::<u8>() {
+                Ok(a) if a == 0 || (9..=16).contains(&a) => opts.ashift = if a == 0 { 12 } else { a },
+                _ => return err(format!("property 'ashift' must be 0 or between 9 and 16: '{v}'")),
+            },
+            "flush" => match FlushPolicy::parse(v) {
+                Ok(f) => opts.flush = f,
+                Err(e) => return err(e.to_string()),
+            },
+            "comment" => comment = Some(v.to_string()),
+            _ if k.starts_with("feature@") => {
+                if feature::info(&k[8..]).is_none() {
+                    return err(format!("property '{k}' is not a valid pool property (unknown feature)"));
+                }
+                if v != "enabled" {
+                    return err(format!("property '{k}': only 'enabled' is supported at create"));
+                }
+            }
+            _ => return err(format!("property '{k}' is not a valid pool property (or not settable at create)")),
+        }
+    }
+    if !values(&o, 'O').is_empty() || has(&o, 'm') {
+        return err("dataset properties (-O, -m) arrive with filesystems (issue #4)");
+    }
+    let specs = match parse_vdevs(&rest[1..], cwd) {
+        Ok(s) => s,
+        Err(e) => return err(format!("cannot create '{name}': {e}")),
+    };
+    if has(&o, 'n') {
+        let mut out = format!("would create '{name}' with the following layout:\n\n\t{name}\n");
+        for s in &specs {
+            if s.kind == TopKind::Mirror {
+                out.push_str("\t  mirror\n");
+                for (p, _) in &s.leaves {
+                    out.push_str(&format!("\t    {p}\n"));
+                }
+            } else {
+                out.push_str(&format!("\t  {}\n", s.leaves[0].0));
+            }
+        }
+        return Response::ok(out);
+    }
+    let pool = match Pool::create(name, specs, opts) {
+        Ok(p) => p,
+        Err(e) => return err(format!("cannot create '{name}': {e}")),
+    };
+    if let Some(c) = comment {
+        if let Err(e) = pool.set_comment(&c) {
+            return err(format!("cannot set comment: {e}"));
+        }
+    }
+    pool.log_history(full);
+    if let Err(e) = pool.txg_wait_synced() {
+        return err(format!("cannot create '{name}': {e}"));
+    }
+    d.pools.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), pool);
+    d.write_cache();
+    Response::ok(String::new())
+}
+
+fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
+    let (o, rest) = match getopt(args, "fo:n") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let Some(name) = rest.first() else {
+        return usage_err("missing pool name argument");
+    };
+    let pool = match get_pool(d, name) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let mut ashift = None;
+    for kv in values(&o, 'o') {
+        match kv.split_once('=') {
+            Some(("ashift", v)) => match v.parse::<u8>() {
+                Ok(a) if (9..=16).contains(&a) => ashift = Some(a),
+                _ => return err(format!("invalid ashift '{v}'")),
+            },
+            _ => return err(format!("property '{kv}' cannot be set with add")),
+        }
+    }
+    let specs = match parse_vdevs(&rest[1..], cwd) {
+        Ok(s) => s,
+        Err(e) => return err(format!("cannot add to '{name}': {e}")),
+    };
+    for spec in specs {
+        if let Err(e) = pool.add_vdev(spec, ashift, has(&o, 'f')) {
+            return err(format!("cannot add to '{name}': {e}"));
+        }
+    }
+    pool.log_history(full);
+    let _ = pool.txg_wait_synced();
+    d.write_cache();
+    Response::ok(String::new())
+}
+
+/// Leaf / top / pool health for status and list.
+fn leaf_state(p: &Pool, path: &str) -> &'static str {
+    if p.unavailable_leaves().iter().any(|l| l == path) {
+        "UNAVAIL"
+    } else {
+        "ONLINE"
+    }
+}
+
+fn top_state(p: &Pool, t: &uzfs_core::vdev::TopVdev) -> &'static str {
+    let bad = t.children.iter().filter(|c| leaf_state(p, &c.path) != "ONLINE").count();
+    if bad == 0 {
+        "ONLINE"
+    } else if bad < t.children.len() {
+        "DEGRADED"
+    } else {
+        "UNAVAIL"
+    }
+}
+
+fn pool_health(p: &Pool) -> &'static str {
+    if p.suspended().is_some() {
+        return "SUSPENDED";
+    }
+    if p.io.tops().iter().any(|t| top_state(p, t) != "ONLINE") {
+        return "DEGRADED";
+    }
+    "ONLINE"
+}
+
+fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static str)> {
+    let (size, alloc, free) = p.space();
+    let n = |v: u64| if parsable { v.to_string() } else { nicenum(v) };
+    let cfg = p.config();
+    let props = p.props();
+    Some(match prop {
+        "name" => (p.name.clone(), "-"),
+        "size" => (n(size), "-"),
+        "allocated" | "alloc" => (n(alloc), "-"),
+        "free" => (n(free), "-"),
+        "capacity" | "cap" => {
+            let c = if size == 0 { 0 } else { alloc * 100 / size };
+            (if parsable { c.to_string() } else { format!("{c}%") }, "-")
+        }
+        "health" => (pool_health(p).to_string(), "-"),
+        "guid" => (p.guid.to_string(), "-"),
+        "ashift" => (props.ashift.to_string(), if props.ashift == 0 { "default" } else { "local" }),
+        "comment" => (if props.comment.is_empty() { "-".into() } else { props.comment.clone() }, if props.comment.is_empty() { "default" } else { "local" }),
+        "version" => ("-".into(), "default"),
+        "readonly" => ("off".into(), "-"),
+        "dedupratio" | "dedup" => (if parsable { "1.00".into() } else { "1.00x".into() }, "-"),
+        "fragmentation" | "frag" => ("-".into(), "-"),
+        "expandsize" | "expandsz" | "checkpoint" | "ckpoint" | "altroot" => ("-".into(), "default"),
+        "txg" => (p.last_txg().to_string(), "-"),
+        f if f.starts_with("feature@") => {
+            let name = &f[8..];
+            let full = feature::info(name)?.name;
+            let st = cfg.features.get(full).map_or(FeatureState::Disabled, |e| e.state);
+            (format!("{st:?}").to_lowercase(), "local")
+        }
+        _ => return None,
+    })
+}
+
+const ALL_PROPS: &[&str] = &[
+    "size", "capacity", "altroot", "health", "guid", "version", "comment", "expandsize", "dedupratio", "free",
+    "allocated", "readonly", "ashift", "fragmentation", "checkpoint",
+];
+
+fn list(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "Hpo:v") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let pools = match pools_or_all(d, &rest) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let default_cols = "name,size,allocated,free,checkpoint,expandsize,fragmentation,capacity,dedupratio,health,altroot";
+    let cols: Vec<String> = values(&o, 'o').last().map_or(default_cols.to_string(), |s| s.clone()).split(',').map(String::from).collect();
+    let hdr: Vec<String> = cols.iter().map(|c| match c.as_str() {
+        "allocated" => "ALLOC".into(),
+        "checkpoint" => "CKPOINT".into(),
+        "expandsize" => "EXPANDSZ".into(),
+        "fragmentation" => "FRAG".into(),
+        "capacity" => "CAP".into(),
+        "dedupratio" => "DEDUP".into(),
+        other => other.to_uppercase(),
+    }).collect();
+    let right: Vec<bool> = cols.iter().map(|c| !matches!(c.as_str(), "name" | "altroot" | "health" | "comment")).collect();
+    let mut t = Table::new(&hdr.iter().map(String::as_str).collect::<Vec<_>>(), &right);
+    for p in &pools {
+        let mut row = Vec::new();
+        for c in &cols {
+            match prop_value(p, c, has(&o, 'p')) {
+                Some((v, _)) => row.push(v),
+                None => return err(format!("invalid property '{c}'")),
+            }
+        }
+        t.rows.push(row);
+    }
+    if pools.is_empty() {
+        return Response::ok("no pools available\n".into());
+    }
+    Response::ok(t.render(has(&o, 'H')))
+}
+
+fn status(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "xvpPT:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let pools = match pools_or_all(d, &rest) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if pools.is_empty() {
+        return Response::ok("no pools available\n".into());
+    }
+    let mut out = String::new();
+    for p in &pools {
+        let health = pool_health(p);
+        let tops = p.io.tops();
+        let errs: u64 = tops
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .map(|c| VdevStats::get(&c.stats.read_errors) + VdevStats::get(&c.stats.write_errors) + VdevStats::get(&c.stats.cksum_errors))
+            .sum();
+        if has(&o, 'x') && health == "ONLINE" && errs == 0 {
+            continue;
+        }
+        out.push_str(&format!("  pool: {}\n state: {health}\n", p.name));
+        if let Some(why) = p.suspended() {
+            out.push_str(&format!("status: The pool is suspended because a sync failed: {why}\naction: Export and re-import the pool once the devices are healthy.\n"));
+        } else if health == "DEGRADED" {
+            out.push_str("status: One or more devices could not be opened.  Sufficient replicas exist for\n\tthe pool to continue functioning in a degraded state.\naction: Attach the missing device and online it using 'zpool online'.\n");
+        } else if errs > 0 {
+            out.push_str("status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n");
+        }
+        if !p.props().comment.is_empty() {
+            out.push_str(&format!("comment: {}\n", p.props().comment));
+        }
+        out.push_str("config:\n\n");
+        let mut rows: Vec<(String, String, u64, u64, u64)> = Vec::new();
+        for t in &tops {
+            let mut kids = Vec::new();
+            for c in &t.children {
+                let (r, w, k) = (
+                    VdevStats::get(&c.stats.read_errors),
+                    VdevStats::get(&c.stats.write_errors),
+                    VdevStats::get(&c.stats.cksum_errors),
+                );
+                kids.push((c.path.clone(), leaf_state(p, &c.path).to_string(), r, w, k));
+            }
+            if t.kind == TopKind::Mirror {
+                rows.push((format!("  {}", t.name()), top_state(p, t).to_string(), 0, 0, 0));
+                for k in kids {
+                    rows.push((format!("    {}", k.0), k.1, k.2, k.3, k.4));
+                }
+            } else if let Some(k) = kids.into_iter().next() {
+                rows.push((format!("  {}", k.0), k.1, k.2, k.3, k.4));
+            }
+        }
+        let mut t = Table::new(&["NAME", "STATE", "READ", "WRITE", "CKSUM"], &[false, false, true, true, true]);
+        t.rows.push(vec![p.name.clone(), health.into(), "0".into(), "0".into(), "0".into()]);
+        for r in rows {
+            t.rows.push(vec![r.0, r.1, r.2.to_string(), r.3.to_string(), r.4.to_string()]);
+        }
+        for line in t.render(false).lines() {
+            out.push('\t');
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str("\nerrors: No known data errors\n\n");
+    }
+    if out.is_empty() {
+        out = "all pools are healthy\n".into();
+    }
+    Response::ok(out.trim_end().to_string() + "\n")
+}
+
+fn found_tree(f: &FoundPool) -> String {
+    let mut t = Table::new(&["", ""], &[false, false]);
+    t.rows.push(vec![f.config.name.clone(), if f.missing().is_empty() { "ONLINE".into() } else { "DEGRADED".into() }]);
+    let path_of = |guid: u64, cfg_path: &str| -> (String, &'static str) {
+        match f.devices.iter().find(|d| d.label.guid == guid) {
+            Some(d) => (d.path.clone(), "ONLINE"),
+            None => (cfg_path.to_string(), "UNAVAIL"),
+        }
+    };
+    for tc in &f.config.vdev_tree {
+        if tc.kind == TopKind::Mirror {
+            t.rows.push(vec![format!("  mirror-{}", tc.id), "ONLINE".into()]);
+            for c in &tc.children {
+                let (p, s) = path_of(c.guid, &c.path);
+                t.rows.push(vec![format!("    {p}"), s.into()]);
+            }
+        } else if let Some(c) = tc.children.first() {
+            let (p, s) = path_of(c.guid, &c.path);
+            t.rows.push(vec![format!("  {p}"), s.into()]);
+        }
+    }
+    t.rows.retain(|r| !r[0].is_empty());
+    let body = t.render(false);
+    body.lines().skip(1).map(|l| format!("\t{l}\n")).collect()
+}
+
+fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
+    let (o, rest) = match getopt(args, "d:faNDo:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let mut dirs: Vec<PathBuf> = values(&o, 'd').iter().map(|p| resolve(cwd, p)).collect();
+    if dirs.is_empty() {
+        dirs.push(PathBuf::from("/dev"));
+    }
+    let mut devs = Vec::new();
+    for dir in &dirs {
+        match scan_dir(dir) {
+            Ok(v) => devs.extend(v),
+            Err(e) => return err(format!("cannot search '{}': {e}", dir.display())),
+        }
+    }
+    let imported: Vec<u64> = d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().map(|p| p.guid).collect();
+    let found: Vec<FoundPool> = discover(devs)
+        .into_iter()
+        .filter(|f| !imported.contains(&f.config.pool_guid))
+        .filter(|f| has(&o, 'D') == (f.config.state == PoolState::Destroyed))
+        .collect();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let check_host = |f: &FoundPool| -> Result<(), Response> {
+        if f.config.state == PoolState::Active && !f.config.hostname.is_empty() && f.config.hostname != host && !has(&o, 'f') {
+            return Err(err(format!(
+                "cannot import '{}': pool was previously in use from another system.\nLast accessed by {}\nThe pool can be imported, use 'zpool import -f' to import the pool.",
+                f.config.name, f.config.hostname
+            )));
+        }
+        Ok(())
+    };
+    if rest.is_empty() && !has(&o, 'a') {
+        if found.is_empty() {
+            return err("no pools available to import");
+        }
+        let mut out = String::new();
+        for f in &found {
+            let state = if f.missing().is_empty() { "ONLINE" } else { "DEGRADED" };
+            out.push_str(&format!("   pool: {}\n     id: {}\n  state: {state}\n", f.config.name, f.config.pool_guid));
+            if f.config.state == PoolState::Destroyed {
+                out.push_str(" status: The pool was destroyed.\n");
+            }
+            out.push_str(" action: The pool can be imported using its name or numeric identifier.\n config:\n\n");
+            out.push_str(&found_tree(f));
+            out.push('\n');
+        }
+        return Response::ok(out);
+    }
+    if has(&o, 'D') {
+        return err("importing destroyed pools is not supported yet");
+    }
+    let targets: Vec<&FoundPool> = if has(&o, 'a') {
+        found.iter().collect()
+    } else {
+        let key = &rest[0];
+        let m: Vec<&FoundPool> = found.iter().filter(|f| &f.config.name == key || f.config.pool_guid.to_string() == *key).collect();
+        match m.len() {
+            0 => return err(format!("cannot import '{key}': no such pool available")),
+            1 => m,
+            _ => return err(format!("cannot import '{key}': more than one matching pool\nimport by numeric ID instead")),
+        }
+    };
+    let new_name = if has(&o, 'a') { None } else { rest.get(1).map(String::as_str) };
+    for f in targets {
+        if let Err(r) = check_host(f) {
+            return r;
+        }
+        if let Err(e) = d.import(f, new_name) {
+            return err(e);
+        }
+    }
+    Response::ok(String::new())
+}
+
+fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
+    let (_o, rest) = match getopt(args, "fa") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    if rest.is_empty() {
+        return usage_err("missing pool argument");
+    }
+    for name in &rest {
+        let pool = match get_pool(d, name) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        if destroy {
+            pool.log_history(&format!("zpool destroy {name}"));
+        }
+        let r = if destroy { pool.destroy() } else { pool.export() };
+        d.pools.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        d.write_cache();
+        if let Err(e) = r {
+            return err(format!("cannot {} '{name}': {e}", if destroy { "destroy" } else { "export" }));
+        }
+    }
+    Response::ok(String::new())
+}
+
+fn get(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "Hpo:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let Some(which) = rest.first() else {
+        return usage_err("missing property argument");
+    };
+    let pools = match pools_or_all(d, &rest[1..]) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let fields: Vec<String> = match values(&o, 'o').last() {
+        Some(f) if f != "all" => f.split(',').map(String::from).collect(),
+        _ => vec!["name".into(), "property".into(), "value".into(), "source".into()],
+    };
+    let props: Vec<String> = if which == "all" {
+        let mut v: Vec<String> = ALL_PROPS.iter().map(|s| s.to_string()).collect();
+        v.extend(feature::FEATURES.iter().map(|f| format!("feature@{}", feature::short(f.name))));
+        v
+    } else {
+        which.split(',').map(String::from).collect()
+    };
+    let hdr: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
+    let mut t = Table::new(&hdr.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    for p in &pools {
+        for prop in &props {
+            let Some((v, src)) = prop_value(p, prop, has(&o, 'p')) else {
+                return err(format!("bad property list: invalid property '{prop}'"));
+            };
+            let row = fields
+                .iter()
+                .map(|f| match f.as_str() {
+                    "name" => p.name.clone(),
+                    "property" => prop.clone(),
+                    "value" => v.clone(),
+                    "source" => src.to_string(),
+                    _ => "-".into(),
+                })
+                .collect();
+            t.rows.push(row);
+        }
+    }
+    Response::ok(t.render(has(&o, 'H')))
+}
+
+fn set(d: &Daemon, args: &[String], full: &str) -> Response {
+    if args.len() < 2 {
+        return usage_err("usage: zpool set <property=value> <pool> [vdev]");
+    }
+    let Some((k, v)) = args[0].split_once('=') else {
+        return usage_err(&format!("invalid property=value format '{}'", args[0]));
+    };
+    let pool = match get_pool(d, &args[1]) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let r = match (k, args.get(2)) {
+        ("comment", None) => pool.set_comment(v),
+        ("ashift", None) => match v.parse::<u8>() {
+            Ok(a) => pool.set_default_ashift(a),
+            Err(_) => return err(format!("invalid value '{v}' for property 'ashift'")),
+        },
+        ("flush", Some(vd)) => match FlushPolicy::parse(v) {
+            Ok(f) => pool.set_flush(vd, f),
+            Err(e) => return err(e.to_string()),
+        },
+        ("flush", None) => return err("'flush' is a vdev property: zpool set flush=honor|ignore <pool> <vdev>"),
+        (k, _) if prop_value(&pool, k, false).is_some() => return err(format!("cannot set property for '{}': '{k}' is readonly", pool.name)),
+        (k, _) => return err(format!("cannot set property for '{}': invalid property '{k}'", pool.name)),
+    };
+    if let Err(e) = r {
+        return err(format!("cannot set property for '{}': {e}", pool.name));
+    }
+    pool.log_history(full);
+    match pool.txg_wait_synced() {
+        Ok(_) => Response::ok(String::new()),
+        Err(e) => err(e.to_string()),
+    }
+}
+
+fn history(d: &Daemon, args: &[String]) -> Response {
+    let pools = match pools_or_all(d, args) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let mut out = String::new();
+    for p in pools {
+        out.push_str(&format!("History for '{}':\n", p.name));
+        match p.history() {
+            Ok(h) => {
+                for (t, c) in h {
+                    out.push_str(&format!("{} {c}\n", format_time(t)));
+                }
+            }
+            Err(e) => return err(format!("cannot read history of '{}': {e}", p.name)),
+        }
+        out.push('\n');
+    }
+    Response::ok(out)
+}
+
+/// `YYYY-MM-DD.HH:MM:SS` in UTC, as zpool history prints.
+pub fn format_time(t: u64) -> String {
+    let days = t / 86400;
+    let secs = t % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let dd = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{dd:02}.{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+fn labelclear(d: &Daemon, args: &[String], cwd: &Path) -> Response {
+    let (o, rest) = match getopt(args, "f") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let Some(dev) = rest.first() else {
+        return usage_err("missing vdev name");
+    };
+    let (path, dev) = match open_dev(cwd, dev) {
+        Ok(x) => x,
+        Err(e) => return err(e),
+    };
+    let Some(lab) = uzfs_core::spa::probe_label(&*dev) else {
+        return err(format!("failed to check state for {path}: no uzfs label found"));
+    };
+    let imported = d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().any(|p| p.guid == lab.pool.pool_guid);
+    if imported {
+        return err(format!("labelclear operation failed.\n\tVdev {path} is a member of the imported pool \"{}\".", lab.pool.name));
+    }
+    if lab.pool.state == PoolState::Exported && !has(&o, 'f') {
+        return err(format!(
+            "use '-f' to override the following error:\n{path} is a member of exported pool \"{}\"",
+            lab.pool.name
+        ));
+    }
+    match label::clear(&*dev) {
+        Ok(()) => Response::ok(String::new()),
+        Err(e) => err(format!("failed to clear label for {path}: {e}")),
+    }
+}
+
+fn upgrade(args: &[String]) -> Response {
+    let (o, _rest) = match getopt(args, "va") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    if has(&o, 'v') {
+        let mut out = String::from(
+            "This system supports ZFS pool feature flags.\n\nThe following features are supported:\n\nFEAT DESCRIPTION\n-------------------------------------------------------------\n",
+        );
+        for f in feature::FEATURES {
+            out.push_str(&format!(
+                "{:<24}{}\n     {}\n",
+                feature::short(f.name),
+                if f.read_only_compatible { " (read-only compatible)" } else { "" },
+                f.description
+            ));
+        }
+        out.push_str("\nThe following legacy versions are also supported: none (uzfs pools always use feature flags).\n");
+        return Response::ok(out);
+    }
+    Response::ok("This system supports ZFS pool feature flags.\n\nAll pools are formatted using feature flags.\n\nEvery feature flags pool has all supported and requested features enabled.\n".into())
+}
+
+/// `uzfs object put|get|write POOL ...`: direct access to the root
+/// dataset's objects (the demo and benchmarks use it until filesystems land).
+pub fn object_cmd(d: &Daemon, args: &[String], cwd: &Path) -> Response {
+    use uzfs_core::dmu::dnode::ObjProps;
+    let usage = "usage: uzfs object put POOL FILE | get POOL OBJECT FILE | free POOL OBJECT";
+    if args.len() < 2 {
+        return usage_err(usage);
+    }
+    let pool = match get_pool(d, &args[1]) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    match (args[0].as_str(), args.len()) {
+        ("put", 3) => {
+            let path = resolve(cwd, &args[2]);
+            let Ok(mut f) = std::fs::File::open(&path) else {
+                return err(format!("cannot open '{}'", path.display()));
+            };
+            let props = ObjProps { compress: uzfs_core::dmu::compress::Compression::Lz4, ..ObjProps::default() };
+            let obj = match pool.create_object(128 << 10, &props) {
+                Ok(o) => o,
+                Err(e) => return err(e.to_string()),
+            };
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            loop {
+                use std::io::Read;
+                let n = match f.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) => return err(format!("read '{}': {e}", path.display())),
+                };
+                if let Err(e) = pool.write(obj, off, &buf[..n]) {
+                    return err(format!("write failed after {off} bytes: {e}"));
+                }
+                off += n as u64;
+            }
+            if let Err(e) = pool.txg_wait_synced() {
+                return err(e.to_string());
+            }
+            Response::ok(format!("{obj}\n"))
+        }
+        ("get", 4) => {
+            let Ok(obj) = args[2].parse::<u64>() else {
+                return err(format!("invalid object number '{}'", args[2]));
+            };
+            let size = match pool.object_size(obj) {
+                Ok(s) => s,
+                Err(e) => return err(e.to_string()),
+            };
+            let path = resolve(cwd, &args[3]);
+            let Ok(mut f) = std::fs::File::create(&path) else {
+                return err(format!("cannot create '{}'", path.display()));
+            };
+            let mut off = 0;
+            let mut buf = vec![0u8; 1 << 20];
+            while off < size {
+                use std::io::Write;
+                let n = (size - off).min(buf.len() as u64) as usize;
+                if let Err(e) = pool.read(obj, off, &mut buf[..n]) {
+                    return err(format!("read of object {obj} failed: {e}"));
+                }
+                if let Err(e) = f.write_all(&buf[..n]) {
+                    return err(e.to_string());
+                }
+                off += n as u64;
+            }
+            Response::ok(String::new())
+        }
+        ("free", 3) => {
+            let Ok(obj) = args[2].parse::<u64>() else {
+                return err(format!("invalid object number '{}'", args[2]));
+            };
+            match pool.free_object(obj).and_then(|_| pool.txg_wait_synced()) {
+                Ok(_) => Response::ok(String::new()),
+                Err(e) => err(e.to_string()),
+            }
+        }
+        _ => usage_err(usage),
+    }
+}
+
