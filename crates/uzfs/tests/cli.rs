@@ -1,0 +1,180 @@
+//! The `uzfs` binary driven as a user would: its own run directory per test,
+//! the daemon auto-started on first use and stopped at the end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Env {
+    dir: tempfile::TempDir,
+    rundir: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rundir = dir.path().join("run");
+        Env { dir, rundir }
+    }
+    fn disk(&self, name: &str, mb: u64) -> String {
+        let p = self.dir.path().join(name);
+        let f = std::fs::File::create(&p).expect("create");
+        f.set_len(mb << 20).expect("size");
+        p.display().to_string()
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_uzfs"))
+            .args(args)
+            .env("UZFS_RUNDIR", &self.rundir)
+            .env("UZFS_TXG_TIMEOUT", "1")
+            .current_dir(self.dir.path())
+            .output()
+            .expect("run uzfs")
+    }
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "uzfs {args:?} failed ({:?}):\n{}{}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+    fn fails(&self, args: &[&str], code: i32, needle: &str) {
+        let o = self.run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "uzfs {args:?}: {err}");
+        assert!(err.contains(needle), "uzfs {args:?}: stderr lacks {needle:?}:\n{err}");
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.run(&["daemon", "--stop"]);
+    }
+}
+
+#[test]
+fn pool_lifecycle() {
+    let e = Env::new();
+    let (a, b, c) = (e.disk("a", 128), e.disk("b", 128), e.disk("c", 128));
+    e.ok(&["zpool", "create", "-o", "comment=hello", "tank", "mirror", &a, &b]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    for want in ["  pool: tank", " state: ONLINE", "mirror-0", &a, &b, "READ WRITE CKSUM".split(' ').next().unwrap_or("READ"), "errors: No known data errors"] {
+        assert!(st.contains(want), "status lacks {want:?}:\n{st}");
+    }
+    let list = e.ok(&["zpool", "list", "-H", "-p", "-o", "name,size,health"]);
+    let cols: Vec<&str> = list.trim().split('\t').collect();
+    assert_eq!(cols[0], "tank");
+    assert!(cols[1].parse::<u64>().expect("parsable size") > 100 << 20);
+    assert_eq!(cols[2], "ONLINE");
+    assert!(e.ok(&["zpool", "get", "-H", "-o", "value", "comment", "tank"]).trim() == "hello");
+    e.ok(&["zpool", "set", "comment=bye", "tank"]);
+    e.ok(&["zpool", "add", "tank", &c]);
+    assert!(e.ok(&["zpool", "status"]).contains(&c));
+    let data = e.dir.path().join("data");
+    let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&data, &payload).expect("write data");
+    let obj = e.ok(&["object", "put", "tank", "data"]).trim().to_string();
+    let hist = e.ok(&["zpool", "history", "tank"]);
+    assert!(hist.contains("zpool create -o comment=hello tank mirror") && hist.contains("zpool set comment=bye tank"), "{hist}");
+    assert!(e.ok(&["zpool", "get", "feature@lz4_compress", "tank"]).contains("active"));
+    assert!(e.ok(&["zdb", "-b", "tank"]).contains("No errors"));
+    e.ok(&["zpool", "export", "tank"]);
+    assert!(e.ok(&["zpool", "list"]).contains("no pools available"));
+    e.fails(&["zpool", "labelclear", &a], 1, "exported pool");
+
+    // Move the devices; import by scanning the new directory, by guid.
+    let moved = e.dir.path().join("moved");
+    std::fs::create_dir(&moved).expect("mkdir");
+    for n in ["a", "b", "c"] {
+        std::fs::rename(e.dir.path().join(n), moved.join(n)).expect("move");
+    }
+    let listing = e.ok(&["zpool", "import", "-d", "moved"]);
+    assert!(listing.contains("pool: tank") && listing.contains("mirror-0"), "{listing}");
+    let guid = listing
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("id: "))
+        .expect("id line")
+        .to_string();
+    e.ok(&["zpool", "import", "-d", "moved", &guid]);
+    assert!(e.ok(&["zpool", "status", "tank"]).contains(&moved.join("a").display().to_string()));
+    e.ok(&["object", "get", "tank", &obj, "back"]);
+    assert!(std::fs::read(e.dir.path().join("back")).expect("read back") == payload);
+
+    // The daemon re-imports its pools when it starts again.
+    e.ok(&["daemon", "--stop"]);
+    assert!(e.ok(&["zpool", "list", "-H", "-o", "name"]).contains("tank"));
+    e.ok(&["zpool", "destroy", "tank"]);
+    e.fails(&["zpool", "import", "-d", "moved", "tank"], 1, "no such pool");
+    e.ok(&["zpool", "create", "again", &moved.join("a").display().to_string()]);
+}
+
+#[test]
+fn bad_command_lines_get_clear_errors() {
+    let e = Env::new();
+    let a = e.disk("a", 128);
+    e.fails(&["zpool", "frobnicate"], 2, "unrecognized command");
+    e.fails(&["zpool", "create", "tank"], 1, "missing vdev");
+    e.fails(&["zpool", "create", "tank", "nonexistent"], 1, "cannot open 'nonexistent'");
+    e.fails(&["zpool", "create", "tank", "mirror", &a], 1, "mirror requires at least 2");
+    e.fails(&["zpool", "create", "tank", "raidz", &a], 1, "not supported yet");
+    e.fails(&["zpool", "create", "-o", "ashift=99", "tank", &a], 1, "ashift");
+    e.fails(&["zpool", "create", "-o", "bogus=1", "tank", &a], 1, "not a valid pool property");
+    e.fails(&["zpool", "create", "-Z", "tank", &a], 2, "invalid option");
+    e.fails(&["zpool", "create", "1tank", &a], 1, "must begin with a letter");
+    let tiny = e.disk("tiny", 16);
+    e.fails(&["zpool", "create", "tank", &tiny], 1, "too small");
+    e.ok(&["zpool", "create", "tank", &a]);
+    let b = e.disk("b", 128);
+    e.fails(&["zpool", "create", "tank", &b], 1, "pool already exists");
+    e.fails(&["zpool", "create", "other", &a], 1, "is part of active pool 'tank'");
+    e.fails(&["zpool", "status", "nope"], 1, "no such pool");
+    e.fails(&["zpool", "get", "bogus", "tank"], 1, "invalid property");
+    e.fails(&["zpool", "set", "size=1", "tank"], 1, "readonly");
+    e.fails(&["zpool", "import", "-d", "/nonexistent"], 1, "cannot search");
+    e.fails(&["zpool", "labelclear", &a], 1, "member of the imported pool");
+    e.fails(&["zdb", "-Q"], 2, "invalid option");
+    e.fails(&["zfs", "create", "tank/x"], 1, "not implemented yet");
+    // Garbage where a device should be: no pool, and a clear message.
+    let g = e.dir.path().join("g");
+    std::fs::create_dir(&g).expect("mkdir");
+    std::fs::write(g.join("junk"), vec![0x5a; 70 << 20]).expect("junk");
+    e.fails(&["zpool", "import", "-d", "g"], 1, "no pools available");
+}
+
+#[test]
+fn multicall_links_and_upgrade() {
+    let e = Env::new();
+    let bin = e.dir.path().join("bin");
+    e.ok(&["link", bin.to_str().expect("utf8")]);
+    let zpool = |args: &[&str]| {
+        Command::new(bin.join("zpool"))
+            .args(args)
+            .env("UZFS_RUNDIR", &e.rundir)
+            .output()
+            .expect("zpool link")
+    };
+    let o = zpool(&["upgrade", "-v"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("lz4_compress") && out.contains("block_remap"), "{out}");
+    let a = e.disk("a", 128);
+    assert!(zpool(&["create", "viaLink", &a]).status.success());
+    let zdb = Command::new(bin.join("zdb")).args(["-l", &a]).output().expect("zdb");
+    assert!(String::from_utf8_lossy(&zdb.stdout).contains("viaLink"));
+    let zdb = Command::new(bin.join("zdb")).args(["-u", "viaLink"]).env("UZFS_RUNDIR", &e.rundir).output().expect("zdb");
+    assert!(String::from_utf8_lossy(&zdb.stdout).contains("Uberblock:"));
+}
+
+#[test]
+fn socket_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = Env::new();
+    e.ok(&["daemon"]);
+    let sock = Path::new(&e.rundir).join("uzfsd.sock");
+    let mode = std::fs::metadata(&sock).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+    let dmode = std::fs::metadata(&e.rundir).expect("rundir").permissions().mode() & 0o777;
+    assert_eq!(dmode, 0o700);
+}
