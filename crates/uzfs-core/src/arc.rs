@@ -65,7 +65,9 @@ impl BlockCache {
         }
         l.order.insert(t, k);
         while l.bytes > self.max_bytes {
-            let Some((_, victim)) = l.order.pop_first() else { break };
+            let Some((_, victim)) = l.order.pop_first() else {
+                break;
+            };
             if let Some((v, _)) = l.map.remove(&victim) {
                 l.bytes -= v.len() as u64;
             }

@@ -45,7 +45,9 @@ impl Report {
         self.bad_copies.is_empty() && self.space_exact() && self.unreadable.is_empty()
     }
     pub fn space_exact(&self) -> bool {
-        self.double_allocated.is_empty() && self.leaked.is_empty() && self.referenced_but_free.is_empty()
+        self.double_allocated.is_empty()
+            && self.leaked.is_empty()
+            && self.referenced_but_free.is_empty()
     }
 }
 
@@ -64,17 +66,24 @@ impl Walker<'_> {
         for (i, d) in bp.dva.iter().enumerate().filter(|(_, d)| d.is_valid()) {
             self.r.referenced_bytes += d.asize;
             if !self.refd.entry(d.vdev).or_default().add(d.offset, d.asize) {
-                self.r
-                    .double_allocated
-                    .push(format!("{what}: DVA {}:{:#x}:{:#x} referenced twice", d.vdev, d.offset, d.asize));
+                self.r.double_allocated.push(format!(
+                    "{what}: DVA {}:{:#x}:{:#x} referenced twice",
+                    d.vdev, d.offset, d.asize
+                ));
             }
-            let nchild = self.pool.io.top(d.vdev).map(|t| t.children.len()).unwrap_or(0);
+            let nchild = self
+                .pool
+                .io
+                .top(d.vdev)
+                .map(|t| t.children.len())
+                .unwrap_or(0);
             for c in 0..nchild {
                 let (st, _) = self.pool.io.check_copy(bp, i, c);
                 if st != CopyStatus::Good {
-                    self.r
-                        .bad_copies
-                        .push(format!("{what}: DVA[{i}] {}:{:#x} child {c}: {st:?}", d.vdev, d.offset));
+                    self.r.bad_copies.push(format!(
+                        "{what}: DVA[{i}] {}:{:#x} child {c}: {st:?}",
+                        d.vdev, d.offset
+                    ));
                 }
             }
         }
@@ -88,11 +97,21 @@ impl Walker<'_> {
     }
 
     /// Walk the subtree under `bp`, which covers `span` level-0 blocks from `base`.
-    fn walk_tree(&mut self, bp: &BlkPtr, what: &str, base: u64, span: u64, epb: u64, on_l0: &mut dyn FnMut(&mut Self, u64, &[u8])) {
+    fn walk_tree(
+        &mut self,
+        bp: &BlkPtr,
+        what: &str,
+        base: u64,
+        span: u64,
+        epb: u64,
+        on_l0: &mut dyn FnMut(&mut Self, u64, &[u8]),
+    ) {
         if bp.is_hole() {
             return;
         }
-        let Some(data) = self.visit(bp, what) else { return };
+        let Some(data) = self.visit(bp, what) else {
+            return;
+        };
         if bp.level == 0 {
             on_l0(self, base, &data);
             return;
@@ -101,14 +120,26 @@ impl Walker<'_> {
             Ok(children) => {
                 let child_span = (span / epb).max(1);
                 for (i, c) in children.iter().enumerate().filter(|(_, c)| !c.is_hole()) {
-                    self.walk_tree(c, what, base + i as u64 * child_span, child_span, epb, on_l0);
+                    self.walk_tree(
+                        c,
+                        what,
+                        base + i as u64 * child_span,
+                        child_span,
+                        epb,
+                        on_l0,
+                    );
                 }
             }
             Err(e) => self.r.unreadable.push(format!("{what}: {e}")),
         }
     }
 
-    fn walk_dnode(&mut self, dn: &DnodePhys, what: &str, on_l0: &mut dyn FnMut(&mut Self, u64, &[u8])) {
+    fn walk_dnode(
+        &mut self,
+        dn: &DnodePhys,
+        what: &str,
+        on_l0: &mut dyn FnMut(&mut Self, u64, &[u8]),
+    ) {
         let span = dn.capacity(dn.nlevels) / 3;
         for (i, bp) in dn.blkptr.iter().enumerate() {
             self.walk_tree(bp, what, i as u64 * span, span, dn.epb(), on_l0);
@@ -117,7 +148,9 @@ impl Walker<'_> {
 
     /// Walk an object set; returns the dnodes it holds.
     fn walk_objset(&mut self, bp: &BlkPtr, name: &str) -> Vec<(u64, DnodePhys)> {
-        let Some(data) = self.visit(bp, &format!("{name} objset")) else { return Vec::new() };
+        let Some(data) = self.visit(bp, &format!("{name} objset")) else {
+            return Vec::new();
+        };
         let meta = match decode_objset_phys(&data) {
             Ok((_, m)) => m,
             Err(e) => {
@@ -138,7 +171,9 @@ impl Walker<'_> {
             }
         };
         self.walk_dnode(&meta, &format!("{name} meta-dnode"), &mut collect);
-        self.r.unreadable.extend(errs.into_iter().map(|e| format!("{name}: {e}")));
+        self.r
+            .unreadable
+            .extend(errs.into_iter().map(|e| format!("{name}: {e}")));
         for (obj, dn) in &dnodes {
             self.r.objects += 1;
             self.walk_dnode(dn, &format!("{name} object {obj}"), &mut |_, _, _| {});
@@ -153,7 +188,10 @@ pub fn verify(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<Report> {
     verify_found(&found)
 }
 
-pub fn one_pool(devs: Vec<(String, Arc<dyn BlockDevice>)>, name: Option<&str>) -> Result<FoundPool> {
+pub fn one_pool(
+    devs: Vec<(String, Arc<dyn BlockDevice>)>,
+    name: Option<&str>,
+) -> Result<FoundPool> {
     let mut found = discover(devs);
     if let Some(n) = name {
         found.retain(|f| f.config.name == n || f.config.pool_guid.to_string() == n);
@@ -172,7 +210,9 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         ..Tunables::default()
     };
     let pool = Pool::import(found, None, tun)?;
-    let ub = pool.uberblock().ok_or_else(|| Error::invalid("no uberblock"))?;
+    let ub = pool
+        .uberblock()
+        .ok_or_else(|| Error::invalid("no uberblock"))?;
     let mut w = Walker {
         pool: &pool,
         refd: BTreeMap::new(),
@@ -182,7 +222,10 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         },
     };
     let mos_dnodes = w.walk_objset(&ub.rootbp, "MOS");
-    if mos_dnodes.iter().any(|(_, d)| d.obj_type == ot::DSL_DATASET) {
+    if mos_dnodes
+        .iter()
+        .any(|(_, d)| d.obj_type == ot::DSL_DATASET)
+    {
         let root_bp = pool.root.root_bp();
         w.walk_objset(&root_bp, &pool.name);
     }
@@ -210,18 +253,24 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                     while pos < o + l && !refd.overlaps(pos, 512) {
                         pos += 512;
                     }
-                    w.r.leaked.push(format!("vdev {v} ({}): [{start:#x}, {pos:#x}) allocated but unreferenced", cfg.vdev_tree[v].children[0].path));
+                    w.r.leaked.push(format!(
+                        "vdev {v} ({}): [{start:#x}, {pos:#x}) allocated but unreferenced",
+                        cfg.vdev_tree[v].children[0].path
+                    ));
                 }
             }
         }
         for (o, l) in refd.iter() {
             let ms = (o >> va.ms_shift) as usize;
             let Some(m) = va.metaslabs.get(ms) else {
-                w.r.referenced_but_free.push(format!("vdev {v}: [{o:#x}+{l:#x}] past the last metaslab"));
+                w.r.referenced_but_free
+                    .push(format!("vdev {v}: [{o:#x}+{l:#x}] past the last metaslab"));
                 continue;
             };
             if m.free.overlaps(o, l) {
-                w.r.referenced_but_free.push(format!("vdev {v}: [{o:#x}+{l:#x}] referenced but free in the space map"));
+                w.r.referenced_but_free.push(format!(
+                    "vdev {v}: [{o:#x}+{l:#x}] referenced but free in the space map"
+                ));
             }
         }
     }
@@ -233,10 +282,20 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
 pub fn dump_labels(dev: &dyn BlockDevice) -> String {
     let mut out = String::new();
     for (i, r) in label::read_configs(dev) {
-        let _ = writeln!(out, "------------------------------------\nLABEL {i}\n------------------------------------");
-        match r.and_then(|p| serde_json::from_slice::<serde_json::Value>(&p).map_err(|e| Error::corrupt("label", e.to_string()))) {
+        let _ = writeln!(
+            out,
+            "------------------------------------\nLABEL {i}\n------------------------------------"
+        );
+        match r.and_then(|p| {
+            serde_json::from_slice::<serde_json::Value>(&p)
+                .map_err(|e| Error::corrupt("label", e.to_string()))
+        }) {
             Ok(v) => {
-                let _ = writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&v).unwrap_or_default()
+                );
             }
             Err(e) => {
                 let _ = writeln!(out, "    failed to unpack label {i}: {e}");
@@ -249,7 +308,12 @@ pub fn dump_labels(dev: &dyn BlockDevice) -> String {
 /// `zdb -u`: the uberblock ring summary and the active uberblock.
 pub fn dump_uberblocks(found: &FoundPool) -> String {
     let mut out = String::new();
-    let ashifts: BTreeMap<u64, u8> = found.config.vdev_tree.iter().map(|t| (t.guid, t.ashift)).collect();
+    let ashifts: BTreeMap<u64, u8> = found
+        .config
+        .vdev_tree
+        .iter()
+        .map(|t| (t.guid, t.ashift))
+        .collect();
     for d in &found.devices {
         let slot = label::ub_slot_size(ashifts.get(&d.label.top_guid).copied().unwrap_or(12));
         let _ = writeln!(out, "{}:", d.path);
@@ -279,7 +343,9 @@ pub fn dump_uberblocks(found: &FoundPool) -> String {
             );
         }
     }
-    if let Some(ub) = best_uberblock(&found.devices, found.config.pool_guid, |g| ashifts.get(&g).copied().unwrap_or(12)) {
+    if let Some(ub) = best_uberblock(&found.devices, found.config.pool_guid, |g| {
+        ashifts.get(&g).copied().unwrap_or(12)
+    }) {
         let _ = writeln!(out, "\nUberblock:");
         let _ = writeln!(out, "\tmagic = {:016x}", crate::spa::uberblock::UB_MAGIC);
         let _ = writeln!(out, "\tversion = {}", crate::spa::uberblock::UB_VERSION);
@@ -295,10 +361,18 @@ pub fn dump_uberblocks(found: &FoundPool) -> String {
 /// Human-readable report, as `zdb -b` / `zdb -c` print it.
 pub fn format_report(r: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "Traversing all blocks to verify checksums and space accounting (txg {}) ...\n", r.txg);
+    let _ = writeln!(
+        out,
+        "Traversing all blocks to verify checksums and space accounting (txg {}) ...\n",
+        r.txg
+    );
     let _ = writeln!(out, "\t{:>12} blocks, {} objects", r.blocks, r.objects);
     let _ = writeln!(out, "\t{:>12} bytes referenced", r.referenced_bytes);
-    let _ = writeln!(out, "\t{:>12} bytes allocated (space maps)", r.allocated_bytes);
+    let _ = writeln!(
+        out,
+        "\t{:>12} bytes allocated (space maps)",
+        r.allocated_bytes
+    );
     let _ = writeln!(out, "\n\t{:>8} {:>12}  type", "blocks", "asize");
     for (t, (n, a)) in &r.by_type {
         let _ = writeln!(out, "\t{n:>8} {a:>12}  {t}");
@@ -319,7 +393,10 @@ pub fn format_report(r: &Report) -> String {
         }
     }
     if r.is_clean() {
-        let _ = writeln!(out, "\nNo errors: every checksum verified, space maps match referenced blocks exactly.");
+        let _ = writeln!(
+            out,
+            "\nNo errors: every checksum verified, space maps match referenced blocks exactly."
+        );
     }
     out
 }

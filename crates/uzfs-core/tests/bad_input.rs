@@ -80,7 +80,11 @@ fn garbage_device_is_not_a_pool_and_can_be_used() {
     let mut img = vec![0u8; DISK as usize];
     SimRng::new(9).fill(&mut img);
     let dev = w.disk_from_image("junk", img);
-    assert!(discover(vec![("junk".into(), Arc::new(dev.clone()) as Arc<dyn BlockDevice>)]).is_empty());
+    assert!(discover(vec![(
+        "junk".into(),
+        Arc::new(dev.clone()) as Arc<dyn BlockDevice>
+    )])
+    .is_empty());
     Pool::create("fresh", vec![spec(TopKind::Disk, &[dev])], opts(5)).expect("create over garbage");
 }
 
@@ -88,10 +92,18 @@ fn garbage_device_is_not_a_pool_and_can_be_used() {
 fn device_of_another_pool_needs_force() {
     let w = SimWorld::new();
     let (disks, _, _) = pool_with_data(&w);
-    let err = Pool::create("other", vec![spec(TopKind::Disk, &disks)], opts(6)).err().expect("refused");
+    let err = Pool::create("other", vec![spec(TopKind::Disk, &disks)], opts(6))
+        .err()
+        .expect("refused");
     let msg = err.to_string();
-    assert!(msg.contains("is part of") && msg.contains("'tank'") && msg.contains("-f"), "{msg}");
-    let forced = CreateOptions { force: true, ..opts(6) };
+    assert!(
+        msg.contains("is part of") && msg.contains("'tank'") && msg.contains("-f"),
+        "{msg}"
+    );
+    let forced = CreateOptions {
+        force: true,
+        ..opts(6)
+    };
     Pool::create("other", vec![spec(TopKind::Disk, &disks)], forced).expect("-f overrides");
 }
 
@@ -99,7 +111,10 @@ fn device_of_another_pool_needs_force() {
 fn device_too_small() {
     let w = SimWorld::new();
     let d = w.disk("tiny", 8 << 20);
-    let msg = Pool::create("t", vec![spec(TopKind::Disk, &[d])], opts(7)).err().expect("refused").to_string();
+    let msg = Pool::create("t", vec![spec(TopKind::Disk, &[d])], opts(7))
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(msg.contains("too small"), "{msg}");
 }
 
@@ -115,14 +130,20 @@ fn truncated_device_is_reported() {
     let mut found = discover(vec![("a".into(), Arc::new(dev) as Arc<dyn BlockDevice>)]);
     assert_eq!(found.len(), 1);
     // ... but import refuses to read past the end of the device.
-    let msg = Pool::import(&found.remove(0), None, tunables()).err().expect("refused").to_string();
+    let msg = Pool::import(&found.remove(0), None, tunables())
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(msg.contains("truncated"), "{msg}");
 }
 
 #[test]
 fn bad_pool_names() {
     for n in ["", "1abc", "mirror1", "a/b", "c0", "log", "tank space"] {
-        assert!(uzfs_core::spa::check_pool_name(n).is_err(), "{n:?} accepted");
+        assert!(
+            uzfs_core::spa::check_pool_name(n).is_err(),
+            "{n:?} accepted"
+        );
     }
     for n in ["tank", "a_b-c.d:e", "c"] {
         assert!(uzfs_core::spa::check_pool_name(n).is_ok(), "{n:?} refused");
@@ -137,12 +158,23 @@ fn unknown_active_feature_refuses_import() {
     let (_d, mut found) = find(&SimWorld::new(), vec![("a".into(), disks[0].image())]);
     found.config.features.insert(
         "org.example:future_thing".into(),
-        FeatureEntry { state: FeatureState::Active, read_only_compatible: false },
+        FeatureEntry {
+            state: FeatureState::Active,
+            read_only_compatible: false,
+        },
     );
-    let msg = Pool::import(&found, None, tunables()).err().expect("refused").to_string();
-    assert!(msg.contains("org.example:future_thing") && msg.contains("not supported"), "{msg}");
+    let msg = Pool::import(&found, None, tunables())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        msg.contains("org.example:future_thing") && msg.contains("not supported"),
+        "{msg}"
+    );
     // Enabled but not active is harmless.
-    found.config.features.get_mut("org.example:future_thing").map(|e| e.state = FeatureState::Enabled);
+    if let Some(e) = found.config.features.get_mut("org.example:future_thing") {
+        e.state = FeatureState::Enabled;
+    }
     Pool::import(&found, None, tunables()).expect("enabled-only feature imports");
 }
 
@@ -151,7 +183,9 @@ fn full_pool_says_no_space_and_keeps_data() {
     let w = SimWorld::new();
     let disks = vec![w.disk("a", 64 << 20)];
     let pool = Pool::create("full", vec![spec(TopKind::Disk, &disks)], opts(8)).expect("create");
-    let o = pool.create_object(131072, &ObjProps::default()).expect("obj");
+    let o = pool
+        .create_object(131072, &ObjProps::default())
+        .expect("obj");
     let chunk = pattern(3, 1 << 20);
     let mut written = 0u64;
     let err = loop {
@@ -159,7 +193,7 @@ fn full_pool_says_no_space_and_keeps_data() {
             Ok(()) => written += chunk.len() as u64,
             Err(e) => break e,
         }
-        if written % (8 << 20) == 0 {
+        if written.is_multiple_of(8 << 20) {
             pool.sync().expect("sync never fails for lack of space");
         }
         assert!(written < 1 << 30, "never ran out of space");
@@ -170,7 +204,8 @@ fn full_pool_says_no_space_and_keeps_data() {
     let pool = reimport(&SimWorld::new(), images(&disks)).expect("import");
     let mut buf = vec![0u8; chunk.len()];
     for i in 0..written / chunk.len() as u64 {
-        pool.read(o, i * chunk.len() as u64, &mut buf).expect("read");
+        pool.read(o, i * chunk.len() as u64, &mut buf)
+            .expect("read");
         assert!(buf == chunk, "chunk {i} lost after ENOSPC");
     }
     let r = uzfs_core::zdb::verify(devs(&disks)).expect("zdb");

@@ -32,29 +32,51 @@ const SMALL: u64 = 64 << 20;
 
 fn check_matches(pool: &Pool, model: &Model, max_obj: u64, seed: u64) {
     for obj in 1..=max_obj + 1 {
-        let exists = pool.root.exists(obj).unwrap_or_else(|e| panic!("seed {seed}: exists({obj}): {e}"));
+        let exists = pool
+            .root
+            .exists(obj)
+            .unwrap_or_else(|e| panic!("seed {seed}: exists({obj}): {e}"));
         match model.get(&obj) {
-            None => assert!(!exists, "seed {seed}: object {obj} exists but the model freed or never made it"),
+            None => assert!(
+                !exists,
+                "seed {seed}: object {obj} exists but the model freed or never made it"
+            ),
             Some(data) => {
                 assert!(exists, "seed {seed}: object {obj} missing");
-                let size = pool.object_size(obj).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                let size = pool
+                    .object_size(obj)
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
                 assert_eq!(size, data.len() as u64, "seed {seed}: object {obj} size");
                 let mut buf = vec![0u8; data.len()];
-                pool.read(obj, 0, &mut buf).unwrap_or_else(|e| panic!("seed {seed}: read {obj}: {e}"));
-                assert!(buf == *data, "seed {seed}: object {obj} contents differ from the model");
+                pool.read(obj, 0, &mut buf)
+                    .unwrap_or_else(|e| panic!("seed {seed}: read {obj}: {e}"));
+                assert!(
+                    buf == *data,
+                    "seed {seed}: object {obj} contents differ from the model"
+                );
             }
         }
     }
 }
 
 /// One random operation; `Err` only from the pool.
-fn step(pool: &Pool, rng: &mut SimRng, model: &mut Model, max_obj: &mut u64) -> uzfs_core::Result<()> {
+fn step(
+    pool: &Pool,
+    rng: &mut SimRng,
+    model: &mut Model,
+    max_obj: &mut u64,
+) -> uzfs_core::Result<()> {
     let roll = rng.below(100);
     if roll < 15 || model.is_empty() {
         let blksz = [512u32, 4096, 16384, 131072][rng.below(4) as usize];
         let props = ObjProps {
-            checksum: [ChecksumType::Fletcher4, ChecksumType::Sha256, ChecksumType::Blake3][rng.below(3) as usize],
-            compress: [Compression::Off, Compression::Lz4, Compression::Zstd][rng.below(3) as usize],
+            checksum: [
+                ChecksumType::Fletcher4,
+                ChecksumType::Sha256,
+                ChecksumType::Blake3,
+            ][rng.below(3) as usize],
+            compress: [Compression::Off, Compression::Lz4, Compression::Zstd]
+                [rng.below(3) as usize],
             copies: 1 + rng.below(2) as u8,
         };
         let obj = pool.create_object(blksz, &props)?;
@@ -98,14 +120,17 @@ fn run_seed(seed: u64) {
         1 => (vec![(TopKind::Mirror, 2)], 2),
         _ => (vec![(TopKind::Disk, 1), (TopKind::Disk, 1)], 2),
     };
-    let disks: Vec<_> = (0..ndisks).map(|i| world.disk(&format!("d{i}"), SMALL)).collect();
+    let disks: Vec<_> = (0..ndisks)
+        .map(|i| world.disk(&format!("d{i}"), SMALL))
+        .collect();
     let mut specs = Vec::new();
     let mut at = 0;
     for (k, n) in kind_specs {
         specs.push(spec(k, &disks[at..at + n]));
         at += n;
     }
-    let pool = Pool::create("crash", specs, opts(seed)).unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
+    let pool = Pool::create("crash", specs, opts(seed))
+        .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     let mut model = Model::new();
     let mut max_obj = 0;
     let mut committed: BTreeMap<u64, Model> = BTreeMap::new();
@@ -130,7 +155,10 @@ fn run_seed(seed: u64) {
             Ok(()) => {}
             Err(Error::NoSpace) => {}
             Err(e) => {
-                assert!(world.power_lost(), "seed {seed}: unexpected error without a crash: {e}");
+                assert!(
+                    world.power_lost(),
+                    "seed {seed}: unexpected error without a crash: {e}"
+                );
                 break 'work;
             }
         }
@@ -138,16 +166,23 @@ fn run_seed(seed: u64) {
             break;
         }
     }
-    let last = *committed.keys().next_back().expect("create committed a txg");
+    let last = *committed
+        .keys()
+        .next_back()
+        .expect("create committed a txg");
     let images = world.crash(&mut rng);
     drop(pool);
 
     let w2 = SimWorld::new();
     let (disks2, found) = find(&w2, images);
-    let pool = Pool::import(&found, None, tunables()).unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
+    let pool = Pool::import(&found, None, tunables())
+        .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
     let txg = pool.last_txg();
     let expect = if let Some(m) = committed.get(&txg) {
-        assert_eq!(txg, last, "seed {seed}: imported txg {txg}, but txg {last} had committed");
+        assert_eq!(
+            txg, last,
+            "seed {seed}: imported txg {txg}, but txg {last} had committed"
+        );
         m
     } else {
         match &in_flight {
@@ -165,7 +200,11 @@ fn run_seed(seed: u64) {
     }
     check_matches(&pool, expect, max_obj, seed);
     let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(report.is_clean(), "seed {seed}: zdb after crash:\n{}", zdb::format_report(&report));
+    assert!(
+        report.is_clean(),
+        "seed {seed}: zdb after crash:\n{}",
+        zdb::format_report(&report)
+    );
 
     // The allocator state rebuilt from the space maps must be usable.
     let mut model = expect.clone();
@@ -175,11 +214,17 @@ fn run_seed(seed: u64) {
             Err(e) => panic!("seed {seed}: after import: {e}"),
         }
     }
-    pool.sync().unwrap_or_else(|e| panic!("seed {seed}: sync after import: {e}"));
+    pool.sync()
+        .unwrap_or_else(|e| panic!("seed {seed}: sync after import: {e}"));
     check_matches(&pool, &model, max_obj, seed);
-    pool.close().unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
+    pool.close()
+        .unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
     let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(report.is_clean(), "seed {seed}: zdb after more writes:\n{}", zdb::format_report(&report));
+    assert!(
+        report.is_clean(),
+        "seed {seed}: zdb after more writes:\n{}",
+        zdb::format_report(&report)
+    );
 }
 
 #[test]
@@ -188,8 +233,14 @@ fn crash_at_random_instants() {
         run_seed(s.parse().expect("UZFS_CRASH_SEED is a number"));
         return;
     }
-    let n: u64 = std::env::var("UZFS_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
-    let base: u64 = std::env::var("UZFS_CRASH_BASE").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let n: u64 = std::env::var("UZFS_CRASH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let base: u64 = std::env::var("UZFS_CRASH_BASE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     for seed in base..base + n {
         run_seed(seed);
     }

@@ -12,12 +12,24 @@ use uzfs_core::spa::uberblock::Uberblock;
 use uzfs_core::vdev::label::decode_config;
 
 fn arb_bp() -> impl Strategy<Value = BlkPtr> {
-    (1u64..1 << 40, 1u32..256, 1u64..1 << 30, any::<[u8; 32]>(), 0u8..3, 0u8..4).prop_map(
-        |(off, sectors, birth, ck, comp, level)| {
+    (
+        1u64..1 << 40,
+        1u32..256,
+        1u64..1 << 30,
+        any::<[u8; 32]>(),
+        0u8..3,
+        0u8..4,
+    )
+        .prop_map(|(off, sectors, birth, ck, comp, level)| {
             let psize = sectors * 512;
             BlkPtr {
                 dva: [
-                    Dva { vdev: 1, asize: psize as u64, offset: off * 512, flags: 0 },
+                    Dva {
+                        vdev: 1,
+                        asize: psize as u64,
+                        offset: off * 512,
+                        flags: 0,
+                    },
                     Dva::default(),
                     Dva::default(),
                 ],
@@ -32,8 +44,7 @@ fn arb_bp() -> impl Strategy<Value = BlkPtr> {
                 fill: 1,
                 checksum: ck,
             }
-        },
-    )
+        })
 }
 
 proptest! {

@@ -12,7 +12,8 @@ use uzfs_core::zdb;
 fn write_sync_reimport_read() {
     let w = SimWorld::new();
     let disks = [w.disk("a", DISK), w.disk("b", DISK)];
-    let pool = uzfs_core::spa::Pool::create("tank", vec![spec(TopKind::Mirror, &disks)], opts(1)).expect("create");
+    let pool = uzfs_core::spa::Pool::create("tank", vec![spec(TopKind::Mirror, &disks)], opts(1))
+        .expect("create");
     let props = ObjProps::default();
     let mut objs = Vec::new();
     for i in 0..5u64 {
@@ -33,7 +34,8 @@ fn write_sync_reimport_read() {
     assert!(report.blocks > 50 && report.allocated_bytes > 500_000);
 
     let w2 = SimWorld::new();
-    let pool = reimport(&w2, disks.iter().map(|d| (d.name(), d.image())).collect()).expect("import");
+    let pool =
+        reimport(&w2, disks.iter().map(|d| (d.name(), d.image())).collect()).expect("import");
     for (o, data) in &objs {
         let mut buf = vec![0u8; data.len()];
         pool.read(*o, 3, &mut buf).expect("read");

@@ -29,7 +29,10 @@ fn mk_files(dir: &std::path::Path, n: usize) -> Vec<(String, Arc<dyn BlockDevice
             let p = dir.join(format!("disk{i}"));
             let f = std::fs::File::create(&p).expect("create file");
             f.set_len(128 << 20).expect("size");
-            (p.display().to_string(), Arc::new(FileDevice::open(&p).expect("open")) as Arc<dyn BlockDevice>)
+            (
+                p.display().to_string(),
+                Arc::new(FileDevice::open(&p).expect("open")) as Arc<dyn BlockDevice>,
+            )
         })
         .collect()
 }
@@ -48,11 +51,24 @@ fn cksum_errors(pool: &Pool, leaf: usize) -> u64 {
 fn mirror_heals_random_bit_flips() {
     let dir = tempfile::tempdir().expect("tempdir");
     let leaves = mk_files(dir.path(), 2);
-    let opts = CreateOptions { tunables: tun(), ..Default::default() };
-    let pool = Pool::create("heal", vec![TopSpec { kind: TopKind::Mirror, leaves }], opts).expect("create");
+    let opts = CreateOptions {
+        tunables: tun(),
+        ..Default::default()
+    };
+    let pool = Pool::create(
+        "heal",
+        vec![TopSpec {
+            kind: TopKind::Mirror,
+            leaves,
+        }],
+        opts,
+    )
+    .expect("create");
     let mut objs = Vec::new();
     for i in 0..8u64 {
-        let o = pool.create_object(16384, &ObjProps::default()).expect("obj");
+        let o = pool
+            .create_object(16384, &ObjProps::default())
+            .expect("obj");
         let d = pattern(100 + i, 1 << 20);
         pool.write(o, 0, &d).expect("write");
         objs.push((o, d));
@@ -63,7 +79,11 @@ fn mirror_heals_random_bit_flips() {
     drop(pool);
 
     // Flip bits across the allocated region of side 0 only.
-    let side0 = std::fs::OpenOptions::new().read(true).write(true).open(dir.path().join("disk0")).expect("open");
+    let side0 = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.path().join("disk0"))
+        .expect("open");
     let mut rng = SimRng::new(7);
     for _ in 0..400 {
         let off = LABEL_START_SIZE + rng.below(alloc);
@@ -88,18 +108,37 @@ fn mirror_heals_random_bit_flips() {
         pool.read(*o, 0, &mut buf).expect("second read");
         assert!(buf == *d);
     }
-    assert_eq!(cksum_errors(&pool, 0), first, "second read found unrepaired copies");
+    assert_eq!(
+        cksum_errors(&pool, 0),
+        first,
+        "second read found unrepaired copies"
+    );
     pool.close().expect("close");
     let report = zdb::verify(scan_dir(dir.path()).expect("scan")).expect("zdb");
-    assert!(report.bad_copies.is_empty(), "zdb still finds bad copies:\n{}", zdb::format_report(&report));
+    assert!(
+        report.bad_copies.is_empty(),
+        "zdb still finds bad copies:\n{}",
+        zdb::format_report(&report)
+    );
 }
 
 #[test]
 fn both_sides_bad_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let leaves = mk_files(dir.path(), 2);
-    let opts = CreateOptions { tunables: tun(), ..Default::default() };
-    let pool = Pool::create("bad2", vec![TopSpec { kind: TopKind::Mirror, leaves }], opts).expect("create");
+    let opts = CreateOptions {
+        tunables: tun(),
+        ..Default::default()
+    };
+    let pool = Pool::create(
+        "bad2",
+        vec![TopSpec {
+            kind: TopKind::Mirror,
+            leaves,
+        }],
+        opts,
+    )
+    .expect("create");
     let o = pool.create_object(4096, &ObjProps::default()).expect("obj");
     pool.write(o, 0, &pattern(5, 64 << 10)).expect("write");
     pool.sync().expect("sync");
@@ -110,15 +149,25 @@ fn both_sides_bad_is_a_clear_error() {
     pool.export().expect("export");
     drop(pool);
     for i in 0..2 {
-        let f = std::fs::OpenOptions::new().write(true).open(dir.path().join(format!("disk{i}"))).expect("open");
-        f.write_all_at(&[0xde, 0xad, 0xbe, 0xef], LABEL_START_SIZE + bp.dva[0].offset + 100).expect("corrupt");
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(format!("disk{i}")))
+            .expect("open");
+        f.write_all_at(
+            &[0xde, 0xad, 0xbe, 0xef],
+            LABEL_START_SIZE + bp.dva[0].offset + 100,
+        )
+        .expect("corrupt");
     }
     let pool = import_dir(dir.path());
     let mut buf = vec![0u8; 4096];
     pool.read(o, 0, &mut buf).expect("block 0 is fine");
     match pool.read(o, 3 * 4096 + 10, &mut buf) {
         Err(Error::Checksum(msg)) => {
-            assert!(msg.contains(&format!("object {o} offset 12288")), "error does not name the block: {msg}");
+            assert!(
+                msg.contains(&format!("object {o} offset 12288")),
+                "error does not name the block: {msg}"
+            );
         }
         other => panic!("expected a checksum error, got {other:?}"),
     }

@@ -25,14 +25,22 @@ pub struct Response {
 
 impl Response {
     pub fn ok(stdout: String) -> Self {
-        Response { code: 0, stdout, stderr: String::new() }
+        Response {
+            code: 0,
+            stdout,
+            stderr: String::new(),
+        }
     }
     pub fn err(code: i32, stderr: impl Into<String>) -> Self {
         let mut s: String = stderr.into();
         if !s.ends_with('\n') {
             s.push('\n');
         }
-        Response { code, stdout: String::new(), stderr: s }
+        Response {
+            code,
+            stdout: String::new(),
+            stderr: s,
+        }
     }
 }
 
@@ -48,7 +56,9 @@ pub fn rundir(flag: Option<&str>) -> PathBuf {
             return PathBuf::from(d);
         }
     }
-    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(0);
     if uid == 0 {
         return PathBuf::from("/run/uzfs");
     }
@@ -71,18 +81,27 @@ fn send(sock: &Path, req: &Request) -> std::io::Result<Response> {
     let mut r = BufReader::new(s);
     let mut buf = String::new();
     r.read_line(&mut buf)?;
-    serde_json::from_str(&buf).map_err(|e| std::io::Error::other(format!("bad reply from daemon: {e}")))
+    serde_json::from_str(&buf)
+        .map_err(|e| std::io::Error::other(format!("bad reply from daemon: {e}")))
 }
 
 /// Send a command to the daemon, starting one if none is running.
 pub fn call(rundir: &Path, argv: Vec<String>) -> Response {
-    let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
+    let cwd = std::env::current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     let req = Request { argv, cwd };
     let sock = socket_path(rundir);
     match send(&sock, &req) {
         Ok(r) => return r,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Response::err(1, format!("permission denied talking to the uzfs daemon at {}", sock.display()));
+            return Response::err(
+                1,
+                format!(
+                    "permission denied talking to the uzfs daemon at {}",
+                    sock.display()
+                ),
+            );
         }
         Err(_) => {}
     }
@@ -96,7 +115,11 @@ pub fn call(rundir: &Path, argv: Vec<String>) -> Response {
             Err(e) if Instant::now() > deadline => {
                 return Response::err(
                     1,
-                    format!("the uzfs daemon did not answer on {}: {e} (see {}/uzfsd.log)", sock.display(), rundir.display()),
+                    format!(
+                        "the uzfs daemon did not answer on {}: {e} (see {}/uzfsd.log)",
+                        sock.display(),
+                        rundir.display()
+                    ),
                 )
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -108,7 +131,10 @@ pub fn call(rundir: &Path, argv: Vec<String>) -> Response {
 pub fn start_daemon(rundir: &Path) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
     crate::daemon::prepare_rundir(rundir)?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(rundir.join("uzfsd.log"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(rundir.join("uzfsd.log"))?;
     let exe = std::env::current_exe()?;
     std::process::Command::new(exe)
         .arg("--rundir")

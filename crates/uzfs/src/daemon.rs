@@ -86,10 +86,16 @@ impl Daemon {
 
     pub fn tunables() -> Tunables {
         let mut t = Tunables::default();
-        if let Some(s) = std::env::var("UZFS_TXG_TIMEOUT").ok().and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(s) = std::env::var("UZFS_TXG_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             t.txg_timeout = std::time::Duration::from_secs(s.max(1));
         }
-        if let Some(m) = std::env::var("UZFS_DIRTY_MAX").ok().and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(m) = std::env::var("UZFS_DIRTY_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             t.dirty_max = m.max(1 << 20);
         }
         t
@@ -97,20 +103,32 @@ impl Daemon {
 
     pub fn import(&self, found: &FoundPool, new_name: Option<&str>) -> Result<Arc<Pool>, String> {
         let name = new_name.unwrap_or(&found.config.name).to_string();
-        if self.pools.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&name) {
-            return Err(format!("cannot import '{name}': a pool with that name already exists"));
+        if self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&name)
+        {
+            return Err(format!(
+                "cannot import '{name}': a pool with that name already exists"
+            ));
         }
         let pool = Pool::import(found, new_name, Self::tunables()).map_err(|e| e.to_string())?;
         pool.log_history(&format!("zpool import {}", found.config.name));
         pool.txg_wait_synced().map_err(|e| e.to_string())?;
-        self.pools.lock().unwrap_or_else(|e| e.into_inner()).insert(name, pool.clone());
+        self.pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name, pool.clone());
         self.write_cache();
         Ok(pool)
     }
 
     fn reimport_cached(&self) {
         for e in self.read_cache() {
-            let found = discover(open_paths(&e.paths)).into_iter().find(|f| f.config.pool_guid == e.guid);
+            let found = discover(open_paths(&e.paths))
+                .into_iter()
+                .find(|f| f.config.pool_guid == e.guid);
             match found {
                 Some(f) => match self.import(&f, Some(&e.name)) {
                     Ok(_) => eprintln!("uzfsd: imported '{}' from the cache", e.name),
@@ -122,7 +140,10 @@ impl Daemon {
         // Keep entries for pools that could not be opened this time.
         let missing: Vec<CacheEntry> = {
             let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-            self.read_cache().into_iter().filter(|e| !pools.contains_key(&e.name)).collect()
+            self.read_cache()
+                .into_iter()
+                .filter(|e| !pools.contains_key(&e.name))
+                .collect()
         };
         if missing.is_empty() {
             self.write_cache();
@@ -130,7 +151,13 @@ impl Daemon {
     }
 
     pub fn close_all(&self) {
-        let pools: Vec<Arc<Pool>> = self.pools.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let pools: Vec<Arc<Pool>> = self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for p in pools {
             if let Err(e) = p.close() {
                 eprintln!("uzfsd: closing '{}': {e}", p.name);
@@ -171,7 +198,11 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
             d.close_all();
             Response::ok("uzfs daemon stopped\n".into())
         }
-        Some("ping") => Response::ok(format!("uzfsd {} pid {}\n", env!("CARGO_PKG_VERSION"), std::process::id())),
+        Some("ping") => Response::ok(format!(
+            "uzfsd {} pid {}\n",
+            env!("CARGO_PKG_VERSION"),
+            std::process::id()
+        )),
         _ => Response::err(2, "unknown request"),
     }
 }
@@ -179,12 +210,18 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
 /// Run the daemon in the foreground until a `shutdown` request.
 pub fn run(rundir: &Path) -> i32 {
     if let Err(e) = prepare_rundir(rundir) {
-        eprintln!("uzfs daemon: cannot create run directory {}: {e}", rundir.display());
+        eprintln!(
+            "uzfs daemon: cannot create run directory {}: {e}",
+            rundir.display()
+        );
         return 1;
     }
     let sock = socket_path(rundir);
     if UnixStream::connect(&sock).is_ok() {
-        eprintln!("uzfs daemon: another daemon is already serving {}", sock.display());
+        eprintln!(
+            "uzfs daemon: another daemon is already serving {}",
+            sock.display()
+        );
         return 1;
     }
     let _ = std::fs::remove_file(&sock);
@@ -196,7 +233,10 @@ pub fn run(rundir: &Path) -> i32 {
         }
     };
     let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
-    let _ = std::fs::write(rundir.join("uzfsd.pid"), format!("{}\n", std::process::id()));
+    let _ = std::fs::write(
+        rundir.join("uzfsd.pid"),
+        format!("{}\n", std::process::id()),
+    );
     let d = Arc::new(Daemon {
         rundir: rundir.to_path_buf(),
         pools: Mutex::new(BTreeMap::new()),

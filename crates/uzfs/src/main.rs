@@ -143,7 +143,10 @@ fn link(dir: &Path) -> i32 {
         let l = dir.join(name);
         if let Ok(m) = std::fs::symlink_metadata(&l) {
             if !m.file_type().is_symlink() {
-                eprintln!("uzfs link: {} exists and is not a link; leaving it alone", l.display());
+                eprintln!(
+                    "uzfs link: {} exists and is not a link; leaving it alone",
+                    l.display()
+                );
                 return 1;
             }
             let _ = std::fs::remove_file(&l);

@@ -50,8 +50,16 @@ pub fn run(rundir: &Path, args: &[String]) -> i32 {
         return 2;
     };
     let devs = if has('e') {
-        let dirs: Vec<String> = o.iter().filter(|(k, _)| *k == 'p').filter_map(|(_, v)| v.clone()).collect();
-        let dirs = if dirs.is_empty() { vec!["/dev".to_string()] } else { dirs };
+        let dirs: Vec<String> = o
+            .iter()
+            .filter(|(k, _)| *k == 'p')
+            .filter_map(|(_, v)| v.clone())
+            .collect();
+        let dirs = if dirs.is_empty() {
+            vec!["/dev".to_string()]
+        } else {
+            dirs
+        };
         let mut v = Vec::new();
         for d in dirs {
             match scan_dir(Path::new(&d)) {
@@ -86,7 +94,10 @@ pub fn run(rundir: &Path, args: &[String]) -> i32 {
     let all = !(has('C') || has('u') || has('b') || has('c'));
     if all || has('C') {
         println!("\nMOS Configuration:");
-        println!("{}", serde_json::to_string_pretty(&found.config).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&found.config).unwrap_or_default()
+        );
     }
     if all || has('u') {
         print!("{}", zdb::dump_uberblocks(&found));

@@ -62,7 +62,9 @@ pub fn getopt(args: &[String], spec: &str) -> Result<(Opts, Vec<String>), String
                     rest
                 } else {
                     i += 1;
-                    args.get(i).cloned().ok_or_else(|| format!("missing argument for '{c}' option"))?
+                    args.get(i)
+                        .cloned()
+                        .ok_or_else(|| format!("missing argument for '{c}' option"))?
                 };
                 opts.push((c, Some(v)));
                 break;
@@ -80,7 +82,10 @@ fn has(o: &Opts, c: char) -> bool {
 }
 
 fn values(o: &Opts, c: char) -> Vec<String> {
-    o.iter().filter(|(k, _)| *k == c).filter_map(|(_, v)| v.clone()).collect()
+    o.iter()
+        .filter(|(k, _)| *k == c)
+        .filter_map(|(_, v)| v.clone())
+        .collect()
 }
 
 /// A device name as the user typed it, made absolute: relative to the
@@ -122,18 +127,28 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<Vec<TopSpec>, String> 
                     i += 1;
                 }
                 if leaves.len() < 2 {
-                    return Err("invalid vdev specification: mirror requires at least 2 devices".into());
+                    return Err(
+                        "invalid vdev specification: mirror requires at least 2 devices".into(),
+                    );
                 }
-                specs.push(TopSpec { kind: TopKind::Mirror, leaves });
+                specs.push(TopSpec {
+                    kind: TopKind::Mirror,
+                    leaves,
+                });
             }
             k if k.starts_with("raidz") || k.starts_with("draid") => {
                 return Err(format!("invalid vdev specification: '{k}' is not supported yet (RAID-Z arrives with issue #3)"));
             }
             "log" | "cache" | "spare" | "special" | "dedup" => {
-                return Err(format!("invalid vdev specification: '{a}' devices are not supported yet"));
+                return Err(format!(
+                    "invalid vdev specification: '{a}' devices are not supported yet"
+                ));
             }
             _ => {
-                specs.push(TopSpec { kind: TopKind::Disk, leaves: vec![open_dev(cwd, a)?] });
+                specs.push(TopSpec {
+                    kind: TopKind::Disk,
+                    leaves: vec![open_dev(cwd, a)?],
+                });
                 i += 1;
             }
         }
@@ -145,7 +160,11 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<Vec<TopSpec>, String> 
 }
 
 fn is_keyword(s: &str) -> bool {
-    matches!(s, "mirror" | "log" | "cache" | "spare" | "special" | "dedup") || s.starts_with("raidz") || s.starts_with("draid")
+    matches!(
+        s,
+        "mirror" | "log" | "cache" | "spare" | "special" | "dedup"
+    ) || s.starts_with("raidz")
+        || s.starts_with("draid")
 }
 
 fn err(msg: impl Into<String>) -> Response {
@@ -167,7 +186,13 @@ fn get_pool(d: &Daemon, name: &str) -> Result<Arc<Pool>, Response> {
 
 fn pools_or_all(d: &Daemon, names: &[String]) -> Result<Vec<Arc<Pool>>, Response> {
     if names.is_empty() {
-        return Ok(d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect());
+        return Ok(d
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect());
     }
     names.iter().map(|n| get_pool(d, n)).collect()
 }
@@ -215,10 +240,18 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     let Some(name) = rest.first() else {
         return usage_err("missing pool name argument");
     };
-    if d.pools.lock().unwrap_or_else(|e| e.into_inner()).contains_key(name) {
+    if d.pools
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(name)
+    {
         return err(format!("cannot create '{name}': pool already exists"));
     }
-    let mut opts = CreateOptions { force: has(&o, 'f'), tunables: Daemon::tunables(), ..Default::default() };
+    let mut opts = CreateOptions {
+        force: has(&o, 'f'),
+        tunables: Daemon::tunables(),
+        ..Default::default()
+    };
     let mut comment = None;
     for kv in values(&o, 'o') {
         let Some((k, v)) = kv.split_once('=') else {
@@ -226,8 +259,14 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         };
         match k {
             "ashift" => match v.parse::<u8>() {
-                Ok(a) if a == 0 || (9..=16).contains(&a) => opts.ashift = if a == 0 { 12 } else { a },
-                _ => return err(format!("property 'ashift' must be 0 or between 9 and 16: '{v}'")),
+                Ok(a) if a == 0 || (9..=16).contains(&a) => {
+                    opts.ashift = if a == 0 { 12 } else { a }
+                }
+                _ => {
+                    return err(format!(
+                        "property 'ashift' must be 0 or between 9 and 16: '{v}'"
+                    ))
+                }
             },
             "flush" => match FlushPolicy::parse(v) {
                 Ok(f) => opts.flush = f,
@@ -236,13 +275,21 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             "comment" => comment = Some(v.to_string()),
             _ if k.starts_with("feature@") => {
                 if feature::info(&k[8..]).is_none() {
-                    return err(format!("property '{k}' is not a valid pool property (unknown feature)"));
+                    return err(format!(
+                        "property '{k}' is not a valid pool property (unknown feature)"
+                    ));
                 }
                 if v != "enabled" {
-                    return err(format!("property '{k}': only 'enabled' is supported at create"));
+                    return err(format!(
+                        "property '{k}': only 'enabled' is supported at create"
+                    ));
                 }
             }
-            _ => return err(format!("property '{k}' is not a valid pool property (or not settable at create)")),
+            _ => {
+                return err(format!(
+                    "property '{k}' is not a valid pool property (or not settable at create)"
+                ))
+            }
         }
     }
     if !values(&o, 'O').is_empty() || has(&o, 'm') {
@@ -279,7 +326,10 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     if let Err(e) = pool.txg_wait_synced() {
         return err(format!("cannot create '{name}': {e}"));
     }
-    d.pools.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), pool);
+    d.pools
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.clone(), pool);
     d.write_cache();
     Response::ok(String::new())
 }
@@ -331,7 +381,11 @@ fn leaf_state(p: &Pool, path: &str) -> &'static str {
 }
 
 fn top_state(p: &Pool, t: &uzfs_core::vdev::TopVdev) -> &'static str {
-    let bad = t.children.iter().filter(|c| leaf_state(p, &c.path) != "ONLINE").count();
+    let bad = t
+        .children
+        .iter()
+        .filter(|c| leaf_state(p, &c.path) != "ONLINE")
+        .count();
     if bad == 0 {
         "ONLINE"
     } else if bad < t.children.len() {
@@ -362,23 +416,58 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
         "allocated" | "alloc" => (n(alloc), "-"),
         "free" => (n(free), "-"),
         "capacity" | "cap" => {
-            let c = if size == 0 { 0 } else { alloc * 100 / size };
-            (if parsable { c.to_string() } else { format!("{c}%") }, "-")
+            let c = (alloc * 100).checked_div(size).unwrap_or(0);
+            (
+                if parsable {
+                    c.to_string()
+                } else {
+                    format!("{c}%")
+                },
+                "-",
+            )
         }
         "health" => (pool_health(p).to_string(), "-"),
         "guid" => (p.guid.to_string(), "-"),
-        "ashift" => (props.ashift.to_string(), if props.ashift == 0 { "default" } else { "local" }),
-        "comment" => (if props.comment.is_empty() { "-".into() } else { props.comment.clone() }, if props.comment.is_empty() { "default" } else { "local" }),
+        "ashift" => (
+            props.ashift.to_string(),
+            if props.ashift == 0 {
+                "default"
+            } else {
+                "local"
+            },
+        ),
+        "comment" => (
+            if props.comment.is_empty() {
+                "-".into()
+            } else {
+                props.comment.clone()
+            },
+            if props.comment.is_empty() {
+                "default"
+            } else {
+                "local"
+            },
+        ),
         "version" => ("-".into(), "default"),
         "readonly" => ("off".into(), "-"),
-        "dedupratio" | "dedup" => (if parsable { "1.00".into() } else { "1.00x".into() }, "-"),
+        "dedupratio" | "dedup" => (
+            if parsable {
+                "1.00".into()
+            } else {
+                "1.00x".into()
+            },
+            "-",
+        ),
         "fragmentation" | "frag" => ("-".into(), "-"),
         "expandsize" | "expandsz" | "checkpoint" | "ckpoint" | "altroot" => ("-".into(), "default"),
         "txg" => (p.last_txg().to_string(), "-"),
         f if f.starts_with("feature@") => {
             let name = &f[8..];
             let full = feature::info(name)?.name;
-            let st = cfg.features.get(full).map_or(FeatureState::Disabled, |e| e.state);
+            let st = cfg
+                .features
+                .get(full)
+                .map_or(FeatureState::Disabled, |e| e.state);
             (format!("{st:?}").to_lowercase(), "local")
         }
         _ => return None,
@@ -386,8 +475,21 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
 }
 
 const ALL_PROPS: &[&str] = &[
-    "size", "capacity", "altroot", "health", "guid", "version", "comment", "expandsize", "dedupratio", "free",
-    "allocated", "readonly", "ashift", "fragmentation", "checkpoint",
+    "size",
+    "capacity",
+    "altroot",
+    "health",
+    "guid",
+    "version",
+    "comment",
+    "expandsize",
+    "dedupratio",
+    "free",
+    "allocated",
+    "readonly",
+    "ashift",
+    "fragmentation",
+    "checkpoint",
 ];
 
 fn list(d: &Daemon, args: &[String]) -> Response {
@@ -400,17 +502,28 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         Err(r) => return r,
     };
     let default_cols = "name,size,allocated,free,checkpoint,expandsize,fragmentation,capacity,dedupratio,health,altroot";
-    let cols: Vec<String> = values(&o, 'o').last().map_or(default_cols.to_string(), |s| s.clone()).split(',').map(String::from).collect();
-    let hdr: Vec<String> = cols.iter().map(|c| match c.as_str() {
-        "allocated" => "ALLOC".into(),
-        "checkpoint" => "CKPOINT".into(),
-        "expandsize" => "EXPANDSZ".into(),
-        "fragmentation" => "FRAG".into(),
-        "capacity" => "CAP".into(),
-        "dedupratio" => "DEDUP".into(),
-        other => other.to_uppercase(),
-    }).collect();
-    let right: Vec<bool> = cols.iter().map(|c| !matches!(c.as_str(), "name" | "altroot" | "health" | "comment")).collect();
+    let cols: Vec<String> = values(&o, 'o')
+        .last()
+        .map_or(default_cols.to_string(), |s| s.clone())
+        .split(',')
+        .map(String::from)
+        .collect();
+    let hdr: Vec<String> = cols
+        .iter()
+        .map(|c| match c.as_str() {
+            "allocated" => "ALLOC".into(),
+            "checkpoint" => "CKPOINT".into(),
+            "expandsize" => "EXPANDSZ".into(),
+            "fragmentation" => "FRAG".into(),
+            "capacity" => "CAP".into(),
+            "dedupratio" => "DEDUP".into(),
+            other => other.to_uppercase(),
+        })
+        .collect();
+    let right: Vec<bool> = cols
+        .iter()
+        .map(|c| !matches!(c.as_str(), "name" | "altroot" | "health" | "comment"))
+        .collect();
     let mut t = Table::new(&hdr.iter().map(String::as_str).collect::<Vec<_>>(), &right);
     for p in &pools {
         let mut row = Vec::new();
@@ -447,7 +560,11 @@ fn status(d: &Daemon, args: &[String]) -> Response {
         let errs: u64 = tops
             .iter()
             .flat_map(|t| t.children.iter())
-            .map(|c| VdevStats::get(&c.stats.read_errors) + VdevStats::get(&c.stats.write_errors) + VdevStats::get(&c.stats.cksum_errors))
+            .map(|c| {
+                VdevStats::get(&c.stats.read_errors)
+                    + VdevStats::get(&c.stats.write_errors)
+                    + VdevStats::get(&c.stats.cksum_errors)
+            })
             .sum();
         if has(&o, 'x') && health == "ONLINE" && errs == 0 {
             continue;
@@ -476,7 +593,13 @@ fn status(d: &Daemon, args: &[String]) -> Response {
                 kids.push((c.path.clone(), leaf_state(p, &c.path).to_string(), r, w, k));
             }
             if t.kind == TopKind::Mirror {
-                rows.push((format!("  {}", t.name()), top_state(p, t).to_string(), 0, 0, 0));
+                rows.push((
+                    format!("  {}", t.name()),
+                    top_state(p, t).to_string(),
+                    0,
+                    0,
+                    0,
+                ));
                 for k in kids {
                     rows.push((format!("    {}", k.0), k.1, k.2, k.3, k.4));
                 }
@@ -484,10 +607,25 @@ fn status(d: &Daemon, args: &[String]) -> Response {
                 rows.push((format!("  {}", k.0), k.1, k.2, k.3, k.4));
             }
         }
-        let mut t = Table::new(&["NAME", "STATE", "READ", "WRITE", "CKSUM"], &[false, false, true, true, true]);
-        t.rows.push(vec![p.name.clone(), health.into(), "0".into(), "0".into(), "0".into()]);
+        let mut t = Table::new(
+            &["NAME", "STATE", "READ", "WRITE", "CKSUM"],
+            &[false, false, true, true, true],
+        );
+        t.rows.push(vec![
+            p.name.clone(),
+            health.into(),
+            "0".into(),
+            "0".into(),
+            "0".into(),
+        ]);
         for r in rows {
-            t.rows.push(vec![r.0, r.1, r.2.to_string(), r.3.to_string(), r.4.to_string()]);
+            t.rows.push(vec![
+                r.0,
+                r.1,
+                r.2.to_string(),
+                r.3.to_string(),
+                r.4.to_string(),
+            ]);
         }
         for line in t.render(false).lines() {
             out.push('\t');
@@ -504,7 +642,14 @@ fn status(d: &Daemon, args: &[String]) -> Response {
 
 fn found_tree(f: &FoundPool) -> String {
     let mut t = Table::new(&["", ""], &[false, false]);
-    t.rows.push(vec![f.config.name.clone(), if f.missing().is_empty() { "ONLINE".into() } else { "DEGRADED".into() }]);
+    t.rows.push(vec![
+        f.config.name.clone(),
+        if f.missing().is_empty() {
+            "ONLINE".into()
+        } else {
+            "DEGRADED".into()
+        },
+    ]);
     let path_of = |guid: u64, cfg_path: &str| -> (String, &'static str) {
         match f.devices.iter().find(|d| d.label.guid == guid) {
             Some(d) => (d.path.clone(), "ONLINE"),
@@ -513,7 +658,8 @@ fn found_tree(f: &FoundPool) -> String {
     };
     for tc in &f.config.vdev_tree {
         if tc.kind == TopKind::Mirror {
-            t.rows.push(vec![format!("  mirror-{}", tc.id), "ONLINE".into()]);
+            t.rows
+                .push(vec![format!("  mirror-{}", tc.id), "ONLINE".into()]);
             for c in &tc.children {
                 let (p, s) = path_of(c.guid, &c.path);
                 t.rows.push(vec![format!("    {p}"), s.into()]);
@@ -544,15 +690,27 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
             Err(e) => return err(format!("cannot search '{}': {e}", dir.display())),
         }
     }
-    let imported: Vec<u64> = d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().map(|p| p.guid).collect();
+    let imported: Vec<u64> = d
+        .pools
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .map(|p| p.guid)
+        .collect();
     let found: Vec<FoundPool> = discover(devs)
         .into_iter()
         .filter(|f| !imported.contains(&f.config.pool_guid))
         .filter(|f| has(&o, 'D') == (f.config.state == PoolState::Destroyed))
         .collect();
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
     let check_host = |f: &FoundPool| -> Result<(), Response> {
-        if f.config.state == PoolState::Active && !f.config.hostname.is_empty() && f.config.hostname != host && !has(&o, 'f') {
+        if f.config.state == PoolState::Active
+            && !f.config.hostname.is_empty()
+            && f.config.hostname != host
+            && !has(&o, 'f')
+        {
             return Err(err(format!(
                 "cannot import '{}': pool was previously in use from another system.\nLast accessed by {}\nThe pool can be imported, use 'zpool import -f' to import the pool.",
                 f.config.name, f.config.hostname
@@ -566,8 +724,15 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         }
         let mut out = String::new();
         for f in &found {
-            let state = if f.missing().is_empty() { "ONLINE" } else { "DEGRADED" };
-            out.push_str(&format!("   pool: {}\n     id: {}\n  state: {state}\n", f.config.name, f.config.pool_guid));
+            let state = if f.missing().is_empty() {
+                "ONLINE"
+            } else {
+                "DEGRADED"
+            };
+            out.push_str(&format!(
+                "   pool: {}\n     id: {}\n  state: {state}\n",
+                f.config.name, f.config.pool_guid
+            ));
             if f.config.state == PoolState::Destroyed {
                 out.push_str(" status: The pool was destroyed.\n");
             }
@@ -584,14 +749,25 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         found.iter().collect()
     } else {
         let key = &rest[0];
-        let m: Vec<&FoundPool> = found.iter().filter(|f| &f.config.name == key || f.config.pool_guid.to_string() == *key).collect();
+        let m: Vec<&FoundPool> = found
+            .iter()
+            .filter(|f| &f.config.name == key || f.config.pool_guid.to_string() == *key)
+            .collect();
         match m.len() {
             0 => return err(format!("cannot import '{key}': no such pool available")),
             1 => m,
-            _ => return err(format!("cannot import '{key}': more than one matching pool\nimport by numeric ID instead")),
+            _ => {
+                return err(format!(
+                "cannot import '{key}': more than one matching pool\nimport by numeric ID instead"
+            ))
+            }
         }
     };
-    let new_name = if has(&o, 'a') { None } else { rest.get(1).map(String::as_str) };
+    let new_name = if has(&o, 'a') {
+        None
+    } else {
+        rest.get(1).map(String::as_str)
+    };
     for f in targets {
         if let Err(r) = check_host(f) {
             return r;
@@ -619,11 +795,21 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
         if destroy {
             pool.log_history(&format!("zpool destroy {name}"));
         }
-        let r = if destroy { pool.destroy() } else { pool.export() };
-        d.pools.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        let r = if destroy {
+            pool.destroy()
+        } else {
+            pool.export()
+        };
+        d.pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         d.write_cache();
         if let Err(e) = r {
-            return err(format!("cannot {} '{name}': {e}", if destroy { "destroy" } else { "export" }));
+            return err(format!(
+                "cannot {} '{name}': {e}",
+                if destroy { "destroy" } else { "export" }
+            ));
         }
     }
     Response::ok(String::new())
@@ -643,11 +829,20 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     };
     let fields: Vec<String> = match values(&o, 'o').last() {
         Some(f) if f != "all" => f.split(',').map(String::from).collect(),
-        _ => vec!["name".into(), "property".into(), "value".into(), "source".into()],
+        _ => vec![
+            "name".into(),
+            "property".into(),
+            "value".into(),
+            "source".into(),
+        ],
     };
     let props: Vec<String> = if which == "all" {
         let mut v: Vec<String> = ALL_PROPS.iter().map(|s| s.to_string()).collect();
-        v.extend(feature::FEATURES.iter().map(|f| format!("feature@{}", feature::short(f.name))));
+        v.extend(
+            feature::FEATURES
+                .iter()
+                .map(|f| format!("feature@{}", feature::short(f.name))),
+        );
         v
     } else {
         which.split(',').map(String::from).collect()
@@ -696,9 +891,21 @@ fn set(d: &Daemon, args: &[String], full: &str) -> Response {
             Ok(f) => pool.set_flush(vd, f),
             Err(e) => return err(e.to_string()),
         },
-        ("flush", None) => return err("'flush' is a vdev property: zpool set flush=honor|ignore <pool> <vdev>"),
-        (k, _) if prop_value(&pool, k, false).is_some() => return err(format!("cannot set property for '{}': '{k}' is readonly", pool.name)),
-        (k, _) => return err(format!("cannot set property for '{}': invalid property '{k}'", pool.name)),
+        ("flush", None) => {
+            return err("'flush' is a vdev property: zpool set flush=honor|ignore <pool> <vdev>")
+        }
+        (k, _) if prop_value(&pool, k, false).is_some() => {
+            return err(format!(
+                "cannot set property for '{}': '{k}' is readonly",
+                pool.name
+            ))
+        }
+        (k, _) => {
+            return err(format!(
+                "cannot set property for '{}': invalid property '{k}'",
+                pool.name
+            ))
+        }
     };
     if let Err(e) = r {
         return err(format!("cannot set property for '{}': {e}", pool.name));
@@ -746,7 +953,12 @@ pub fn format_time(t: u64) -> String {
     let dd = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{dd:02}.{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+    format!(
+        "{y:04}-{m:02}-{dd:02}.{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 fn labelclear(d: &Daemon, args: &[String], cwd: &Path) -> Response {
@@ -762,11 +974,21 @@ fn labelclear(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         Err(e) => return err(e),
     };
     let Some(lab) = uzfs_core::spa::probe_label(&*dev) else {
-        return err(format!("failed to check state for {path}: no uzfs label found"));
+        return err(format!(
+            "failed to check state for {path}: no uzfs label found"
+        ));
     };
-    let imported = d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().any(|p| p.guid == lab.pool.pool_guid);
+    let imported = d
+        .pools
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .any(|p| p.guid == lab.pool.pool_guid);
     if imported {
-        return err(format!("labelclear operation failed.\n\tVdev {path} is a member of the imported pool \"{}\".", lab.pool.name));
+        return err(format!(
+            "labelclear operation failed.\n\tVdev {path} is a member of the imported pool \"{}\".",
+            lab.pool.name
+        ));
     }
     if lab.pool.state == PoolState::Exported && !has(&o, 'f') {
         return err(format!(
@@ -793,7 +1015,11 @@ fn upgrade(args: &[String]) -> Response {
             out.push_str(&format!(
                 "{:<24}{}\n     {}\n",
                 feature::short(f.name),
-                if f.read_only_compatible { " (read-only compatible)" } else { "" },
+                if f.read_only_compatible {
+                    " (read-only compatible)"
+                } else {
+                    ""
+                },
                 f.description
             ));
         }
@@ -821,7 +1047,10 @@ pub fn object_cmd(d: &Daemon, args: &[String], cwd: &Path) -> Response {
             let Ok(mut f) = std::fs::File::open(&path) else {
                 return err(format!("cannot open '{}'", path.display()));
             };
-            let props = ObjProps { compress: uzfs_core::dmu::compress::Compression::Lz4, ..ObjProps::default() };
+            let props = ObjProps {
+                compress: uzfs_core::dmu::compress::Compression::Lz4,
+                ..ObjProps::default()
+            };
             let obj = match pool.create_object(128 << 10, &props) {
                 Ok(o) => o,
                 Err(e) => return err(e.to_string()),
@@ -884,4 +1113,3 @@ pub fn object_cmd(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         _ => usage_err(usage),
     }
 }
-

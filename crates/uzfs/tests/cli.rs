@@ -45,7 +45,10 @@ impl Env {
         let o = self.run(args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(code), "uzfs {args:?}: {err}");
-        assert!(err.contains(needle), "uzfs {args:?}: stderr lacks {needle:?}:\n{err}");
+        assert!(
+            err.contains(needle),
+            "uzfs {args:?}: stderr lacks {needle:?}:\n{err}"
+        );
     }
 }
 
@@ -59,9 +62,26 @@ impl Drop for Env {
 fn pool_lifecycle() {
     let e = Env::new();
     let (a, b, c) = (e.disk("a", 128), e.disk("b", 128), e.disk("c", 128));
-    e.ok(&["zpool", "create", "-o", "comment=hello", "tank", "mirror", &a, &b]);
+    e.ok(&[
+        "zpool",
+        "create",
+        "-o",
+        "comment=hello",
+        "tank",
+        "mirror",
+        &a,
+        &b,
+    ]);
     let st = e.ok(&["zpool", "status", "tank"]);
-    for want in ["  pool: tank", " state: ONLINE", "mirror-0", &a, &b, "READ WRITE CKSUM".split(' ').next().unwrap_or("READ"), "errors: No known data errors"] {
+    for want in [
+        "  pool: tank",
+        " state: ONLINE",
+        "mirror-0",
+        &a,
+        &b,
+        "READ WRITE CKSUM".split(' ').next().unwrap_or("READ"),
+        "errors: No known data errors",
+    ] {
         assert!(st.contains(want), "status lacks {want:?}:\n{st}");
     }
     let list = e.ok(&["zpool", "list", "-H", "-p", "-o", "name,size,health"]);
@@ -69,7 +89,11 @@ fn pool_lifecycle() {
     assert_eq!(cols[0], "tank");
     assert!(cols[1].parse::<u64>().expect("parsable size") > 100 << 20);
     assert_eq!(cols[2], "ONLINE");
-    assert!(e.ok(&["zpool", "get", "-H", "-o", "value", "comment", "tank"]).trim() == "hello");
+    assert!(
+        e.ok(&["zpool", "get", "-H", "-o", "value", "comment", "tank"])
+            .trim()
+            == "hello"
+    );
     e.ok(&["zpool", "set", "comment=bye", "tank"]);
     e.ok(&["zpool", "add", "tank", &c]);
     assert!(e.ok(&["zpool", "status"]).contains(&c));
@@ -78,8 +102,14 @@ fn pool_lifecycle() {
     std::fs::write(&data, &payload).expect("write data");
     let obj = e.ok(&["object", "put", "tank", "data"]).trim().to_string();
     let hist = e.ok(&["zpool", "history", "tank"]);
-    assert!(hist.contains("zpool create -o comment=hello tank mirror") && hist.contains("zpool set comment=bye tank"), "{hist}");
-    assert!(e.ok(&["zpool", "get", "feature@lz4_compress", "tank"]).contains("active"));
+    assert!(
+        hist.contains("zpool create -o comment=hello tank mirror")
+            && hist.contains("zpool set comment=bye tank"),
+        "{hist}"
+    );
+    assert!(e
+        .ok(&["zpool", "get", "feature@lz4_compress", "tank"])
+        .contains("active"));
     assert!(e.ok(&["zdb", "-b", "tank"]).contains("No errors"));
     e.ok(&["zpool", "export", "tank"]);
     assert!(e.ok(&["zpool", "list"]).contains("no pools available"));
@@ -92,23 +122,39 @@ fn pool_lifecycle() {
         std::fs::rename(e.dir.path().join(n), moved.join(n)).expect("move");
     }
     let listing = e.ok(&["zpool", "import", "-d", "moved"]);
-    assert!(listing.contains("pool: tank") && listing.contains("mirror-0"), "{listing}");
+    assert!(
+        listing.contains("pool: tank") && listing.contains("mirror-0"),
+        "{listing}"
+    );
     let guid = listing
         .lines()
         .find_map(|l| l.trim().strip_prefix("id: "))
         .expect("id line")
         .to_string();
     e.ok(&["zpool", "import", "-d", "moved", &guid]);
-    assert!(e.ok(&["zpool", "status", "tank"]).contains(&moved.join("a").display().to_string()));
+    assert!(e
+        .ok(&["zpool", "status", "tank"])
+        .contains(&moved.join("a").display().to_string()));
     e.ok(&["object", "get", "tank", &obj, "back"]);
     assert!(std::fs::read(e.dir.path().join("back")).expect("read back") == payload);
 
     // The daemon re-imports its pools when it starts again.
     e.ok(&["daemon", "--stop"]);
-    assert!(e.ok(&["zpool", "list", "-H", "-o", "name"]).contains("tank"));
+    assert!(e
+        .ok(&["zpool", "list", "-H", "-o", "name"])
+        .contains("tank"));
     e.ok(&["zpool", "destroy", "tank"]);
-    e.fails(&["zpool", "import", "-d", "moved", "tank"], 1, "no such pool");
-    e.ok(&["zpool", "create", "again", &moved.join("a").display().to_string()]);
+    e.fails(
+        &["zpool", "import", "-d", "moved", "tank"],
+        1,
+        "no such pool",
+    );
+    e.ok(&[
+        "zpool",
+        "create",
+        "again",
+        &moved.join("a").display().to_string(),
+    ]);
 }
 
 #[test]
@@ -117,24 +163,60 @@ fn bad_command_lines_get_clear_errors() {
     let a = e.disk("a", 128);
     e.fails(&["zpool", "frobnicate"], 2, "unrecognized command");
     e.fails(&["zpool", "create", "tank"], 1, "missing vdev");
-    e.fails(&["zpool", "create", "tank", "nonexistent"], 1, "cannot open 'nonexistent'");
-    e.fails(&["zpool", "create", "tank", "mirror", &a], 1, "mirror requires at least 2");
-    e.fails(&["zpool", "create", "tank", "raidz", &a], 1, "not supported yet");
-    e.fails(&["zpool", "create", "-o", "ashift=99", "tank", &a], 1, "ashift");
-    e.fails(&["zpool", "create", "-o", "bogus=1", "tank", &a], 1, "not a valid pool property");
+    e.fails(
+        &["zpool", "create", "tank", "nonexistent"],
+        1,
+        "cannot open 'nonexistent'",
+    );
+    e.fails(
+        &["zpool", "create", "tank", "mirror", &a],
+        1,
+        "mirror requires at least 2",
+    );
+    e.fails(
+        &["zpool", "create", "tank", "raidz", &a],
+        1,
+        "not supported yet",
+    );
+    e.fails(
+        &["zpool", "create", "-o", "ashift=99", "tank", &a],
+        1,
+        "ashift",
+    );
+    e.fails(
+        &["zpool", "create", "-o", "bogus=1", "tank", &a],
+        1,
+        "not a valid pool property",
+    );
     e.fails(&["zpool", "create", "-Z", "tank", &a], 2, "invalid option");
-    e.fails(&["zpool", "create", "1tank", &a], 1, "must begin with a letter");
+    e.fails(
+        &["zpool", "create", "1tank", &a],
+        1,
+        "must begin with a letter",
+    );
     let tiny = e.disk("tiny", 16);
     e.fails(&["zpool", "create", "tank", &tiny], 1, "too small");
     e.ok(&["zpool", "create", "tank", &a]);
     let b = e.disk("b", 128);
     e.fails(&["zpool", "create", "tank", &b], 1, "pool already exists");
-    e.fails(&["zpool", "create", "other", &a], 1, "is part of active pool 'tank'");
+    e.fails(
+        &["zpool", "create", "other", &a],
+        1,
+        "is part of active pool 'tank'",
+    );
     e.fails(&["zpool", "status", "nope"], 1, "no such pool");
     e.fails(&["zpool", "get", "bogus", "tank"], 1, "invalid property");
     e.fails(&["zpool", "set", "size=1", "tank"], 1, "readonly");
-    e.fails(&["zpool", "import", "-d", "/nonexistent"], 1, "cannot search");
-    e.fails(&["zpool", "labelclear", &a], 1, "member of the imported pool");
+    e.fails(
+        &["zpool", "import", "-d", "/nonexistent"],
+        1,
+        "cannot search",
+    );
+    e.fails(
+        &["zpool", "labelclear", &a],
+        1,
+        "member of the imported pool",
+    );
     e.fails(&["zdb", "-Q"], 2, "invalid option");
     e.fails(&["zfs", "create", "tank/x"], 1, "not implemented yet");
     // Garbage where a device should be: no pool, and a clear message.
@@ -158,12 +240,22 @@ fn multicall_links_and_upgrade() {
     };
     let o = zpool(&["upgrade", "-v"]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success() && out.contains("lz4_compress") && out.contains("block_remap"), "{out}");
+    assert!(
+        o.status.success() && out.contains("lz4_compress") && out.contains("block_remap"),
+        "{out}"
+    );
     let a = e.disk("a", 128);
     assert!(zpool(&["create", "viaLink", &a]).status.success());
-    let zdb = Command::new(bin.join("zdb")).args(["-l", &a]).output().expect("zdb");
+    let zdb = Command::new(bin.join("zdb"))
+        .args(["-l", &a])
+        .output()
+        .expect("zdb");
     assert!(String::from_utf8_lossy(&zdb.stdout).contains("viaLink"));
-    let zdb = Command::new(bin.join("zdb")).args(["-u", "viaLink"]).env("UZFS_RUNDIR", &e.rundir).output().expect("zdb");
+    let zdb = Command::new(bin.join("zdb"))
+        .args(["-u", "viaLink"])
+        .env("UZFS_RUNDIR", &e.rundir)
+        .output()
+        .expect("zdb");
     assert!(String::from_utf8_lossy(&zdb.stdout).contains("Uberblock:"));
 }
 
@@ -173,8 +265,16 @@ fn socket_is_private() {
     let e = Env::new();
     e.ok(&["daemon"]);
     let sock = Path::new(&e.rundir).join("uzfsd.sock");
-    let mode = std::fs::metadata(&sock).expect("socket").permissions().mode() & 0o777;
+    let mode = std::fs::metadata(&sock)
+        .expect("socket")
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "socket mode {mode:o}");
-    let dmode = std::fs::metadata(&e.rundir).expect("rundir").permissions().mode() & 0o777;
+    let dmode = std::fs::metadata(&e.rundir)
+        .expect("rundir")
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(dmode, 0o700);
 }

@@ -175,7 +175,11 @@ impl BlkPtr {
             return Ok(BlkPtr::HOLE);
         }
         let bad = |why: String| Err(Error::corrupt("block pointer", why));
-        let dva = [Dva::decode(&b[0..16]), Dva::decode(&b[16..32]), Dva::decode(&b[32..48])];
+        let dva = [
+            Dva::decode(&b[0..16]),
+            Dva::decode(&b[16..32]),
+            Dva::decode(&b[32..48]),
+        ];
         let lsize = le32(b, 48);
         let psize = le32(b, 52);
         let bp = BlkPtr {
@@ -189,7 +193,9 @@ impl BlkPtr {
             birth,
             phys_birth: le64(b, 72),
             fill: le64(b, 80),
-            checksum: b[88..120].try_into().map_err(|_| Error::corrupt("block pointer", "checksum"))?,
+            checksum: b[88..120]
+                .try_into()
+                .map_err(|_| Error::corrupt("block pointer", "checksum"))?,
         };
         if !dva[0].is_valid() {
             return bad("first DVA is empty".into());
@@ -197,12 +203,15 @@ impl BlkPtr {
         if lsize == 0 || lsize > MAX_BLOCK_SIZE || psize == 0 || psize > lsize.max(512) + 512 {
             return bad(format!("impossible sizes lsize={lsize} psize={psize}"));
         }
-        if psize % 512 != 0 {
+        if !psize.is_multiple_of(512) {
             return bad(format!("psize {psize} not a multiple of 512"));
         }
         for d in dva.iter().filter(|d| d.is_valid()) {
             if d.asize < psize as u64 || d.offset % 512 != 0 {
-                return bad(format!("DVA {}:{:#x}:{:#x} cannot hold psize {psize}", d.vdev, d.offset, d.asize));
+                return bad(format!(
+                    "DVA {}:{:#x}:{:#x} cannot hold psize {psize}",
+                    d.vdev, d.offset, d.asize
+                ));
             }
         }
         if bp.level > 8 {

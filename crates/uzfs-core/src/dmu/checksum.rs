@@ -22,7 +22,10 @@ impl ChecksumType {
             1 => Ok(Self::Fletcher4),
             2 => Ok(Self::Sha256),
             3 => Ok(Self::Blake3),
-            _ => Err(Error::corrupt("block pointer", format!("unknown checksum type {v}"))),
+            _ => Err(Error::corrupt(
+                "block pointer",
+                format!("unknown checksum type {v}"),
+            )),
         }
     }
     pub fn parse(s: &str) -> Result<Self> {
@@ -91,14 +94,30 @@ mod tests {
         v.extend_from_slice(&1u32.to_le_bytes());
         v.extend_from_slice(&2u32.to_le_bytes());
         let s = fletcher4(&v);
-        assert_eq!(u64::from_le_bytes(s[0..8].try_into().unwrap_or_default()), 3);
-        assert_eq!(u64::from_le_bytes(s[8..16].try_into().unwrap_or_default()), 4);
-        assert_eq!(u64::from_le_bytes(s[16..24].try_into().unwrap_or_default()), 5);
-        assert_eq!(u64::from_le_bytes(s[24..32].try_into().unwrap_or_default()), 6);
+        assert_eq!(
+            u64::from_le_bytes(s[0..8].try_into().unwrap_or_default()),
+            3
+        );
+        assert_eq!(
+            u64::from_le_bytes(s[8..16].try_into().unwrap_or_default()),
+            4
+        );
+        assert_eq!(
+            u64::from_le_bytes(s[16..24].try_into().unwrap_or_default()),
+            5
+        );
+        assert_eq!(
+            u64::from_le_bytes(s[24..32].try_into().unwrap_or_default()),
+            6
+        );
     }
     #[test]
     fn every_type_detects_a_flip() {
-        for t in [ChecksumType::Fletcher4, ChecksumType::Sha256, ChecksumType::Blake3] {
+        for t in [
+            ChecksumType::Fletcher4,
+            ChecksumType::Sha256,
+            ChecksumType::Blake3,
+        ] {
             let mut data = vec![7u8; 4096];
             let a = t.compute(&data);
             data[100] ^= 1;

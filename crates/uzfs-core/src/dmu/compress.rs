@@ -29,7 +29,10 @@ impl Compression {
             0 => Ok(Self::Off),
             1 => Ok(Self::Lz4),
             2 => Ok(Self::Zstd),
-            _ => Err(Error::corrupt("block pointer", format!("unknown compression {v}"))),
+            _ => Err(Error::corrupt(
+                "block pointer",
+                format!("unknown compression {v}"),
+            )),
         }
     }
     pub fn parse(s: &str) -> Result<Self> {
@@ -103,7 +106,10 @@ pub fn decompress(alg: Compression, phys: &[u8], lsize: usize) -> Result<Vec<u8>
                 zstd::bulk::decompress(stream, lsize).map_err(|e| bad(e.to_string()))?
             };
             if out.len() != lsize {
-                return Err(bad(format!("decompressed {} bytes, expected {lsize}", out.len())));
+                return Err(bad(format!(
+                    "decompressed {} bytes, expected {lsize}",
+                    out.len()
+                )));
             }
             Ok(out)
         }

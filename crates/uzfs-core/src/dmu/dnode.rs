@@ -173,7 +173,9 @@ impl DnodePhys {
             return bad(format!("nlevels {nlevels} out of range"));
         }
         let datablksz = le32(b, 8);
-        if datablksz < 512 || datablksz > super::blkptr::MAX_BLOCK_SIZE || datablksz % 512 != 0 {
+        if !(512..=super::blkptr::MAX_BLOCK_SIZE).contains(&datablksz)
+            || !datablksz.is_multiple_of(512)
+        {
             return bad(format!("data block size {datablksz} invalid"));
         }
         let copies = b[7];
@@ -184,7 +186,10 @@ impl DnodePhys {
         for (i, bp) in blkptr.iter_mut().enumerate() {
             *bp = BlkPtr::decode(&b[64 + i * BLKPTR_SIZE..64 + (i + 1) * BLKPTR_SIZE])?;
             if !bp.is_hole() && bp.level + 1 != nlevels {
-                return bad(format!("top pointer level {} with nlevels {nlevels}", bp.level));
+                return bad(format!(
+                    "top pointer level {} with nlevels {nlevels}",
+                    bp.level
+                ));
             }
         }
         let mut bonus = [0u8; BONUS_SIZE];

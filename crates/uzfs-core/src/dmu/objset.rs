@@ -123,12 +123,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-
 /// Where the current contents of one block live.
 enum BlockSource {
     Data(Arc<Vec<u8>>),
     Zero,
-    Tree(DnodePhys),
+    Tree(Box<DnodePhys>),
 }
 
 impl Objset {
@@ -285,7 +284,7 @@ impl Objset {
                 }
             }
         }
-        Ok(BlockSource::Tree(self.synced_dnode(obj)?))
+        Ok(BlockSource::Tree(Box::new(self.synced_dnode(obj)?)))
     }
 
     /// Current contents of one level-0 block (`None` = hole, reads as zeros).
@@ -293,15 +292,15 @@ impl Objset {
         match self.block_source(obj, blkid)? {
             BlockSource::Data(d) => Ok(Some(d)),
             BlockSource::Zero => Ok(None),
-            BlockSource::Tree(dn) => read_tree_block(&*self.reader, &dn, blkid).map_err(|e| {
-                match e {
+            BlockSource::Tree(dn) => {
+                read_tree_block(&*self.reader, &dn, blkid).map_err(|e| match e {
                     Error::Checksum(m) => Error::Checksum(format!(
                         "object {obj} offset {}: {m}",
                         blkid * dn.datablksz as u64
                     )),
                     e => e,
-                }
-            }),
+                })
+            }
         }
     }
 
@@ -327,7 +326,7 @@ impl Objset {
 
     /// Create an object; returns its number.
     pub fn create_object(&self, obj_type: u8, blksz: u32, props: &ObjProps) -> Result<u64> {
-        if blksz < 512 || blksz % 512 != 0 || blksz > super::blkptr::MAX_BLOCK_SIZE {
+        if blksz < 512 || !blksz.is_multiple_of(512) || blksz > super::blkptr::MAX_BLOCK_SIZE {
             return Err(Error::invalid(format!("invalid block size {blksz}")));
         }
         let _g = lock(&self.create_lock);
@@ -446,12 +445,12 @@ impl Objset {
         let mut blocks: BTreeMap<u64, Arc<Vec<u8>>> = BTreeMap::new();
         for (&obj, dn) in &changed {
             let blkid = obj / DNODES_PER_BLOCK;
-            if !blocks.contains_key(&blkid) {
+            if let std::collections::btree_map::Entry::Vacant(e) = blocks.entry(blkid) {
                 let cur = match read_tree_block(reader, &meta, blkid)? {
                     Some(b) => b,
                     None => Arc::new(vec![0u8; DNODE_BLOCK_SIZE as usize]),
                 };
-                blocks.insert(blkid, cur);
+                e.insert(cur);
             }
             if let Some(b) = blocks.get_mut(&blkid) {
                 let at = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
@@ -487,7 +486,13 @@ impl Objset {
 
     /// A sync-context write (MOS passes after the first): read-modify-write
     /// against the synced tree into `into`, which the caller syncs next.
-    pub fn write_in_sync(&self, into: &mut TxgDirty, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+    pub fn write_in_sync(
+        &self,
+        into: &mut TxgDirty,
+        obj: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let dn = match into.objs.get(&obj).and_then(|o| o.create.clone()) {
             Some(c) => c,
             None => self.synced_dnode(obj)?,
@@ -502,7 +507,11 @@ impl Objset {
             let off = offset + pos as u64;
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(data.len() - pos);
-            let have = into.objs.get(&obj).and_then(|o| o.blocks.get(&blkid)).cloned();
+            let have = into
+                .objs
+                .get(&obj)
+                .and_then(|o| o.blocks.get(&blkid))
+                .cloned();
             let mut block = match have {
                 Some(b) => b,
                 None => match read_tree_block(&*self.reader, &dn, blkid)? {
@@ -511,7 +520,11 @@ impl Objset {
                 },
             };
             Arc::make_mut(&mut block)[boff..boff + n].copy_from_slice(&data[pos..pos + n]);
-            into.objs.entry(obj).or_default().blocks.insert(blkid, block);
+            into.objs
+                .entry(obj)
+                .or_default()
+                .blocks
+                .insert(blkid, block);
             pos += n;
             size = size.max(off + n as u64);
         }
@@ -691,7 +704,11 @@ fn sync_node(
         i = j;
     }
     let fill = children.iter().map(|c| c.fill).sum();
-    let new = w.write_bp(old, &encode_indirect(&children), indirect_params(dn, level, fill))?;
+    let new = w.write_bp(
+        old,
+        &encode_indirect(&children),
+        indirect_params(dn, level, fill),
+    )?;
     *used += new.asize() as i64 - old.asize() as i64;
     Ok(new)
 }
@@ -775,15 +792,19 @@ pub fn find_l0_bp(reader: &dyn BlockReader, dn: &DnodePhys, blkid: u64) -> Resul
             return Ok(None);
         }
         if bp.level != level {
-            return Err(Error::corrupt("indirect block", format!("level {} where {level} expected", bp.level)));
+            return Err(Error::corrupt(
+                "indirect block",
+                format!("level {} where {level} expected", bp.level),
+            ));
         }
         let ind = reader.read_bp(&bp)?;
         span /= epb;
         let idx = (rel / span) as usize;
         rel %= span;
-        bp = BlkPtr::decode(ind.get(idx * BLKPTR_SIZE..(idx + 1) * BLKPTR_SIZE).ok_or_else(|| {
-            Error::corrupt("indirect block", "short indirect block")
-        })?)?;
+        bp = BlkPtr::decode(
+            ind.get(idx * BLKPTR_SIZE..(idx + 1) * BLKPTR_SIZE)
+                .ok_or_else(|| Error::corrupt("indirect block", "short indirect block"))?,
+        )?;
         level -= 1;
     }
     Ok(if bp.is_hole() { None } else { Some(bp) })
@@ -798,7 +819,10 @@ pub fn decode_objset_phys(b: &[u8]) -> Result<(u64, DnodePhys)> {
         return Err(Error::corrupt("objset", "bad magic"));
     }
     if le64(b, 8) != OBJSET_VERSION {
-        return Err(Error::corrupt("objset", format!("unknown version {}", le64(b, 8))));
+        return Err(Error::corrupt(
+            "objset",
+            format!("unknown version {}", le64(b, 8)),
+        ));
     }
     let t = le64(b, 16);
     if t != OS_TYPE_META && t != OS_TYPE_DATASET {

@@ -46,7 +46,9 @@ pub const FEATURES: &[FeatureInfo] = &[
 ];
 
 pub fn info(name: &str) -> Option<&'static FeatureInfo> {
-    FEATURES.iter().find(|f| f.name == name || short(f.name) == name)
+    FEATURES
+        .iter()
+        .find(|f| f.name == name || short(f.name) == name)
 }
 
 pub fn short(name: &str) -> &str {

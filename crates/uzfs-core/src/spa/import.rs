@@ -62,7 +62,9 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<(String, Arc<dyn BlockDevice>)>> {
     paths.sort();
     for p in paths {
         use std::os::unix::fs::FileTypeExt;
-        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
         let ft = meta.file_type();
         if !(ft.is_file() || ft.is_block_device()) {
             continue;
@@ -78,24 +80,36 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<(String, Arc<dyn BlockDevice>)>> {
 pub fn discover(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Vec<FoundPool> {
     let mut pools: BTreeMap<u64, FoundPool> = BTreeMap::new();
     for (path, dev) in devs {
-        let Some(lab) = super::probe_label(&*dev) else { continue };
-        let e = pools.entry(lab.pool.pool_guid).or_insert_with(|| FoundPool {
-            config: lab.pool.clone(),
-            devices: Vec::new(),
-        });
+        let Some(lab) = super::probe_label(&*dev) else {
+            continue;
+        };
+        let e = pools
+            .entry(lab.pool.pool_guid)
+            .or_insert_with(|| FoundPool {
+                config: lab.pool.clone(),
+                devices: Vec::new(),
+            });
         if lab.pool.txg > e.config.txg {
             e.config = lab.pool.clone();
         }
         // The same device reached twice (e.g. a symlink): keep one.
         if !e.devices.iter().any(|d| d.label.guid == lab.guid) {
-            e.devices.push(LabeledDevice { path, dev, label: lab });
+            e.devices.push(LabeledDevice {
+                path,
+                dev,
+                label: lab,
+            });
         }
     }
     pools.into_values().collect()
 }
 
 /// The newest uberblock of `pool_guid` that verifies on any label of `devs`.
-pub fn best_uberblock(devs: &[LabeledDevice], pool_guid: u64, ashift_of: impl Fn(u64) -> u8) -> Option<Uberblock> {
+pub fn best_uberblock(
+    devs: &[LabeledDevice],
+    pool_guid: u64,
+    ashift_of: impl Fn(u64) -> u8,
+) -> Option<Uberblock> {
     let mut best: Option<Uberblock> = None;
     for d in devs {
         let slot = label::ub_slot_size(ashift_of(d.label.top_guid));
@@ -143,20 +157,19 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
                 }
                 ok
             });
-            let (path, dev): (String, Arc<dyn BlockDevice>) =
-                match dev {
-                    Some(d) => {
-                        present += 1;
-                        (d.path.clone(), d.dev.clone())
-                    }
-                    None => (
-                        c.path.clone(),
-                        Arc::new(MissingDevice {
-                            path: c.path.clone(),
-                            size: 0,
-                        }),
-                    ),
-                };
+            let (path, dev): (String, Arc<dyn BlockDevice>) = match dev {
+                Some(d) => {
+                    present += 1;
+                    (d.path.clone(), d.dev.clone())
+                }
+                None => (
+                    c.path.clone(),
+                    Arc::new(MissingDevice {
+                        path: c.path.clone(),
+                        size: 0,
+                    }),
+                ),
+            };
             children.push(Arc::new(Leaf {
                 guid: c.guid,
                 path,
@@ -190,17 +203,26 @@ impl Pool {
     pub fn import(found: &FoundPool, new_name: Option<&str>, tun: Tunables) -> Result<Arc<Pool>> {
         let lcfg = &found.config;
         if lcfg.state == PoolState::Destroyed {
-            return Err(Error::invalid(format!("cannot import '{}': pool was destroyed", lcfg.name)));
+            return Err(Error::invalid(format!(
+                "cannot import '{}': pool was destroyed",
+                lcfg.name
+            )));
         }
         feature::check_importable(&lcfg.name, &lcfg.features)?;
-        let ashifts: BTreeMap<u64, u8> = lcfg.vdev_tree.iter().map(|t| (t.guid, t.ashift)).collect();
-        let ub = best_uberblock(&found.devices, lcfg.pool_guid, |g| ashifts.get(&g).copied().unwrap_or(12))
-            .ok_or_else(|| {
-                Error::corrupt(
-                    "pool",
-                    format!("cannot import '{}': no valid uberblock found on any label", lcfg.name),
-                )
-            })?;
+        let ashifts: BTreeMap<u64, u8> =
+            lcfg.vdev_tree.iter().map(|t| (t.guid, t.ashift)).collect();
+        let ub = best_uberblock(&found.devices, lcfg.pool_guid, |g| {
+            ashifts.get(&g).copied().unwrap_or(12)
+        })
+        .ok_or_else(|| {
+            Error::corrupt(
+                "pool",
+                format!(
+                    "cannot import '{}': no valid uberblock found on any label",
+                    lcfg.name
+                ),
+            )
+        })?;
         let tops = build_tops(lcfg, found)?;
         let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
         let open_txg = ub.txg + 1;
@@ -209,7 +231,10 @@ impl Pool {
         let mut config: PoolConfig = Pool::read_json(&mos, dir.config, "pool config")?;
         feature::check_importable(&config.name, &config.features)?;
         if config.pool_guid != lcfg.pool_guid {
-            return Err(Error::corrupt("pool config", "MOS config belongs to another pool"));
+            return Err(Error::corrupt(
+                "pool config",
+                "MOS config belongs to another pool",
+            ));
         }
         // The MOS config is authoritative: rebuild the vdev tree from it.
         let tops = build_tops(&config, found)?;
@@ -223,7 +248,8 @@ impl Pool {
             ));
         }
         *io.vdevs.write().unwrap_or_else(|e| e.into_inner()) = tops.clone();
-        let props: PoolProps = Pool::read_json(&mos, dir.props, "pool properties").unwrap_or_default();
+        let props: PoolProps =
+            Pool::read_json(&mos, dir.props, "pool properties").unwrap_or_default();
         let mut vallocs = Vec::new();
         for t in &config.vdev_tree {
             let count = t.asize >> t.ms_shift;

@@ -47,7 +47,12 @@ impl SpaIo {
             .unwrap_or_else(|e| e.into_inner())
             .get(id as usize)
             .cloned()
-            .ok_or_else(|| Error::corrupt("block pointer", format!("DVA names vdev {id}, which does not exist")))
+            .ok_or_else(|| {
+                Error::corrupt(
+                    "block pointer",
+                    format!("DVA names vdev {id}, which does not exist"),
+                )
+            })
     }
 
     pub fn tops(&self) -> Vec<Arc<TopVdev>> {
@@ -57,21 +62,34 @@ impl SpaIo {
     fn check_dva(&self, dva: &Dva, psize: u32) -> Result<Arc<TopVdev>> {
         if dva.flags & DVA_REMAPPED != 0 {
             return Err(Error::Unsupported(
-                "block is remapped (feature com.uzfs:block_remap), which this build cannot read".into(),
+                "block is remapped (feature com.uzfs:block_remap), which this build cannot read"
+                    .into(),
             ));
         }
         let top = self.top(dva.vdev)?;
-        if dva.offset.checked_add(psize as u64).is_none_or(|e| e > top.asize) {
+        if dva
+            .offset
+            .checked_add(psize as u64)
+            .is_none_or(|e| e > top.asize)
+        {
             return Err(Error::corrupt(
                 "block pointer",
-                format!("DVA {}:{:#x} lies past the end of the vdev", dva.vdev, dva.offset),
+                format!(
+                    "DVA {}:{:#x} lies past the end of the vdev",
+                    dva.vdev, dva.offset
+                ),
             ));
         }
         Ok(top)
     }
 
     /// Read one child's copy of one DVA and report whether it verifies.
-    pub fn check_copy(&self, bp: &BlkPtr, dva_idx: usize, child: usize) -> (CopyStatus, Option<Vec<u8>>) {
+    pub fn check_copy(
+        &self,
+        bp: &BlkPtr,
+        dva_idx: usize,
+        child: usize,
+    ) -> (CopyStatus, Option<Vec<u8>>) {
         let dva = bp.dva[dva_idx];
         let top = match self.check_dva(&dva, bp.psize) {
             Ok(t) => t,
@@ -83,7 +101,9 @@ impl SpaIo {
         let mut buf = vec![0u8; bp.psize as usize];
         match leaf.read(&mut buf, dva.offset) {
             Err(e) => (CopyStatus::IoError(e.to_string()), None),
-            Ok(()) if bp.checksum_type.compute(&buf) == bp.checksum => (CopyStatus::Good, Some(buf)),
+            Ok(()) if bp.checksum_type.compute(&buf) == bp.checksum => {
+                (CopyStatus::Good, Some(buf))
+            }
             Ok(()) => (CopyStatus::BadChecksum, None),
         }
     }
@@ -131,7 +151,9 @@ impl SpaIo {
         }
         Err(Error::Checksum(format!(
             "no valid copy of block [{bp}]{}",
-            last_err.map(|e| format!(" (last error: {e})")).unwrap_or_default()
+            last_err
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default()
         )))
     }
 

@@ -218,11 +218,27 @@ impl Allocator {
                     let r = vd.alloc(asize, prev_same.map(|p| p.1));
                     vd.active = saved;
                     if let Some((off, ms)) = r {
-                        got = Some((Dva { vdev: v as u32, asize, offset: off, flags: 0 }, ms));
+                        got = Some((
+                            Dva {
+                                vdev: v as u32,
+                                asize,
+                                offset: off,
+                                flags: 0,
+                            },
+                            ms,
+                        ));
                         break;
                     }
                 } else if let Some((off, ms)) = vd.alloc(asize, None) {
-                    got = Some((Dva { vdev: v as u32, asize, offset: off, flags: 0 }, ms));
+                    got = Some((
+                        Dva {
+                            vdev: v as u32,
+                            asize,
+                            offset: off,
+                            flags: 0,
+                        },
+                        ms,
+                    ));
                     break;
                 }
             }

@@ -112,12 +112,17 @@ pub fn check_pool_name(name: &str) -> Result<()> {
     if name.len() > 200 {
         return bad("name is too long");
     }
-    for r in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
+    for r in [
+        "mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup",
+    ] {
         if name.starts_with(r) {
             return bad(&format!("name is reserved ('{r}')"));
         }
     }
-    if name.len() > 1 && name.starts_with('c') && name[1..].starts_with(|c: char| c.is_ascii_digit()) {
+    if name.len() > 1
+        && name.starts_with('c')
+        && name[1..].starts_with(|c: char| c.is_ascii_digit())
+    {
         return bad("pool name is reserved");
     }
     Ok(())
@@ -181,7 +186,9 @@ pub(crate) fn build_top(
         return Err(Error::invalid("a disk vdev has exactly one device"));
     }
     if !(9..=16).contains(&ashift) {
-        return Err(Error::invalid(format!("ashift {ashift} out of range 9..16")));
+        return Err(Error::invalid(format!(
+            "ashift {ashift} out of range 9..16"
+        )));
     }
     let mut asize = u64::MAX;
     let mut ms_shift = 0;
@@ -251,14 +258,20 @@ impl Pool {
         let mut seen = std::collections::HashSet::new();
         for (path, dev) in specs.iter().flat_map(|s| &s.leaves) {
             if !seen.insert(path.clone()) {
-                return Err(Error::invalid(format!("device '{path}' is named more than once")));
+                return Err(Error::invalid(format!(
+                    "device '{path}' is named more than once"
+                )));
             }
             if !opts.force {
                 if let Some(l) = probe_label(&**dev) {
                     if l.pool.state != PoolState::Destroyed {
                         return Err(Error::invalid(format!(
                             "{path} is part of {} pool '{}'\nuse '-f' to override",
-                            if l.pool.state == PoolState::Exported { "exported" } else { "active" },
+                            if l.pool.state == PoolState::Exported {
+                                "exported"
+                            } else {
+                                "active"
+                            },
                             l.pool.name
                         )));
                     }
@@ -354,7 +367,11 @@ impl Pool {
         self.mos.set_size(obj, bytes.len() as u64)
     }
 
-    pub(crate) fn read_json<T: serde::de::DeserializeOwned>(mos: &Objset, obj: u64, what: &str) -> Result<T> {
+    pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+        mos: &Objset,
+        obj: u64,
+        what: &str,
+    ) -> Result<T> {
         let dn = mos.stat(obj)?;
         if dn.size > 16 << 20 {
             return Err(Error::corrupt(what, "object too large"));
@@ -374,7 +391,9 @@ impl Pool {
 
     pub fn set_comment(&self, comment: &str) -> Result<()> {
         if comment.len() > 32 || comment.chars().any(|c| c.is_control()) {
-            return Err(Error::invalid("comment must be at most 32 printable characters"));
+            return Err(Error::invalid(
+                "comment must be at most 32 printable characters",
+            ));
         }
         let (obj, props) = {
             let mut st = lock(&self.st);
@@ -399,8 +418,14 @@ impl Pool {
     pub fn set_flush(&self, vdev: &str, policy: FlushPolicy) -> Result<()> {
         let mut st = lock(&self.st);
         let tops = self.io.tops();
-        let Some(pos) = tops.iter().position(|t| t.name() == vdev || t.children.iter().any(|c| c.path == vdev)) else {
-            return Err(Error::invalid(format!("no such vdev '{vdev}' in pool '{}'", self.name)));
+        let Some(pos) = tops
+            .iter()
+            .position(|t| t.name() == vdev || t.children.iter().any(|c| c.path == vdev))
+        else {
+            return Err(Error::invalid(format!(
+                "no such vdev '{vdev}' in pool '{}'",
+                self.name
+            )));
         };
         st.config.vdev_tree[pos].flush = policy;
         let old = &tops[pos];
@@ -425,7 +450,9 @@ impl Pool {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        lock(&self.st).history_pending.push(format!("{now} {cmd}\n"));
+        lock(&self.st)
+            .history_pending
+            .push(format!("{now} {cmd}\n"));
     }
 
     pub fn history(&self) -> Result<Vec<(u64, String)>> {
@@ -479,8 +506,16 @@ impl Pool {
         }
         let mut st = lock(&self.st);
         let id = st.config.vdev_tree.len() as u32;
-        let ashift = ashift.unwrap_or(if st.props.ashift == 0 { 12 } else { st.props.ashift });
-        let flush = st.config.vdev_tree.first().map_or(FlushPolicy::Honor, |t| t.flush);
+        let ashift = ashift.unwrap_or(if st.props.ashift == 0 {
+            12
+        } else {
+            st.props.ashift
+        });
+        let flush = st
+            .config
+            .vdev_tree
+            .first()
+            .map_or(FlushPolicy::Honor, |t| t.flush);
         let mut rng = st.guid_rng;
         let (top, mut cfg) = build_top(id, &spec, ashift, flush, &mut rng)?;
         st.guid_rng = rng;
@@ -489,12 +524,20 @@ impl Pool {
         }
         let (ms_array, sms) = create_space_maps(&self.mos, cfg.asize >> cfg.ms_shift)?;
         cfg.ms_array = ms_array;
-        st.alloc
-            .vdevs
-            .push(VdevAlloc::new(id, cfg.ashift, cfg.asize, cfg.ms_shift, &sms));
+        st.alloc.vdevs.push(VdevAlloc::new(
+            id,
+            cfg.ashift,
+            cfg.asize,
+            cfg.ms_shift,
+            &sms,
+        ));
         st.config.vdev_tree.push(cfg);
         st.config_dirty = true;
-        self.io.vdevs.write().unwrap_or_else(|e| e.into_inner()).push(top);
+        self.io
+            .vdevs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(top);
         drop(st);
         drop(_g);
         self.sync().map(|_| ())
@@ -539,7 +582,10 @@ impl Pool {
 
     fn check_writable(&self, incoming: u64) -> Result<()> {
         if let Some(why) = self.suspended() {
-            return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+            return Err(Error::invalid(format!(
+                "pool '{}' is suspended: {why}",
+                self.name
+            )));
         }
         if self.dirty_bytes() + incoming > self.writable_space() {
             return Err(Error::NoSpace);

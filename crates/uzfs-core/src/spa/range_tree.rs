@@ -91,15 +91,20 @@ impl RangeTree {
 
     /// First fit for `len` bytes at or after `cursor`, wrapping to the start.
     pub fn find_fit(&self, len: u64, cursor: u64) -> Option<u64> {
-        let first = self.segs.range(..=cursor).next_back().map_or(cursor, |(&s, _)| s);
+        let first = self
+            .segs
+            .range(..=cursor)
+            .next_back()
+            .map_or(cursor, |(&s, _)| s);
         for (&s, &e) in self.segs.range(first..) {
             let s = s.max(cursor);
             if e > s && e - s >= len {
                 return Some(s);
             }
         }
+        // Wrap: anything starting at or before the cursor, from its start.
         self.segs
-            .range(..first)
+            .range(..=cursor)
             .find(|(&s, &e)| e - s >= len)
             .map(|(&s, _)| s)
     }
@@ -119,9 +124,9 @@ mod tests {
         #[test]
         fn matches_bitmap(ops in proptest::collection::vec((any::<bool>(), 0u64..60, 1u64..12), 1..200)) {
             let mut t = RangeTree::new();
-            let mut m = vec![false; 80];
+            let mut m = [false; 80];
             for (add, s, l) in ops {
-                let r = s..s + l;
+                let r = s as usize..(s + l) as usize;
                 if add {
                     let ok = t.add(s, l);
                     prop_assert_eq!(ok, !m[r.clone()].iter().any(|&x| x));

@@ -48,7 +48,7 @@ pub fn encode(entries: &[SmEntry]) -> Vec<u8> {
 /// of allocated space or a FREE of free space is corruption.
 pub fn replay(buf: &[u8], ms_start: u64, ms_size: u64) -> Result<RangeTree> {
     let mut allocated = RangeTree::new();
-    if buf.len() % ENTRY_SIZE != 0 {
+    if !buf.len().is_multiple_of(ENTRY_SIZE) {
         return Err(Error::corrupt("space map", "length not a multiple of 16"));
     }
     for (i, e) in buf.chunks_exact(ENTRY_SIZE).enumerate() {
@@ -86,8 +86,16 @@ mod tests {
     #[test]
     fn replay_roundtrip_and_conflicts() {
         let e = [
-            SmEntry { kind: SmKind::Alloc, offset: 4096, len: 8192 },
-            SmEntry { kind: SmKind::Free, offset: 4096, len: 4096 },
+            SmEntry {
+                kind: SmKind::Alloc,
+                offset: 4096,
+                len: 8192,
+            },
+            SmEntry {
+                kind: SmKind::Free,
+                offset: 4096,
+                len: 4096,
+            },
         ];
         let t = replay(&encode(&e), 0, 1 << 20).expect("valid");
         assert_eq!(t.iter().collect::<Vec<_>>(), vec![(8192, 4096)]);

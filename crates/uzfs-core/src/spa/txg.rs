@@ -143,7 +143,11 @@ impl BlockWriter for SyncWriter<'_> {
     }
 
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
-        let alg = if self.pass >= 2 { Compression::Off } else { wp.compress };
+        let alg = if self.pass >= 2 {
+            Compression::Off
+        } else {
+            wp.compress
+        };
         let (comp, phys) = compress::compress(alg, data);
         match comp {
             Compression::Zstd => {
@@ -208,7 +212,11 @@ pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
                 let now = Instant::now();
                 if !t.shutdown && !t.want_sync && now < deadline && !p.over_sync_threshold() {
                     let wait = (deadline - now).min(Duration::from_millis(100));
-                    t = p.txg_cv.wait_timeout(t, wait).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+                    t = p
+                        .txg_cv
+                        .wait_timeout(t, wait)
+                        .map(|r| r.0)
+                        .unwrap_or_else(|e| e.into_inner().0);
                 }
                 if t.shutdown {
                     return;
@@ -245,14 +253,20 @@ impl Pool {
 
     fn has_pending_changes(&self) -> bool {
         let st = lock(&self.st);
-        st.config_dirty || !st.history_pending.is_empty() || !self.root.open_is_empty() || !self.mos.open_is_empty()
+        st.config_dirty
+            || !st.history_pending.is_empty()
+            || !self.root.open_is_empty()
+            || !self.mos.open_is_empty()
     }
 
     /// Sync the open txg now and wait for it to commit. Returns the txg.
     pub fn sync(&self) -> Result<u64> {
         let _g = lock(&self.sync_lock);
         if let Some(why) = self.suspended() {
-            return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+            return Err(Error::invalid(format!(
+                "pool '{}' is suspended: {why}",
+                self.name
+            )));
         }
         if !self.has_pending_changes() && lock(&self.txg).synced > 0 {
             let mut t = lock(&self.txg);
@@ -312,12 +326,18 @@ impl Pool {
             let mut extra = TxgDirty::new(txg);
             if pass == 2 {
                 if root_bp != old_root {
-                    self.mos
-                        .write_in_sync(&mut extra, st.dir.root_dataset, 0, &root_bp.to_bytes())?;
+                    self.mos.write_in_sync(
+                        &mut extra,
+                        st.dir.root_dataset,
+                        0,
+                        &root_bp.to_bytes(),
+                    )?;
                 }
                 if config_dirty {
-                    let bytes = serde_json::to_vec(&st.config).map_err(|e| Error::invalid(e.to_string()))?;
-                    self.mos.write_in_sync(&mut extra, st.dir.config, 0, &bytes)?;
+                    let bytes = serde_json::to_vec(&st.config)
+                        .map_err(|e| Error::invalid(e.to_string()))?;
+                    self.mos
+                        .write_in_sync(&mut extra, st.dir.config, 0, &bytes)?;
                     if let Some(o) = extra.objs.get_mut(&st.dir.config) {
                         o.size = Some(bytes.len() as u64);
                     }
@@ -325,7 +345,8 @@ impl Pool {
                 let hist: String = st.history_pending.drain(..).collect();
                 if !hist.is_empty() {
                     let at = self.mos.synced_dnode(st.dir.history)?.size;
-                    self.mos.write_in_sync(&mut extra, st.dir.history, at, hist.as_bytes())?;
+                    self.mos
+                        .write_in_sync(&mut extra, st.dir.history, at, hist.as_bytes())?;
                 }
             }
             for v in &mut w.alloc.vdevs {
@@ -338,8 +359,12 @@ impl Pool {
                         Some(s) => s,
                         None => self.mos.synced_dnode(ms.sm_obj)?.size,
                     };
-                    self.mos
-                        .write_in_sync(&mut extra, ms.sm_obj, at, &space_map::encode(&entries))?;
+                    self.mos.write_in_sync(
+                        &mut extra,
+                        ms.sm_obj,
+                        at,
+                        &space_map::encode(&entries),
+                    )?;
                 }
             }
             if extra.is_empty() {
@@ -407,7 +432,8 @@ impl Pool {
                         top_guid: t.guid,
                         guid: c.guid,
                     };
-                    let payload = serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
+                    let payload =
+                        serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
                     label::write_config(&*c.dev, &payload, &half)?;
                 }
             }
@@ -429,7 +455,10 @@ impl Pool {
             // Lock order is `st` before `txg`: never ask for `st` (inside
             // `suspended`) while holding `txg`.
             if let Some(why) = self.suspended() {
-                return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+                return Err(Error::invalid(format!(
+                    "pool '{}' is suspended: {why}",
+                    self.name
+                )));
             }
             let mut t = lock(&self.txg);
             if t.synced >= target {
@@ -447,7 +476,10 @@ impl Pool {
         let min = max * self.tun.delay_min_pct / 100;
         loop {
             if let Some(why) = self.suspended() {
-                return Err(Error::invalid(format!("pool '{}' is suspended: {why}", self.name)));
+                return Err(Error::invalid(format!(
+                    "pool '{}' is suspended: {why}",
+                    self.name
+                )));
             }
             let dirty = self.dirty_bytes();
             if self.over_sync_threshold() {
@@ -456,7 +488,8 @@ impl Pool {
             }
             if dirty + incoming < max || lock(&self.thread).is_none() {
                 if dirty > min {
-                    let ns = self.tun.delay_scale_ns.saturating_mul(dirty - min) / (max - dirty).max(1);
+                    let ns =
+                        self.tun.delay_scale_ns.saturating_mul(dirty - min) / (max - dirty).max(1);
                     std::thread::sleep(Duration::from_nanos(ns.min(self.tun.delay_max_ns)));
                 }
                 return Ok(());
@@ -478,7 +511,11 @@ impl Pool {
 
     /// Stop the sync thread (after committing everything dirty).
     pub fn close(&self) -> Result<()> {
-        let r = if self.suspended().is_none() { self.sync().map(|_| ()) } else { Ok(()) };
+        let r = if self.suspended().is_none() {
+            self.sync().map(|_| ())
+        } else {
+            Ok(())
+        };
         lock(&self.txg).shutdown = true;
         self.txg_cv.notify_all();
         if let Some(h) = lock(&self.thread).take() {

@@ -111,7 +111,13 @@ pub fn decode_config(buf: &[u8], label_off: u64) -> Result<Vec<u8>> {
 pub fn read_configs(dev: &dyn BlockDevice) -> Vec<(usize, Result<Vec<u8>>)> {
     let size = dev.size();
     if size < super::MIN_DEVICE_SIZE.min(4 * LABEL_SIZE) {
-        return vec![(0, Err(Error::invalid(format!("{}: device too small to hold labels", dev.name()))))];
+        return vec![(
+            0,
+            Err(Error::invalid(format!(
+                "{}: device too small to hold labels",
+                dev.name()
+            ))),
+        )];
     }
     let mut out = Vec::new();
     for (i, off) in label_offsets(size).into_iter().enumerate() {

@@ -91,7 +91,7 @@ impl TopVdev {
     /// Write to every child; succeeds if at least one child took the write
     /// (a mirror keeps going on a failed side, whose WRITE count rises).
     pub fn write(&self, buf: &[u8], offset: u64) -> Result<()> {
-        debug_assert!(offset % (1 << self.ashift) == 0);
+        debug_assert!(offset.is_multiple_of(1 << self.ashift));
         debug_assert!(offset + buf.len() as u64 <= self.asize);
         let mut first_err = None;
         let mut ok = 0;

@@ -221,7 +221,8 @@ impl SimDevice {
         for b in &mut st.durable[offset as usize..end] {
             *b ^= (rng.next_u64() as u8) | 1;
         }
-        st.pending.retain(|(o, d)| *o + d.len() as u64 <= offset || *o >= end as u64);
+        st.pending
+            .retain(|(o, d)| *o + d.len() as u64 <= offset || *o >= end as u64);
     }
     pub fn fail_reads(&self, on: bool) {
         lock(&self.disk.inner).fail_reads = on;
@@ -277,7 +278,10 @@ impl BlockDevice for SimDevice {
             });
         }
         if offset as usize + buf.len() > st.durable.len() {
-            return Err(Error::invalid(format!("{}: write past end", self.disk.name)));
+            return Err(Error::invalid(format!(
+                "{}: write past end",
+                self.disk.name
+            )));
         }
         st.pending.push((offset, buf.to_vec()));
         Ok(())
