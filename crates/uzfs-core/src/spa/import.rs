@@ -310,6 +310,7 @@ impl Pool {
             txg: Mutex::new(TxgState {
                 open: open_txg,
                 synced: ub.txg,
+                syncing: None,
                 shutdown: false,
                 want_sync: false,
                 last_sync: Instant::now(),

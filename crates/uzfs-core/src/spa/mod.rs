@@ -75,6 +75,8 @@ pub(crate) struct SpaState {
 pub(crate) struct TxgState {
     pub open: u64,
     pub synced: u64,
+    /// The txg being written out, if a sync is in progress.
+    pub syncing: Option<u64>,
     pub shutdown: bool,
     pub want_sync: bool,
     pub last_sync: Instant,
@@ -342,6 +344,7 @@ impl Pool {
             txg: Mutex::new(TxgState {
                 open: txg,
                 synced: 0,
+                syncing: None,
                 shutdown: false,
                 want_sync: false,
                 last_sync: Instant::now(),

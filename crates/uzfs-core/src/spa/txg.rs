@@ -276,6 +276,7 @@ impl Pool {
             return Ok(t.synced);
         }
         let r = self.sync_locked();
+        lock(&self.txg).syncing = None;
         if let Err(e) = &r {
             lock(&self.st).suspended = Some(e.to_string());
             self.txg_cv.notify_all();
@@ -288,6 +289,7 @@ impl Pool {
             let mut t = lock(&self.txg);
             let txg = t.open;
             t.open += 1;
+            t.syncing = Some(txg);
             txg
         };
         let root_dirty = self.root.freeze(txg + 1);
@@ -412,6 +414,7 @@ impl Pool {
         self.mos.sync_done();
         let mut t = lock(&self.txg);
         t.synced = txg;
+        t.syncing = None;
         t.want_sync = false;
         t.last_sync = Instant::now();
         self.txg_cv.notify_all();
@@ -450,7 +453,17 @@ impl Pool {
         if lock(&self.thread).is_none() {
             return self.sync();
         }
-        let target = lock(&self.txg).open;
+        // Wait for the open txg if it holds changes, else for the one being
+        // written out, else for nothing (empty txgs are never synced).
+        let pending = self.has_pending_changes();
+        let target = {
+            let t = lock(&self.txg);
+            if pending {
+                t.open
+            } else {
+                t.syncing.unwrap_or(t.synced)
+            }
+        };
         loop {
             // Lock order is `st` before `txg`: never ask for `st` (inside
             // `suspended`) while holding `txg`.

@@ -230,6 +230,11 @@ impl SimDevice {
     pub fn fail_writes(&self, on: bool) {
         lock(&self.disk.inner).fail_writes = on;
     }
+    /// Writes issued but not yet flushed.
+    pub fn pending_writes(&self) -> usize {
+        lock(&self.disk.inner).pending.len()
+    }
+
     /// The current image with pending writes applied (what reads return).
     pub fn image(&self) -> Vec<u8> {
         let st = lock(&self.disk.inner);
