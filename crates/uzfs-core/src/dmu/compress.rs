@@ -59,8 +59,10 @@ pub fn round_up(n: usize, to: usize) -> usize {
 }
 
 /// Compress `data`; returns the algorithm actually used and the physical
-/// bytes (a multiple of 512 long).
-pub fn compress(alg: Compression, data: &[u8]) -> (Compression, Vec<u8>) {
+/// bytes (a multiple of 512 long). Data stored raw is borrowed, not copied,
+/// when it is already sector-aligned.
+pub fn compress(alg: Compression, data: &[u8]) -> (Compression, std::borrow::Cow<'_, [u8]>) {
+    use std::borrow::Cow;
     let stream = match alg {
         Compression::Off => None,
         Compression::Lz4 => Some(lz4_flex::block::compress(data)),
@@ -73,12 +75,15 @@ pub fn compress(alg: Compression, data: &[u8]) -> (Compression, Vec<u8>) {
             out.extend_from_slice(&(stream.len() as u32).to_le_bytes());
             out.extend_from_slice(&stream);
             out.resize(total, 0);
-            return (alg, out);
+            return (alg, Cow::Owned(out));
         }
+    }
+    if data.len().is_multiple_of(SECTOR) {
+        return (Compression::Off, Cow::Borrowed(data));
     }
     let mut out = data.to_vec();
     out.resize(round_up(data.len(), SECTOR), 0);
-    (Compression::Off, out)
+    (Compression::Off, Cow::Owned(out))
 }
 
 /// Decompress physical bytes into exactly `lsize` logical bytes.
@@ -133,7 +138,7 @@ mod tests {
         rng.fill(&mut noise);
         let (used, phys) = compress(Compression::Lz4, &noise);
         assert_eq!(used, Compression::Off);
-        assert_eq!(phys, noise);
+        assert_eq!(&phys[..], &noise[..]);
     }
     #[test]
     fn garbage_is_an_error() {

@@ -58,6 +58,15 @@ pub trait BlockWriter {
     /// this txg and the new one fits.
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr>;
     fn free_bp(&mut self, bp: &BlkPtr);
+    /// Write many level-0 blocks at once (the I/O pipeline may compress,
+    /// checksum and issue them in parallel). Same semantics as `write_bp`
+    /// applied to each `(old, data)` in order.
+    fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
+        items
+            .iter()
+            .map(|(old, d)| self.write_bp(old, d, wp))
+            .collect()
+    }
 }
 
 pub const OBJSET_MAGIC: u64 = 0x5355_4a42_4f53_465a; // "ZFSOBJUS" little-endian
@@ -621,7 +630,20 @@ fn apply_blocks(
         dn.blkptr = [bp, BlkPtr::HOLE, BlkPtr::HOLE];
         dn.nlevels += 1;
     }
-    let items: Vec<(u64, &Arc<Vec<u8>>)> = blocks.iter().map(|(k, v)| (*k, v)).collect();
+    // Level 0 first, as one batch through the I/O pipeline.
+    let mut olds = Vec::with_capacity(blocks.len());
+    for (&blkid, data) in blocks {
+        if data.len() != dn.datablksz as usize {
+            return Err(Error::invalid("dirty block of the wrong size"));
+        }
+        let old = find_l0_bp(reader, dn, blkid)?.unwrap_or(BlkPtr::HOLE);
+        olds.push((old, data.as_slice()));
+    }
+    let new_l0 = w.write_batch(&olds, l0_params(dn))?;
+    for ((old, _), new) in olds.iter().zip(&new_l0) {
+        used += new.asize() as i64 - old.asize() as i64;
+    }
+    let items: Vec<(u64, BlkPtr)> = blocks.keys().copied().zip(new_l0).collect();
     let span = dn.capacity(dn.nlevels) / 3;
     let top_level = dn.nlevels - 1;
     let snapshot = dn.clone();
@@ -663,18 +685,13 @@ fn sync_node(
     level: u8,
     base: u64,
     span: u64,
-    changes: &[(u64, &Arc<Vec<u8>>)],
+    changes: &[(u64, BlkPtr)],
     used: &mut i64,
 ) -> Result<BlkPtr> {
     if level == 0 {
+        // Already written by the batch in `apply_blocks`.
         debug_assert_eq!(changes.len(), 1);
-        let (_, data) = changes[0];
-        if data.len() != dn.datablksz as usize {
-            return Err(Error::invalid("dirty block of the wrong size"));
-        }
-        let new = w.write_bp(old, data, l0_params(dn))?;
-        *used += new.asize() as i64 - old.asize() as i64;
-        return Ok(new);
+        return Ok(changes[0].1);
     }
     let mut children = if old.is_hole() {
         vec![BlkPtr::HOLE; dn.epb() as usize]

@@ -304,7 +304,6 @@ impl Pool {
                 history_pending: Vec::new(),
                 config_dirty: true,
                 ub: Some(ub),
-                suspended: None,
                 guid_rng: os_entropy(),
             }),
             txg: Mutex::new(TxgState {
@@ -316,10 +315,16 @@ impl Pool {
                 last_sync: Instant::now(),
             }),
             txg_cv: Condvar::new(),
+            suspended: Mutex::new(None),
+            space_snapshot: Mutex::new((0, 0, 0)),
             sync_lock: Mutex::new(()),
             tun: tun.clone(),
             thread: Mutex::new(None),
         });
+        {
+            let st = lock(&pool.st);
+            pool.snapshot_space(&st.alloc);
+        }
         if tun.sync_thread {
             txg::start_sync_thread(&pool);
         }

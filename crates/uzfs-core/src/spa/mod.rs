@@ -67,8 +67,6 @@ pub(crate) struct SpaState {
     pub history_pending: Vec<String>,
     pub config_dirty: bool,
     pub ub: Option<Uberblock>,
-    /// Set when a sync failed: the pool takes no more writes.
-    pub suspended: Option<String>,
     pub guid_rng: u64,
 }
 
@@ -90,6 +88,11 @@ pub struct Pool {
     pub root: Objset,
     pub(crate) st: Mutex<SpaState>,
     pub(crate) txg: Mutex<TxgState>,
+    /// Set when a sync failed: the pool takes no more writes. Its own lock,
+    /// so writers never wait behind a sync holding `st`.
+    pub(crate) suspended: Mutex<Option<String>>,
+    /// (size, allocated, free) as of the last sync, for the same reason.
+    pub(crate) space_snapshot: Mutex<(u64, u64, u64)>,
     pub(crate) txg_cv: Condvar,
     pub(crate) sync_lock: Mutex<()>,
     pub tun: Tunables,
@@ -338,7 +341,6 @@ impl Pool {
                 history_pending: Vec::new(),
                 config_dirty: true,
                 ub: None,
-                suspended: None,
                 guid_rng: guids,
             }),
             txg: Mutex::new(TxgState {
@@ -350,6 +352,8 @@ impl Pool {
                 last_sync: Instant::now(),
             }),
             txg_cv: Condvar::new(),
+            suspended: Mutex::new(None),
+            space_snapshot: Mutex::new((0, 0, 0)),
             sync_lock: Mutex::new(()),
             tun: opts.tunables.clone(),
             thread: Mutex::new(None),
@@ -472,12 +476,16 @@ impl Pool {
             .collect())
     }
 
-    /// (size, allocated, free) in bytes.
+    /// (size, allocated, free) in bytes, as of the last committed txg.
     pub fn space(&self) -> (u64, u64, u64) {
-        let st = lock(&self.st);
-        let size = st.alloc.total_space();
-        let free = st.alloc.free_space();
-        (size, size - free, free)
+        *lock(&self.space_snapshot)
+    }
+
+    /// Refresh the space snapshot from the allocator (caller holds `st`).
+    pub(crate) fn snapshot_space(&self, alloc: &Allocator) {
+        let size = alloc.total_space();
+        let free = alloc.free_space();
+        *lock(&self.space_snapshot) = (size, size - free, free);
     }
 
     pub fn last_txg(&self) -> u64 {
@@ -489,7 +497,7 @@ impl Pool {
     }
 
     pub fn suspended(&self) -> Option<String> {
-        lock(&self.st).suspended.clone()
+        lock(&self.suspended).clone()
     }
 
     /// `zpool add`: a new top-level vdev, committed before returning.

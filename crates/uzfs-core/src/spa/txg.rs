@@ -137,18 +137,8 @@ impl SyncWriter<'_> {
     }
 }
 
-impl BlockWriter for SyncWriter<'_> {
-    fn txg(&self) -> u64 {
-        self.txg
-    }
-
-    fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
-        let alg = if self.pass >= 2 {
-            Compression::Off
-        } else {
-            wp.compress
-        };
-        let (comp, phys) = compress::compress(alg, data);
+impl SyncWriter<'_> {
+    fn note_features(&mut self, comp: Compression, ck: ChecksumType) {
         match comp {
             Compression::Zstd => {
                 self.used.insert(feature::ZSTD);
@@ -158,28 +148,40 @@ impl BlockWriter for SyncWriter<'_> {
             }
             Compression::Off => {}
         }
-        if wp.checksum == ChecksumType::Blake3 {
+        if ck == ChecksumType::Blake3 {
             self.used.insert(feature::BLAKE3);
         }
-        let checksum = wp.checksum.compute(&phys);
-        let psize = phys.len() as u64;
-        let dva: [Dva; 3] = if self.fits_in_place(old, psize, wp.copies) {
-            old.dva
-        } else {
-            if !old.is_hole() {
-                self.free_bp(old);
-            }
-            let got = self.alloc.alloc(psize, wp.copies as usize)?;
-            let mut d = [Dva::default(); 3];
-            for (i, g) in got.into_iter().enumerate().take(3) {
-                d[i] = g;
-            }
-            d
-        };
-        self.io.write_phys(&dva, &phys)?;
-        Ok(BlkPtr {
+    }
+
+    /// Choose the DVAs for a new version of `old`: in place if allowed,
+    /// else freshly allocated (freeing `old`).
+    fn place(&mut self, old: &BlkPtr, psize: u64, copies: u8) -> Result<[Dva; 3]> {
+        if self.fits_in_place(old, psize, copies) {
+            return Ok(old.dva);
+        }
+        if !old.is_hole() {
+            self.free_bp(old);
+        }
+        let got = self.alloc.alloc(psize, copies as usize)?;
+        let mut d = [Dva::default(); 3];
+        for (i, g) in got.into_iter().enumerate().take(3) {
+            d[i] = g;
+        }
+        Ok(d)
+    }
+
+    fn make_bp(
+        &self,
+        dva: [Dva; 3],
+        lsize: usize,
+        psize: usize,
+        comp: Compression,
+        checksum: [u8; 32],
+        wp: &WriteParams,
+    ) -> BlkPtr {
+        BlkPtr {
             dva,
-            lsize: data.len() as u32,
+            lsize: lsize as u32,
             psize: psize as u32,
             compress: comp,
             checksum_type: wp.checksum,
@@ -189,7 +191,95 @@ impl BlockWriter for SyncWriter<'_> {
             phys_birth: self.txg,
             fill: wp.fill,
             checksum,
-        })
+        }
+    }
+}
+
+impl BlockWriter for SyncWriter<'_> {
+    fn txg(&self) -> u64 {
+        self.txg
+    }
+
+    /// The I/O pipeline: helper threads compress and checksum chunk k+1
+    /// while this thread allocates (in order: cheap, and it must be
+    /// deterministic) and writes chunk k. Writes go out from this one thread:
+    /// parallel writers to one file only contend on its inode lock (measured:
+    /// 10% of CPU spinning).
+    fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
+        const CHUNK: usize = 32;
+        let alg = if self.pass >= 2 {
+            Compression::Off
+        } else {
+            wp.compress
+        };
+        if items.len() <= CHUNK {
+            return items
+                .iter()
+                .map(|(old, d)| self.write_bp(old, d, wp))
+                .collect();
+        }
+        let helpers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        let mut out = Vec::with_capacity(items.len());
+        // Prepared chunks are borrowed (raw) or smaller than the dirty data
+        // already in memory, so helpers may run ahead without a bound.
+        let chunks: Vec<&[(BlkPtr, &[u8])]> = items.chunks(CHUNK).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let ready = std::sync::Mutex::new(std::collections::BTreeMap::new());
+        let cv = std::sync::Condvar::new();
+        std::thread::scope(|s| -> Result<()> {
+            for _ in 0..helpers {
+                let (chunks, next, ready, cv) = (&chunks, &next, &ready, &cv);
+                s.spawn(move || loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(c) = chunks.get(k) else { return };
+                    let prepared: Vec<_> = c
+                        .iter()
+                        .map(|(_, data)| {
+                            let (comp, phys) = compress::compress(alg, data);
+                            let ck = wp.checksum.compute(&phys);
+                            (comp, phys, ck)
+                        })
+                        .collect();
+                    lock(ready).insert(k, prepared);
+                    cv.notify_all();
+                });
+            }
+            for (k, c) in chunks.iter().enumerate() {
+                let prepared = {
+                    let mut r = lock(&ready);
+                    loop {
+                        if let Some(p) = r.remove(&k) {
+                            break p;
+                        }
+                        r = cv.wait(r).unwrap_or_else(|e| e.into_inner());
+                    }
+                };
+                for ((old, data), (comp, phys, ck)) in c.iter().zip(prepared) {
+                    self.note_features(comp, wp.checksum);
+                    let dva = self.place(old, phys.len() as u64, wp.copies)?;
+                    self.io.write_phys(&dva, &phys)?;
+                    out.push(self.make_bp(dva, data.len(), phys.len(), comp, ck, &wp));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
+        let alg = if self.pass >= 2 {
+            Compression::Off
+        } else {
+            wp.compress
+        };
+        let (comp, phys) = compress::compress(alg, data);
+        self.note_features(comp, wp.checksum);
+        let checksum = wp.checksum.compute(&phys);
+        let dva = self.place(old, phys.len() as u64, wp.copies)?;
+        self.io.write_phys(&dva, &phys)?;
+        Ok(self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp))
     }
 
     fn free_bp(&mut self, bp: &BlkPtr) {
@@ -278,7 +368,7 @@ impl Pool {
         let r = self.sync_locked();
         lock(&self.txg).syncing = None;
         if let Err(e) = &r {
-            lock(&self.st).suspended = Some(e.to_string());
+            *lock(&self.suspended) = Some(e.to_string());
             self.txg_cv.notify_all();
         }
         r
@@ -304,7 +394,9 @@ impl Pool {
             used: BTreeSet::new(),
         };
         let old_root = self.root.root_bp();
+        let t_start = Instant::now();
         let root_bp = self.root.sync_pass(&mut w, &root_dirty)?;
+        let t_data = t_start.elapsed();
         let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
         // Features first used by this txg become active in its config.
         for f in std::mem::take(&mut w.used) {
@@ -377,8 +469,18 @@ impl Pool {
         }
         // Step 4: every block of this txg durable before any label points at it.
         let tops = self.io.tops();
+        let t_flush0 = Instant::now();
         for t in &tops {
             t.flush()?;
+        }
+        if std::env::var_os("UZFS_SYNC_TRACE").is_some() {
+            eprintln!(
+                "txg {txg}: {} MiB dirty, data {:?}, mos {:?}, flush {:?}",
+                root_dirty.bytes >> 20,
+                t_data,
+                t_flush0 - t_start - t_data,
+                t_flush0.elapsed()
+            );
         }
         if config_dirty {
             self.write_labels(&st.config, &tops)?;
@@ -408,6 +510,7 @@ impl Pool {
         }
         // Committed.
         st.alloc.sync_done();
+        self.snapshot_space(&st.alloc);
         st.config_dirty = false;
         st.ub = Some(ub);
         self.root.sync_done();

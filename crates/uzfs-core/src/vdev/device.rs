@@ -53,6 +53,9 @@ impl FlushPolicy {
     }
 }
 
+/// Writes at least this large start their writeback at once (see `write_at`).
+pub const WRITEBACK_HINT_MIN: usize = 64 << 10;
+
 /// A regular file or a block device.
 pub struct FileDevice {
     file: File,
@@ -110,7 +113,26 @@ impl BlockDevice for FileDevice {
         }
         self.file
             .write_all_at(buf, offset)
-            .map_err(|e| self.io_err(e))
+            .map_err(|e| self.io_err(e))?;
+        // Start writeback of large writes now, so the device works while the
+        // sync thread computes the next checksums and the txg's final flush
+        // has little left to do. A hint only: durability still comes from
+        // `flush` (fdatasync). Measured on the 4 GiB sequential benchmark.
+        if buf.len() >= WRITEBACK_HINT_MIN {
+            use std::os::fd::AsRawFd;
+            // SAFETY: sync_file_range only reads its integer arguments; the
+            // fd is owned by `self.file` and open for the whole call. Errors
+            // (e.g. EINVAL on a pipe) are ignored: this is a hint.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    offset as libc::off64_t,
+                    buf.len() as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        Ok(())
     }
     fn flush(&self) -> Result<()> {
         self.file.sync_data().map_err(|e| self.io_err(e))

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run every check CI runs: format, lints, all tests (unit, model/crash
+# simulation, real-file and CLI integration), and the benchmarks in smoke mode.
+#
+#   UZFS_CRASH_SEEDS=N   crash-simulation seeds (default 300; try 5000 by hand)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+[ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo test --workspace
+./bench/run.sh --smoke
+echo "all checks passed"
