@@ -43,27 +43,29 @@ fn import_dir(dir: &std::path::Path) -> Arc<Pool> {
     Pool::import(&found.remove(0), None, tun()).expect("import")
 }
 
-fn cksum_errors(pool: &Pool, leaf: usize) -> u64 {
-    VdevStats::get(&pool.io.tops()[0].children[leaf].stats.cksum_errors)
-}
-
-#[test]
-fn mirror_heals_random_bit_flips() {
+/// A two-way mirror pool on two fresh 128 MiB files in a temporary directory.
+fn mirror_on_files(name: &str) -> (tempfile::TempDir, Arc<Pool>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let leaves = mk_files(dir.path(), 2);
     let opts = CreateOptions {
         tunables: tun(),
         ..Default::default()
     };
-    let pool = Pool::create(
-        "heal",
-        vec![TopSpec {
-            kind: TopKind::Mirror,
-            leaves,
-        }],
-        opts,
-    )
-    .expect("create");
+    let spec = TopSpec {
+        kind: TopKind::Mirror,
+        leaves,
+    };
+    let pool = Pool::create(name, vec![spec], opts).expect("create");
+    (dir, pool)
+}
+
+fn cksum_errors(pool: &Pool, leaf: usize) -> u64 {
+    VdevStats::get(&pool.io.tops()[0].children[leaf].stats.cksum_errors)
+}
+
+#[test]
+fn mirror_heals_random_bit_flips() {
+    let (dir, pool) = mirror_on_files("heal");
     let mut objs = Vec::new();
     for i in 0..8u64 {
         let o = pool
@@ -124,21 +126,7 @@ fn mirror_heals_random_bit_flips() {
 
 #[test]
 fn both_sides_bad_is_a_clear_error() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let leaves = mk_files(dir.path(), 2);
-    let opts = CreateOptions {
-        tunables: tun(),
-        ..Default::default()
-    };
-    let pool = Pool::create(
-        "bad2",
-        vec![TopSpec {
-            kind: TopKind::Mirror,
-            leaves,
-        }],
-        opts,
-    )
-    .expect("create");
+    let (dir, pool) = mirror_on_files("bad2");
     let o = pool.create_object(4096, &ObjProps::default()).expect("obj");
     pool.write(o, 0, &pattern(5, 64 << 10)).expect("write");
     pool.sync().expect("sync");

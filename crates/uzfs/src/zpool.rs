@@ -792,9 +792,10 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
             Ok(p) => p,
             Err(r) => return r,
         };
-        if destroy {
-            pool.log_history(&format!("zpool destroy {name}"));
-        }
+        pool.log_history(&format!(
+            "zpool {} {name}",
+            if destroy { "destroy" } else { "export" }
+        ));
         let r = if destroy {
             pool.destroy()
         } else {

@@ -13,15 +13,14 @@ use super::metaslab::{Allocator, VdevAlloc};
 use super::space_map;
 use super::txg::{self, Tunables};
 use super::uberblock::Uberblock;
-use super::{feature, hostname, lock, os_entropy, Pool, SpaState, TxgState};
+use super::{feature, hostname, lock, os_entropy, Pool, SpaState};
 use crate::dmu::objset::Objset;
 use crate::error::{Error, Result};
 use crate::vdev::device::MissingDevice;
 use crate::vdev::{label, BlockDevice, FileDevice, Leaf, TopVdev, VdevStats};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 /// One device that carries a uzfs label.
 #[derive(Clone)]
@@ -290,41 +289,17 @@ impl Pool {
             super::check_pool_name(n)?;
             config.name = n.to_string();
         }
-        let pool = Arc::new(Pool {
-            name: config.name.clone(),
-            guid: config.pool_guid,
-            io,
-            mos,
-            root,
-            st: Mutex::new(SpaState {
-                config,
-                alloc: Allocator::new(vallocs),
-                dir,
-                props,
-                history_pending: Vec::new(),
-                config_dirty: true,
-                ub: Some(ub),
-                guid_rng: os_entropy(),
-            }),
-            txg: Mutex::new(TxgState {
-                open: open_txg,
-                synced: ub.txg,
-                syncing: None,
-                shutdown: false,
-                want_sync: false,
-                last_sync: Instant::now(),
-            }),
-            txg_cv: Condvar::new(),
-            suspended: Mutex::new(None),
-            space_snapshot: Mutex::new((0, 0, 0)),
-            sync_lock: Mutex::new(()),
-            tun: tun.clone(),
-            thread: Mutex::new(None),
-        });
-        {
-            let st = lock(&pool.st);
-            pool.snapshot_space(&st.alloc);
-        }
+        let st = SpaState {
+            config,
+            alloc: Allocator::new(vallocs),
+            dir,
+            props,
+            history_pending: Vec::new(),
+            config_dirty: true,
+            ub: Some(ub),
+            guid_rng: os_entropy(),
+        };
+        let pool = Pool::assemble(io, mos, root, st, open_txg, ub.txg, tun.clone());
         if tun.sync_thread {
             txg::start_sync_thread(&pool);
         }

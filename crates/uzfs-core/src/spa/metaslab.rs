@@ -212,29 +212,22 @@ impl Allocator {
                 let vd = &mut self.vdevs[v];
                 let asize = vd.round(psize);
                 // A ditto copy on the same vdev starts half the vdev away.
-                if let Some(target) = avoid {
-                    let saved = vd.active;
-                    vd.active = target;
-                    let r = vd.alloc(asize, prev_same.map(|p| p.1));
-                    vd.active = saved;
-                    if let Some((off, ms)) = r {
-                        got = Some((
-                            Dva {
-                                vdev: v as u32,
-                                asize,
-                                offset: off,
-                                flags: 0,
-                            },
-                            ms,
-                        ));
-                        break;
+                let r = match avoid {
+                    Some(target) => {
+                        let saved = vd.active;
+                        vd.active = target;
+                        let r = vd.alloc(asize, prev_same.map(|p| p.1));
+                        vd.active = saved;
+                        r
                     }
-                } else if let Some((off, ms)) = vd.alloc(asize, None) {
+                    None => vd.alloc(asize, None),
+                };
+                if let Some((offset, ms)) = r {
                     got = Some((
                         Dva {
                             vdev: v as u32,
                             asize,
-                            offset: off,
+                            offset,
                             flags: 0,
                         },
                         ms,

@@ -327,25 +327,46 @@ impl Pool {
             vdev_tree: cfgs,
             features: feature::default_set(),
         };
+        let st = SpaState {
+            config,
+            alloc: Allocator::new(vallocs),
+            dir: dir.clone(),
+            props: PoolProps::default(),
+            history_pending: Vec::new(),
+            config_dirty: true,
+            ub: None,
+            guid_rng: guids,
+        };
+        let pool = Pool::assemble(io, mos, root, st, txg, 0, opts.tunables.clone());
+        pool.write_json(dir_obj, &dir)?;
+        pool.write_json(dir.props, &PoolProps::default())?;
+        pool.sync()?;
+        if pool.tun.sync_thread {
+            txg::start_sync_thread(&pool);
+        }
+        Ok(pool)
+    }
+
+    /// Put the pieces of an opened or created pool together (no thread yet).
+    pub(crate) fn assemble(
+        io: Arc<SpaIo>,
+        mos: Objset,
+        root: Objset,
+        st: SpaState,
+        open_txg: u64,
+        synced_txg: u64,
+        tun: Tunables,
+    ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
-            name: name.to_string(),
-            guid: pool_guid,
+            name: st.config.name.clone(),
+            guid: st.config.pool_guid,
             io,
             mos,
             root,
-            st: Mutex::new(SpaState {
-                config,
-                alloc: Allocator::new(vallocs),
-                dir: dir.clone(),
-                props: PoolProps::default(),
-                history_pending: Vec::new(),
-                config_dirty: true,
-                ub: None,
-                guid_rng: guids,
-            }),
+            st: Mutex::new(st),
             txg: Mutex::new(TxgState {
-                open: txg,
-                synced: 0,
+                open: open_txg,
+                synced: synced_txg,
                 syncing: None,
                 shutdown: false,
                 want_sync: false,
@@ -355,16 +376,14 @@ impl Pool {
             suspended: Mutex::new(None),
             space_snapshot: Mutex::new((0, 0, 0)),
             sync_lock: Mutex::new(()),
-            tun: opts.tunables.clone(),
+            tun,
             thread: Mutex::new(None),
         });
-        pool.write_json(dir_obj, &dir)?;
-        pool.write_json(dir.props, &PoolProps::default())?;
-        pool.sync()?;
-        if pool.tun.sync_thread {
-            txg::start_sync_thread(&pool);
+        {
+            let st = lock(&pool.st);
+            pool.snapshot_space(&st.alloc);
         }
-        Ok(pool)
+        pool
     }
 
     /// Write a JSON document as the whole contents of a MOS object.
@@ -402,21 +421,21 @@ impl Pool {
                 "comment must be at most 32 printable characters",
             ));
         }
-        let (obj, props) = {
-            let mut st = lock(&self.st);
-            st.props.comment = comment.to_string();
-            (st.dir.props, st.props.clone())
-        };
-        self.write_json(obj, &props)
+        self.update_props(|p| p.comment = comment.to_string())
     }
 
     pub fn set_default_ashift(&self, ashift: u8) -> Result<()> {
         if ashift != 0 && !(9..=16).contains(&ashift) {
             return Err(Error::invalid("ashift must be 0 or between 9 and 16"));
         }
+        self.update_props(|p| p.ashift = ashift)
+    }
+
+    /// Change the persisted pool properties (committed with the next txg).
+    fn update_props(&self, f: impl FnOnce(&mut PoolProps)) -> Result<()> {
         let (obj, props) = {
             let mut st = lock(&self.st);
-            st.props.ashift = ashift;
+            f(&mut st.props);
             (st.dir.props, st.props.clone())
         };
         self.write_json(obj, &props)
