@@ -572,14 +572,6 @@ impl Pool {
         drop(_g);
         self.sync().map(|_| ())
     }
-
-    /// Health of the pool and of each vdev, as `zpool status` prints it.
-    pub fn health(&self) -> &'static str {
-        if self.suspended().is_some() {
-            return "SUSPENDED";
-        }
-        "ONLINE"
-    }
 }
 
 /// Create one space map object per metaslab and the array listing them.
