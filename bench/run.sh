@@ -48,8 +48,10 @@ wall_mibs() {  # bytes seconds
 fio_wall() {  # file -> seconds for SEQ_SIZE with an fsync at the end
   local t0 t1
   t0=$(date +%s.%N)
+  # fio's default buffer is random (incompressible) and generated once, as
+  # uzfs-bench's is; --refill_buffers would charge fio for generating data.
   fio --name=seq --ioengine=psync --rw=write --bs=1M --size="$SEQ_SIZE" --end_fsync=1 \
-      --refill_buffers=1 --filename="$1" --output=/dev/null
+      --filename="$1" --output=/dev/null
   t1=$(date +%s.%N)
   rm -f "$1"
   awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
@@ -101,6 +103,33 @@ out "| fio, ext4 on a loop device on the same filesystem | $E_MIBS | $(ratio "$U
 out "| fio, zfs-fuse mirror (peers.sh zmirror) | $Z_MIBS | $(ratio "$U_MIBS" "$Z_MIBS") |"
 out ""
 out "uzfs memory during that write: peak RSS $(jget "$U" peak_rss_mib) MiB, peak dirty data $(jget "$U" peak_dirty_mib) MiB (dirty_max $(jget "$U" dirty_max_mib) MiB)."
+out ""
+# The daemon's own memory under a sustained write load: SEQ_SIZE written as
+# four objects through `uzfs object put`, with the default dirty limit and
+# with UZFS_DIRTY_MAX=256 MiB.
+UZ=target/release/uzfs
+daemon_peak() {  # dirty_max_env -> "peak_rss_mib"
+  local rd="$DATA/daemon-run" dd="$DATA/ddisk"
+  UZFS_RUNDIR="$rd" $UZ daemon --stop >/dev/null 2>&1 || true
+  rm -rf "$rd" "$dd"; truncate -s $((SB + SB / 2 + (512 << 20))) "$dd"
+  UZFS_DIRTY_MAX="$1" UZFS_RUNDIR="$rd" $UZ zpool create -f benchmem "$dd" >&2
+  for _ in 1 2 3 4; do UZFS_RUNDIR="$rd" $UZ object put benchmem "$DATA/payload" >/dev/null; done
+  local pid; pid=$(cat "$rd/uzfsd.pid")
+  awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$pid/status"
+  UZFS_RUNDIR="$rd" $UZ zpool destroy benchmem >&2
+  UZFS_RUNDIR="$rd" $UZ daemon --stop >/dev/null
+  rm -f "$dd"
+}
+head -c $((SB / 4)) /dev/urandom > "$DATA/payload"
+M_DEF=$(daemon_peak "")
+M_256=$(daemon_peak $((256 << 20)))
+rm -f "$DATA/payload"
+out "## Daemon memory under a sustained write load ($SEQ_SIZE via \`uzfs object put\`, 4 objects)"
+out ""
+out "| dirty_max | daemon peak RSS (VmHWM) |"
+out "|---|---|"
+out "| default (10% of RAM, max 4 GiB): $(jget "$U" dirty_max_mib) MiB | $M_DEF MiB |"
+out "| UZFS_DIRTY_MAX=256 MiB | $M_256 MiB |"
 out ""
 out "## Checksums (one core)"
 out ""

@@ -29,6 +29,9 @@ pub struct CacheEntry {
 pub struct Daemon {
     pub rundir: PathBuf,
     pub pools: Mutex<BTreeMap<String, Arc<Pool>>>,
+    /// Held by commands that change the set of imported pools (create,
+    /// import, export, destroy), so two of them cannot both claim a name.
+    pub admin: Mutex<()>,
     pub shutdown: Mutex<bool>,
 }
 
@@ -240,6 +243,7 @@ pub fn run(rundir: &Path) -> i32 {
     let d = Arc::new(Daemon {
         rundir: rundir.to_path_buf(),
         pools: Mutex::new(BTreeMap::new()),
+        admin: Mutex::new(()),
         shutdown: Mutex::new(false),
     });
     d.reimport_cached();

@@ -203,6 +203,8 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
     };
     let rest = &args[1..];
     let full = format!("zpool {}", args.join(" "));
+    let _admin = matches!(cmd.as_str(), "create" | "import" | "export" | "destroy")
+        .then(|| d.admin.lock().unwrap_or_else(|e| e.into_inner()));
     match cmd.as_str() {
         "create" => create(d, rest, cwd, &full),
         "add" => add(d, rest, cwd, &full),
