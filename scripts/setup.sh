@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-pkgs=(build-essential pkg-config curl ca-certificates fio e2fsprogs util-linux fuse3 procps)
+pkgs=(build-essential pkg-config curl ca-certificates fio e2fsprogs util-linux fuse3 procps python3 coreutils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
