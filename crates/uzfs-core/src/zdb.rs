@@ -71,13 +71,19 @@ impl Walker<'_> {
                     d.vdev, d.offset, d.asize
                 ));
             }
-            let nchild = self
+            // Every present side of the DVA's vdev; a missing side is
+            // UNAVAIL, not damaged.
+            let present: Vec<usize> = self
                 .pool
                 .io
                 .top(d.vdev)
-                .map(|t| t.children.len())
-                .unwrap_or(0);
-            for c in 0..nchild {
+                .map(|t| {
+                    (0..t.children.len())
+                        .filter(|&c| !t.children[c].is_missing())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for c in present {
                 let (st, _) = self.pool.io.check_copy(bp, i, c);
                 if st != CopyStatus::Good {
                     self.r.bad_copies.push(format!(

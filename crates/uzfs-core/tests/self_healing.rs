@@ -161,3 +161,55 @@ fn both_sides_bad_is_a_clear_error() {
     }
     assert!(cksum_errors(&pool, 0) > 0 && cksum_errors(&pool, 1) > 0);
 }
+
+#[test]
+fn mirror_with_a_missing_side_imports_degraded() {
+    let (dir, pool) = mirror_on_files("deg");
+    let o = pool
+        .create_object(16384, &ObjProps::default())
+        .expect("obj");
+    let d = pattern(9, 300_000);
+    pool.write(o, 0, &d).expect("write");
+    pool.export().expect("export");
+    drop(pool);
+    std::fs::remove_file(dir.path().join("disk1")).expect("remove one side");
+
+    let pool = import_dir(dir.path());
+    assert_eq!(
+        pool.unavailable_leaves().len(),
+        1,
+        "the missing side is UNAVAIL"
+    );
+    let mut buf = vec![0u8; d.len()];
+    pool.read(o, 0, &mut buf)
+        .expect("read from the surviving side");
+    assert!(buf == d);
+    pool.write(o, 0, &pattern(10, 1000))
+        .expect("a degraded mirror takes writes");
+    pool.sync().expect("sync");
+    let missing = &pool.io.tops()[0].children[1];
+    assert!(missing.is_missing());
+    for c in [
+        &missing.stats.read_errors,
+        &missing.stats.write_errors,
+        &missing.stats.cksum_errors,
+    ] {
+        assert_eq!(
+            VdevStats::get(c),
+            0,
+            "errors counted against a device that is not there"
+        );
+    }
+}
+
+#[test]
+fn zdb_on_a_degraded_mirror_is_clean() {
+    let (dir, pool) = mirror_on_files("degzdb");
+    let o = pool.create_object(4096, &ObjProps::default()).expect("obj");
+    pool.write(o, 0, &pattern(11, 50_000)).expect("write");
+    pool.export().expect("export");
+    drop(pool);
+    std::fs::remove_file(dir.path().join("disk0")).expect("remove one side");
+    let report = zdb::verify(scan_dir(dir.path()).expect("scan")).expect("zdb");
+    assert!(report.is_clean(), "{}", zdb::format_report(&report));
+}

@@ -278,3 +278,29 @@ fn socket_is_private() {
         & 0o777;
     assert_eq!(dmode, 0o700);
 }
+
+#[test]
+fn degraded_mirror_status() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 128), e.disk("b", 128));
+    e.ok(&["zpool", "create", "tank", "mirror", &a, &b]);
+    e.ok(&["zpool", "export", "tank"]);
+    std::fs::remove_file(&b).expect("remove one side");
+    let listing = e.ok(&["zpool", "import", "-d", "."]);
+    assert!(
+        listing.contains("DEGRADED") && listing.contains("UNAVAIL"),
+        "{listing}"
+    );
+    e.ok(&["zpool", "import", "-d", ".", "tank"]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(
+        st.contains(" state: DEGRADED")
+            && st.contains("UNAVAIL")
+            && st.contains("could not be opened"),
+        "{st}"
+    );
+    assert!(e.ok(&["zpool", "status", "-x"]).contains("pool: tank"));
+    assert!(e
+        .ok(&["zpool", "list", "-H", "-o", "health"])
+        .contains("DEGRADED"));
+}

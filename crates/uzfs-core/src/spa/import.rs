@@ -331,7 +331,7 @@ impl Pool {
             .tops()
             .iter()
             .flat_map(|t| t.children.iter())
-            .filter(|c| c.dev.size() == 0)
+            .filter(|c| c.is_missing())
             .map(|c| c.path.clone())
             .collect()
     }

@@ -124,6 +124,9 @@ impl SpaIo {
                 }
             };
             for c in 0..top.children.len() {
+                if top.children[c].is_missing() {
+                    continue;
+                }
                 match self.check_copy(bp, i, c) {
                     (CopyStatus::Good, Some(buf)) => {
                         for (t, child, off) in &bad {

@@ -498,7 +498,7 @@ impl Pool {
         for t in &tops {
             let slot = label::ub_slot_size(t.ashift);
             let nslots = label::UB_RING_SIZE / slot;
-            for c in &t.children {
+            for c in t.children.iter().filter(|c| !c.is_missing()) {
                 for off in label::label_offsets(c.dev.size()) {
                     let at = off + label::UB_RING_OFFSET + (txg % nslots) * slot;
                     c.dev.write_at(&ub.encode(slot as usize, at), at)?;
@@ -532,7 +532,7 @@ impl Pool {
     ) -> Result<()> {
         for half in [[0usize, 2], [1, 3]] {
             for t in tops {
-                for c in &t.children {
+                for c in t.children.iter().filter(|c| !c.is_missing()) {
                     let lc = super::config::LabelConfig {
                         pool: config.clone(),
                         top_guid: t.guid,

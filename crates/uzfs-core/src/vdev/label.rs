@@ -47,9 +47,11 @@ pub fn aligned_size(dev_size: u64) -> u64 {
     dev_size & !(LABEL_SIZE - 1)
 }
 
-/// Byte offsets of the four labels on a device of `dev_size` bytes.
+/// Byte offsets of the four labels on a device of `dev_size` bytes. (On a
+/// device too small for four labels the offsets overlap; callers check the
+/// size first, and nothing here can underflow.)
 pub fn label_offsets(dev_size: u64) -> [u64; 4] {
-    let n = aligned_size(dev_size);
+    let n = aligned_size(dev_size).max(2 * LABEL_SIZE);
     [0, LABEL_SIZE, n - 2 * LABEL_SIZE, n - LABEL_SIZE]
 }
 

@@ -48,6 +48,11 @@ pub struct Leaf {
 }
 
 impl Leaf {
+    /// Not found at import (a `MissingDevice`): UNAVAIL, skipped by I/O.
+    pub fn is_missing(&self) -> bool {
+        self.dev.size() == 0
+    }
+
     pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         VdevStats::bump(&self.stats.reads, 1);
         VdevStats::bump(&self.stats.bytes_read, buf.len() as u64);
@@ -95,7 +100,7 @@ impl TopVdev {
         debug_assert!(offset + buf.len() as u64 <= self.asize);
         let mut first_err = None;
         let mut ok = 0;
-        for c in &self.children {
+        for c in self.children.iter().filter(|c| !c.is_missing()) {
             match c.write(buf, offset) {
                 Ok(()) => ok += 1,
                 Err(e) => {
@@ -117,7 +122,7 @@ impl TopVdev {
         if self.flush == FlushPolicy::Ignore {
             return Ok(());
         }
-        for c in &self.children {
+        for c in self.children.iter().filter(|c| !c.is_missing()) {
             c.dev.flush()?;
         }
         Ok(())
