@@ -134,10 +134,15 @@ impl Daemon {
                 .find(|f| f.config.pool_guid == e.guid);
             match found {
                 Some(f) => match self.import(&f, Some(&e.name)) {
-                    Ok(_) => eprintln!("uzfsd: imported '{}' from the cache", e.name),
-                    Err(err) => eprintln!("uzfsd: cannot re-import '{}': {err}", e.name),
+                    Ok(_) => crate::err(&format!("uzfsd: imported '{}' from the cache\n", e.name)),
+                    Err(err) => {
+                        crate::err(&format!("uzfsd: cannot re-import '{}': {err}\n", e.name))
+                    }
                 },
-                None => eprintln!("uzfsd: cannot re-import '{}': devices not found", e.name),
+                None => crate::err(&format!(
+                    "uzfsd: cannot re-import '{}': devices not found\n",
+                    e.name
+                )),
             }
         }
         // Keep entries for pools that could not be opened this time.
@@ -163,7 +168,7 @@ impl Daemon {
             .collect();
         for p in pools {
             if let Err(e) = p.close() {
-                eprintln!("uzfsd: closing '{}': {e}", p.name);
+                crate::err(&format!("uzfsd: closing '{}': {e}\n", p.name));
             }
         }
     }
@@ -195,6 +200,7 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
     match req.argv.first().map(String::as_str) {
         Some("zpool") => crate::zpool::run(d, &req.argv[1..], cwd),
         Some("zfs") => crate::zfs::run(d, &req.argv[1..]),
+        Some("zdb") => crate::zdb::run_in_daemon(d, &req.argv[1..]),
         Some("object") => crate::zpool::object_cmd(d, &req.argv[1..], cwd),
         Some("shutdown") => {
             *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -213,25 +219,28 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
 /// Run the daemon in the foreground until a `shutdown` request.
 pub fn run(rundir: &Path) -> i32 {
     if let Err(e) = prepare_rundir(rundir) {
-        eprintln!(
-            "uzfs daemon: cannot create run directory {}: {e}",
+        crate::err(&format!(
+            "uzfs daemon: cannot create run directory {}: {e}\n",
             rundir.display()
-        );
+        ));
         return 1;
     }
     let sock = socket_path(rundir);
     if UnixStream::connect(&sock).is_ok() {
-        eprintln!(
-            "uzfs daemon: another daemon is already serving {}",
+        crate::err(&format!(
+            "uzfs daemon: another daemon is already serving {}\n",
             sock.display()
-        );
+        ));
         return 1;
     }
     let _ = std::fs::remove_file(&sock);
     let listener = match UnixListener::bind(&sock) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("uzfs daemon: cannot listen on {}: {e}", sock.display());
+            crate::err(&format!(
+                "uzfs daemon: cannot listen on {}: {e}\n",
+                sock.display()
+            ));
             return 1;
         }
     };
@@ -247,7 +256,7 @@ pub fn run(rundir: &Path) -> i32 {
         shutdown: Mutex::new(false),
     });
     d.reimport_cached();
-    eprintln!("uzfsd: serving {}", sock.display());
+    crate::err(&format!("uzfsd: serving {}\n", sock.display()));
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
         let d2 = d.clone();

@@ -29,10 +29,20 @@ The run directory (socket, pool cache, log) is --rundir, else $UZFS_RUNDIR,
 else /run/uzfs for root.
 ";
 
+/// Write to stdout or stderr; a closed pipe (`uzfs ... | head`) is not an
+/// error worth a panic, so write failures are ignored.
+pub fn out(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes()).and_then(|_| o.flush());
+}
+
+pub fn err(s: &str) {
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
+}
+
 fn emit(r: client::Response) -> i32 {
-    print!("{}", r.stdout);
-    eprint!("{}", r.stderr);
-    let _ = std::io::stdout().flush();
+    out(&r.stdout);
+    err(&r.stderr);
     r.code
 }
 
@@ -60,7 +70,7 @@ fn main() {
             }
         }
         if rest.is_empty() {
-            eprint!("{USAGE}");
+            err(USAGE);
             std::process::exit(2);
         }
         rest.remove(0)
@@ -69,7 +79,7 @@ fn main() {
     let code = match cmd.as_str() {
         "zpool" | "zfs" | "object" => {
             if cmd == "zpool" && rest.first().is_none_or(|a| a == "help" || a == "-?") {
-                print!("{}", zpool::USAGE);
+                out(zpool::USAGE);
                 0
             } else {
                 let mut argv = vec![cmd.clone()];
@@ -77,13 +87,33 @@ fn main() {
                 emit(client::call(&rundir, argv))
             }
         }
-        "zdb" => zdb::run(&rundir, &rest),
+        "zdb" => {
+            // A pool the daemon holds is verified inside it, with commits
+            // paused; anything else (-e, -l, no daemon) runs here.
+            let held = zdb::named_pool(&rest).is_some_and(|name| {
+                std::os::unix::net::UnixStream::connect(client::socket_path(&rundir)).is_ok()
+                    && std::fs::read_to_string(rundir.join("zpool.cache"))
+                        .ok()
+                        .and_then(|c| serde_json::from_str::<Vec<daemon::CacheEntry>>(&c).ok())
+                        .is_some_and(|c| c.iter().any(|e| e.name == name))
+            });
+            if held {
+                let mut argv = vec!["zdb".to_string()];
+                argv.extend(rest);
+                emit(client::call(&rundir, argv))
+            } else {
+                zdb::run(&rundir, &rest)
+            }
+        }
         "daemon" => match rest.first().map(String::as_str) {
             Some("--foreground") => daemon::run(&rundir),
             Some("--stop") => {
                 let sock = client::socket_path(&rundir);
                 if std::os::unix::net::UnixStream::connect(&sock).is_err() {
-                    println!("no uzfs daemon is running on {}", sock.display());
+                    out(&format!(
+                        "no uzfs daemon is running on {}\n",
+                        sock.display()
+                    ));
                     0
                 } else {
                     emit(client::call(&rundir, vec!["shutdown".into()]))
@@ -92,7 +122,10 @@ fn main() {
             Some("--status") => {
                 let sock = client::socket_path(&rundir);
                 if std::os::unix::net::UnixStream::connect(&sock).is_err() {
-                    println!("no uzfs daemon is running on {}", sock.display());
+                    out(&format!(
+                        "no uzfs daemon is running on {}\n",
+                        sock.display()
+                    ));
                     1
                 } else {
                     emit(client::call(&rundir, vec!["ping".into()]))
@@ -101,28 +134,28 @@ fn main() {
             None => match client::start_daemon(&rundir) {
                 Ok(()) => emit(client::call(&rundir, vec!["ping".into()])),
                 Err(e) => {
-                    eprintln!("uzfs daemon: {e}");
+                    err(&format!("uzfs daemon: {e}\n"));
                     1
                 }
             },
             Some(other) => {
-                eprintln!("uzfs daemon: unknown option '{other}'\n{USAGE}");
+                err(&format!("uzfs daemon: unknown option '{other}'\n{USAGE}\n"));
                 2
             }
         },
         "link" => match rest.first() {
             Some(dir) => link(Path::new(dir)),
             None => {
-                eprintln!("usage: uzfs link DIR");
+                err("usage: uzfs link DIR\n");
                 2
             }
         },
         "help" | "--help" | "-h" => {
-            print!("{USAGE}");
+            out(USAGE);
             0
         }
         other => {
-            eprintln!("uzfs: unknown command '{other}'\n{USAGE}");
+            err(&format!("uzfs: unknown command '{other}'\n{USAGE}\n"));
             2
         }
     };
@@ -132,30 +165,30 @@ fn main() {
 /// Install zpool/zfs/zdb symlinks to this binary in `dir`.
 fn link(dir: &Path) -> i32 {
     let Ok(exe) = std::env::current_exe() else {
-        eprintln!("uzfs link: cannot find my own path");
+        err("uzfs link: cannot find my own path\n");
         return 1;
     };
     if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!("uzfs link: {}: {e}", dir.display());
+        err(&format!("uzfs link: {}: {e}\n", dir.display()));
         return 1;
     }
     for name in ["zpool", "zfs", "zdb"] {
         let l = dir.join(name);
         if let Ok(m) = std::fs::symlink_metadata(&l) {
             if !m.file_type().is_symlink() {
-                eprintln!(
-                    "uzfs link: {} exists and is not a link; leaving it alone",
+                err(&format!(
+                    "uzfs link: {} exists and is not a link; leaving it alone\n",
                     l.display()
-                );
+                ));
                 return 1;
             }
             let _ = std::fs::remove_file(&l);
         }
         if let Err(e) = std::os::unix::fs::symlink(&exe, &l) {
-            eprintln!("uzfs link: {}: {e}", l.display());
+            err(&format!("uzfs link: {}: {e}\n", l.display()));
             return 1;
         }
-        println!("{} -> {}", l.display(), exe.display());
+        out(&format!("{} -> {}\n", l.display(), exe.display()));
     }
     0
 }

@@ -304,3 +304,61 @@ fn degraded_mirror_status() {
         .ok(&["zpool", "list", "-H", "-o", "health"])
         .contains("DEGRADED"));
 }
+
+#[test]
+fn zdb_on_a_busy_pool_is_clean() {
+    let e = Env::new();
+    let a = e.disk("a", 256);
+    e.ok(&["zpool", "create", "busy", &a]);
+    std::fs::write(e.dir.path().join("blob"), vec![0x42u8; 2 << 20]).expect("blob");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let (dir, rundir) = (e.dir.path().to_path_buf(), e.rundir.clone());
+        std::thread::spawn(move || {
+            let uzfs = |args: &[&str]| {
+                Command::new(env!("CARGO_BIN_EXE_uzfs"))
+                    .args(args)
+                    .env("UZFS_RUNDIR", &rundir)
+                    .current_dir(&dir)
+                    .output()
+                    .expect("run uzfs")
+            };
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Write and free objects, so blocks are freed and reused.
+                let o = uzfs(&["object", "put", "busy", "blob"]);
+                let obj = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                if n % 2 == 1 && !obj.is_empty() {
+                    uzfs(&["object", "free", "busy", &obj]);
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    for _ in 0..6 {
+        let out = e.ok(&["zdb", "-b", "busy"]);
+        assert!(out.contains("No errors"), "{out}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(writer.join().expect("writer") > 0);
+}
+
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    let e = Env::new();
+    // `uzfs zpool help | true`: stdout closed before anything is written.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uzfs"))
+        .args(["zpool", "help"])
+        .env("UZFS_RUNDIR", &e.rundir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(0));
+}

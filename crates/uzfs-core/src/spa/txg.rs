@@ -625,6 +625,14 @@ impl Pool {
         free.saturating_sub(slop)
     }
 
+    /// Run `f` with txg commits paused: the on-disk state stays exactly the
+    /// last committed txg while `f` runs (writers keep filling the open txg,
+    /// throttled as usual). `zdb` on an imported pool uses this.
+    pub fn with_syncs_paused<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _g = lock(&self.sync_lock);
+        f()
+    }
+
     /// Stop the sync thread (after committing everything dirty).
     pub fn close(&self) -> Result<()> {
         let r = if self.suspended().is_none() {
