@@ -165,3 +165,49 @@ fn write_throttle_bounds_dirty_data() {
     assert!(buf == chunk);
     pool.close().expect("close");
 }
+
+fn sm_objects(pool: &Pool) -> Vec<u64> {
+    let t = &pool.config().vdev_tree[0];
+    let n = (t.asize >> t.ms_shift) as usize;
+    let mut raw = vec![0u8; n * 8];
+    pool.mos.read(t.ms_array, 0, &mut raw).expect("ms_array");
+    raw.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+#[test]
+fn space_maps_are_condensed() {
+    let w = SimWorld::new();
+    let d = [w.disk("a", DISK)];
+    let pool = Pool::create("cond", vec![spec(TopKind::Disk, &d)], opts(16)).expect("create");
+    let before = sm_objects(&pool);
+    let mut prev = None;
+    for i in 0..80u64 {
+        let o = pool.create_object(4096, &ObjProps::default()).expect("obj");
+        pool.write(o, 0, &pattern(i, 40_000)).expect("write");
+        if let Some(p) = prev.replace(o) {
+            pool.free_object(p).expect("free");
+        }
+        pool.sync().expect("sync");
+    }
+    let after = sm_objects(&pool);
+    assert_ne!(before, after, "no space map was ever condensed");
+    // Every map is short: at most the threshold plus one txg of appends,
+    // where without condensing the busiest would hold hundreds of entries.
+    for sm in &after {
+        let entries = pool.mos.stat(*sm).expect("sm").size / 16;
+        assert!(
+            entries < 16 * 4 + 64,
+            "space map {sm} holds {entries} entries"
+        );
+    }
+    pool.close().expect("close");
+    let r = uzfs_core::zdb::verify(devs(&d)).expect("zdb");
+    assert!(r.is_clean(), "{}", uzfs_core::zdb::format_report(&r));
+    let pool = reimport(&SimWorld::new(), images(&d)).expect("import");
+    let mut buf = vec![0u8; 40_000];
+    pool.read(prev.expect("last object"), 0, &mut buf)
+        .expect("read");
+    assert!(buf == pattern(79, 40_000));
+}

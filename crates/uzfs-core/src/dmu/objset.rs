@@ -355,6 +355,46 @@ impl Objset {
         Ok(cand)
     }
 
+    /// Create an object in sync context (MOS passes after the first), into
+    /// `into`. The number must be unused in every layer, including the open
+    /// txg, whose later changes would otherwise land on it.
+    pub fn create_in_sync(
+        &self,
+        into: &mut TxgDirty,
+        obj_type: u8,
+        blksz: u32,
+        props: &ObjProps,
+    ) -> Result<u64> {
+        let _g = lock(&self.create_lock);
+        let mut cand = lock(&self.st).next_obj;
+        loop {
+            let touched = {
+                let st = lock(&self.st);
+                st.open.objs.contains_key(&cand)
+                    || st
+                        .syncing
+                        .as_ref()
+                        .is_some_and(|s| s.objs.contains_key(&cand))
+                    || into.objs.contains_key(&cand)
+            };
+            if !touched && !self.exists(cand)? {
+                break;
+            }
+            cand += 1;
+        }
+        lock(&self.st).next_obj = cand + 1;
+        into.objs.insert(
+            cand,
+            DirtyObj {
+                create: Some(DnodePhys::new(obj_type, blksz, props)),
+                freed: false,
+                blocks: BTreeMap::new(),
+                size: Some(0),
+            },
+        );
+        Ok(cand)
+    }
+
     /// Free an object and all its blocks.
     pub fn free_object(&self, obj: u64) -> Result<()> {
         let bs = self.stat(obj)?.datablksz as u64;

@@ -85,6 +85,11 @@ pub struct Tunables {
     pub cache_bytes: u64,
     /// Run a background sync thread (tests drive syncs by hand).
     pub sync_thread: bool,
+    /// A space map is condensed (rewritten as just its allocated segments)
+    /// once it holds more than this many entries and four times as many
+    /// entries as segments (default 4096, i.e. 64 KiB of log). Smaller:
+    /// more rewriting; larger: longer imports.
+    pub condense_min_entries: u64,
 }
 
 fn ram_bytes() -> u64 {
@@ -110,6 +115,7 @@ impl Default for Tunables {
             delay_max_ns: 100_000_000,
             cache_bytes: 256 << 20,
             sync_thread: true,
+            condense_min_entries: 4096,
         }
     }
 }
@@ -436,6 +442,7 @@ impl Pool {
                         o.size = Some(bytes.len() as u64);
                     }
                 }
+                self.condense_space_maps(&mut w, &mut extra, &st.config)?;
                 let hist: String = st.history_pending.drain(..).collect();
                 if !hist.is_empty() {
                     let at = self.mos.synced_dnode(st.dir.history)?.size;
@@ -522,6 +529,79 @@ impl Pool {
         t.last_sync = Instant::now();
         self.txg_cv.notify_all();
         Ok(txg)
+    }
+
+    /// Condense long space maps (OpenZFS metaslab_condense): a metaslab whose
+    /// log has grown far beyond its allocated segments gets a new space map
+    /// holding exactly its allocated set as of this txg, the old one is freed
+    /// and the metaslab array points at the new one, all in this txg.
+    /// "Allocated" excludes deferred frees: they are free on disk already.
+    /// Entries still pending for the metaslab are covered by the new map.
+    fn condense_space_maps(
+        &self,
+        w: &mut SyncWriter<'_>,
+        extra: &mut TxgDirty,
+        config: &crate::spa::config::PoolConfig,
+    ) -> Result<()> {
+        use crate::dmu::dnode::{ot, ObjProps};
+        use crate::spa::range_tree::RangeTree;
+        use crate::spa::space_map::{SmEntry, SmKind, ENTRY_SIZE, SM_BLOCK_SIZE};
+        for (v, va) in w.alloc.vdevs.iter_mut().enumerate() {
+            let Some(tc) = config.vdev_tree.get(v) else {
+                continue;
+            };
+            for (i, ms) in va.metaslabs.iter_mut().enumerate() {
+                let on_disk = self.mos.synced_dnode(ms.sm_obj)?.size / ENTRY_SIZE as u64;
+                if on_disk <= self.tun.condense_min_entries {
+                    continue;
+                }
+                let mut allocated = RangeTree::new();
+                allocated.add(ms.start, ms.size);
+                for (o, l) in ms.free.iter() {
+                    allocated.remove(o, l);
+                }
+                for &(o, l) in ms.freeing.iter().chain(&ms.defer) {
+                    if !allocated.remove(o, l) {
+                        return Err(Error::invalid(format!(
+                            "metaslab {i} of vdev {v}: deferred free [{o:#x}+{l:#x}] is not allocated"
+                        )));
+                    }
+                }
+                if on_disk <= 4 * allocated.len() as u64 {
+                    continue;
+                }
+                let entries: Vec<SmEntry> = allocated
+                    .iter()
+                    .map(|(offset, len)| SmEntry {
+                        kind: SmKind::Alloc,
+                        offset,
+                        len,
+                    })
+                    .collect();
+                let new_sm = self.mos.create_in_sync(
+                    extra,
+                    ot::SPACE_MAP,
+                    SM_BLOCK_SIZE,
+                    &ObjProps::METADATA,
+                )?;
+                if !entries.is_empty() {
+                    self.mos
+                        .write_in_sync(extra, new_sm, 0, &space_map::encode(&entries))?;
+                }
+                extra.objs.insert(
+                    ms.sm_obj,
+                    crate::dmu::objset::DirtyObj {
+                        freed: true,
+                        ..Default::default()
+                    },
+                );
+                self.mos
+                    .write_in_sync(extra, tc.ms_array, i as u64 * 8, &new_sm.to_le_bytes())?;
+                ms.sm_obj = new_sm;
+                ms.pending.clear();
+            }
+        }
+        Ok(())
     }
 
     /// Write the config to every leaf's labels, even half then odd half.

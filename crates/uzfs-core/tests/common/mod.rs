@@ -14,6 +14,8 @@ pub fn tunables() -> Tunables {
         sync_thread: false,
         cache_bytes: 4 << 20,
         dirty_max: 256 << 20,
+        // Condense often, so the crash tests exercise it.
+        condense_min_entries: 16,
         ..Tunables::default()
     }
 }
