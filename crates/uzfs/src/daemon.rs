@@ -104,6 +104,8 @@ impl Daemon {
         t
     }
 
+    /// Import and hold a pool. Does not touch the cache: `zpool import`
+    /// records it there, a re-import at start finds it there already.
     pub fn import(&self, found: &FoundPool, new_name: Option<&str>) -> Result<Arc<Pool>, String> {
         let name = new_name.unwrap_or(&found.config.name).to_string();
         if self
@@ -123,7 +125,6 @@ impl Daemon {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name, pool.clone());
-        self.write_cache();
         Ok(pool)
     }
 
@@ -145,17 +146,8 @@ impl Daemon {
                 )),
             }
         }
-        // Keep entries for pools that could not be opened this time.
-        let missing: Vec<CacheEntry> = {
-            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-            self.read_cache()
-                .into_iter()
-                .filter(|e| !pools.contains_key(&e.name))
-                .collect()
-        };
-        if missing.is_empty() {
-            self.write_cache();
-        }
+        // The cache is left as it was: a pool whose devices are absent now
+        // stays listed, and is re-imported by a later start.
     }
 
     pub fn close_all(&self) {

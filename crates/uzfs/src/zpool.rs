@@ -777,6 +777,7 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         if let Err(e) = d.import(f, new_name) {
             return err(e);
         }
+        d.write_cache();
     }
     Response::ok(String::new())
 }

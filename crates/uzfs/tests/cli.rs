@@ -362,3 +362,24 @@ fn closed_stdout_is_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.code(), Some(0));
 }
+
+#[test]
+fn cache_keeps_a_pool_whose_devices_are_away() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 128), e.disk("b", 128));
+    e.ok(&["zpool", "create", "here", &a]);
+    e.ok(&["zpool", "create", "away", &b]);
+    e.ok(&["daemon", "--stop"]);
+    let parked = e.dir.path().join("b.parked");
+    std::fs::rename(&b, &parked).expect("park");
+    // The daemon starts, re-imports 'here', cannot find 'away'.
+    let names = e.ok(&["zpool", "list", "-H", "-o", "name"]);
+    assert!(names.contains("here") && !names.contains("away"), "{names}");
+    e.ok(&["daemon", "--stop"]);
+    std::fs::rename(&parked, &b).expect("unpark");
+    let names = e.ok(&["zpool", "list", "-H", "-o", "name"]);
+    assert!(
+        names.contains("away"),
+        "'away' fell out of the pool cache: {names}"
+    );
+}
