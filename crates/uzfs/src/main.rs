@@ -107,30 +107,8 @@ fn main() {
         }
         "daemon" => match rest.first().map(String::as_str) {
             Some("--foreground") => daemon::run(&rundir),
-            Some("--stop") => {
-                let sock = client::socket_path(&rundir);
-                if std::os::unix::net::UnixStream::connect(&sock).is_err() {
-                    out(&format!(
-                        "no uzfs daemon is running on {}\n",
-                        sock.display()
-                    ));
-                    0
-                } else {
-                    emit(client::call(&rundir, vec!["shutdown".into()]))
-                }
-            }
-            Some("--status") => {
-                let sock = client::socket_path(&rundir);
-                if std::os::unix::net::UnixStream::connect(&sock).is_err() {
-                    out(&format!(
-                        "no uzfs daemon is running on {}\n",
-                        sock.display()
-                    ));
-                    1
-                } else {
-                    emit(client::call(&rundir, vec!["ping".into()]))
-                }
-            }
+            Some("--stop") => ask_running_daemon(&rundir, "shutdown", 0),
+            Some("--status") => ask_running_daemon(&rundir, "ping", 1),
             None => match client::start_daemon(&rundir) {
                 Ok(()) => emit(client::call(&rundir, vec!["ping".into()])),
                 Err(e) => {
@@ -160,6 +138,20 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Send `request` to the daemon if one is running (never start one);
+/// otherwise say so and return `code_if_none`.
+fn ask_running_daemon(rundir: &Path, request: &str, code_if_none: i32) -> i32 {
+    let sock = client::socket_path(rundir);
+    if std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        out(&format!(
+            "no uzfs daemon is running on {}\n",
+            sock.display()
+        ));
+        return code_if_none;
+    }
+    emit(client::call(rundir, vec![request.into()]))
 }
 
 /// Install zpool/zfs/zdb symlinks to this binary in `dir`.

@@ -165,6 +165,23 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// Refuse a device whose labels say it belongs to a pool that is not
+/// destroyed (`zpool create` / `add` without `-f`).
+fn check_not_in_use(path: &str, dev: &dyn BlockDevice) -> Result<()> {
+    match probe_label(dev) {
+        Some(l) if l.pool.state != PoolState::Destroyed => Err(Error::invalid(format!(
+            "{path} is part of {} pool '{}'\nuse '-f' to override",
+            if l.pool.state == PoolState::Exported {
+                "exported"
+            } else {
+                "active"
+            },
+            l.pool.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// What a leaf's labels say, if anything.
 pub fn probe_label(dev: &dyn BlockDevice) -> Option<LabelConfig> {
     label::read_configs(dev)
@@ -268,19 +285,7 @@ impl Pool {
                 )));
             }
             if !opts.force {
-                if let Some(l) = probe_label(&**dev) {
-                    if l.pool.state != PoolState::Destroyed {
-                        return Err(Error::invalid(format!(
-                            "{path} is part of {} pool '{}'\nuse '-f' to override",
-                            if l.pool.state == PoolState::Exported {
-                                "exported"
-                            } else {
-                                "active"
-                            },
-                            l.pool.name
-                        )));
-                    }
-                }
+                check_not_in_use(path, &**dev)?;
             }
         }
         let mut guids = opts.guid_seed.unwrap_or_else(os_entropy);
@@ -524,14 +529,7 @@ impl Pool {
         let _g = lock(&self.sync_lock);
         if !force {
             for (path, dev) in &spec.leaves {
-                if let Some(l) = probe_label(&**dev) {
-                    if l.pool.state != PoolState::Destroyed {
-                        return Err(Error::invalid(format!(
-                            "{path} is part of pool '{}'\nuse '-f' to override",
-                            l.pool.name
-                        )));
-                    }
-                }
+                check_not_in_use(path, &**dev)?;
             }
         }
         let mut st = lock(&self.st);
