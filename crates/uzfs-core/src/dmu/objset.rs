@@ -175,16 +175,8 @@ impl Objset {
         }
     }
 
-    pub fn reader(&self) -> &Arc<dyn BlockReader> {
-        &self.reader
-    }
-
     pub fn root_bp(&self) -> BlkPtr {
         lock(&self.st).bp
-    }
-
-    pub fn meta_dnode(&self) -> DnodePhys {
-        lock(&self.st).meta.clone()
     }
 
     pub fn dirty_bytes(&self) -> u64 {

@@ -108,10 +108,6 @@ impl RangeTree {
             .find(|(&s, &e)| e - s >= len)
             .map(|(&s, _)| s)
     }
-
-    pub fn largest(&self) -> u64 {
-        self.segs.iter().map(|(s, e)| e - s).max().unwrap_or(0)
-    }
 }
 
 #[cfg(test)]
