@@ -6,6 +6,7 @@
 
 pub mod device;
 pub mod label;
+pub mod raidz;
 pub mod sim;
 
 use crate::error::{Error, Result};
