@@ -14,7 +14,6 @@ use crate::dmu::dnode::{ot, DnodePhys, DNODE_SIZE};
 use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader};
 use crate::error::{Error, Result};
 use crate::spa::import::{best_uberblock, discover, FoundPool};
-use crate::spa::io::CopyStatus;
 use crate::spa::range_tree::RangeTree;
 use crate::spa::{Pool, Tunables};
 use crate::vdev::{label, BlockDevice};
@@ -71,26 +70,25 @@ impl Walker<'_> {
                     d.vdev, d.offset, d.asize
                 ));
             }
-            // Every present side of the DVA's vdev; a missing side is
-            // UNAVAIL, not damaged.
-            let present: Vec<usize> = self
-                .pool
-                .io
-                .top(d.vdev)
-                .map(|t| {
-                    (0..t.children.len())
-                        .filter(|&c| !t.children[c].is_missing())
-                        .collect()
-                })
-                .unwrap_or_default();
-            for c in present {
-                let (st, _) = self.pool.io.check_copy(bp, i, c);
-                if st != CopyStatus::Good {
-                    self.r.bad_copies.push(format!(
-                        "{what}: DVA[{i}] {}:{:#x} child {c}: {st:?}",
-                        d.vdev, d.offset
-                    ));
+            // Every copy and column on usable leaves; a missing or offline
+            // leaf is UNAVAIL or OFFLINE, not damaged.
+            let Ok(top) = self.pool.io.top(d.vdev) else {
+                continue;
+            };
+            let verify = |x: &[u8]| bp.checksum_type.compute(x) == bp.checksum;
+            match top.check_block(d.offset, bp.psize as u64, bp.phys_birth, &verify) {
+                Ok(bad) => {
+                    for (leaf, why) in bad {
+                        self.r.bad_copies.push(format!(
+                            "{what}: DVA[{i}] {}:{:#x} on {leaf}: {why}",
+                            d.vdev, d.offset
+                        ));
+                    }
                 }
+                Err(e) => self.r.bad_copies.push(format!(
+                    "{what}: DVA[{i}] {}:{:#x}: {e}",
+                    d.vdev, d.offset
+                )),
             }
         }
         match self.pool.io.read_bp(bp) {

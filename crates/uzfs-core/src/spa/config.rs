@@ -2,7 +2,7 @@
 //! every label (for discovery at import) and in the MOS (authoritative, and
 //! committed atomically with the txg that changed it).
 
-use crate::vdev::{FlushPolicy, TopKind};
+use crate::vdev::{AttachKind, FlushPolicy, Leaf, LeafState, TopKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -20,6 +20,65 @@ pub enum PoolState {
 pub struct LeafConfig {
     pub guid: u64,
     pub path: String,
+    /// "offline" or "faulted" when the leaf was taken out; persists.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
+    /// Txg ranges (inclusive) the leaf lacks; `u64::MAX` ends an open range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dtl: Vec<(u64, u64)>,
+    /// Leaves in the same column: a replacement or a spare.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached: Vec<AttachedConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachedConfig {
+    pub kind: AttachKind,
+    pub leaf: LeafConfig,
+}
+
+impl LeafConfig {
+    pub fn new(guid: u64, path: String) -> Self {
+        LeafConfig {
+            guid,
+            path,
+            state: String::new(),
+            dtl: Vec::new(),
+            attached: Vec::new(),
+        }
+    }
+
+    /// The config of a live leaf (and what is attached to it).
+    pub fn of(l: &Leaf) -> Self {
+        let state = match l.state() {
+            LeafState::Offline => "offline",
+            LeafState::Faulted => "faulted",
+            _ => "",
+        };
+        LeafConfig {
+            guid: l.guid,
+            path: l.path.clone(),
+            state: state.to_string(),
+            dtl: l.dtl(),
+            attached: l
+                .attached()
+                .iter()
+                .map(|(k, a)| AttachedConfig {
+                    kind: *k,
+                    leaf: LeafConfig::of(a),
+                })
+                .collect(),
+        }
+    }
+
+    /// This leaf and every leaf attached below it.
+    pub fn all(&self) -> Vec<&LeafConfig> {
+        let mut v = vec![self];
+        for a in &self.attached {
+            v.extend(a.leaf.all());
+        }
+        v
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +87,7 @@ pub struct TopConfig {
     pub guid: u64,
     pub kind: TopKind,
     pub ashift: u8,
+    /// Bytes of the vdev's address space (for RAID-Z: all children's).
     pub asize: u64,
     pub ms_shift: u8,
     /// MOS object listing the space map object of each metaslab.
@@ -62,6 +122,9 @@ pub struct PoolConfig {
     pub hostname: String,
     pub vdev_tree: Vec<TopConfig>,
     pub features: BTreeMap<String, FeatureEntry>,
+    /// Hot spares (`zpool add POOL spare DEV`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<LeafConfig>,
 }
 
 impl PoolConfig {
@@ -69,7 +132,7 @@ impl PoolConfig {
         let mut s = self.pool_guid;
         for t in &self.vdev_tree {
             s = s.wrapping_add(t.guid);
-            for c in &t.children {
+            for c in t.children.iter().flat_map(|c| c.all()) {
                 s = s.wrapping_add(c.guid);
             }
         }
@@ -92,6 +155,9 @@ pub struct ObjectDirectory {
     pub history: u64,
     pub props: u64,
     pub root_dataset: u64,
+    /// Scrub/resilver state (OpenZFS DMU_POOL_SCAN), created by the first scan.
+    #[serde(default)]
+    pub scan: u64,
 }
 
 /// Settable pool properties persisted in the MOS.

@@ -17,7 +17,7 @@ use super::{feature, hostname, lock, os_entropy, Pool, SpaState};
 use crate::dmu::objset::Objset;
 use crate::error::{Error, Result};
 use crate::vdev::device::MissingDevice;
-use crate::vdev::{label, BlockDevice, FileDevice, Leaf, TopVdev, VdevStats};
+use crate::vdev::{label, AttachKind, BlockDevice, FileDevice, Leaf, LeafState, TopVdev};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -43,7 +43,7 @@ impl FoundPool {
         self.config
             .vdev_tree
             .iter()
-            .flat_map(|t| &t.children)
+            .flat_map(|t| t.children.iter().flat_map(|c| c.all()))
             .filter(|c| !self.devices.iter().any(|d| d.label.guid == c.guid))
             .map(|c| c.path.clone())
             .collect()
@@ -130,60 +130,90 @@ pub fn best_uberblock(
     best
 }
 
+/// Open one leaf of the config (and what is attached to it) on the found
+/// devices; a leaf not found, or found truncated, becomes a MissingDevice.
+fn build_leaf(
+    c: &LeafConfig,
+    need: u64,
+    found: &FoundPool,
+    spare: bool,
+    problems: &mut Vec<String>,
+) -> Arc<Leaf> {
+    let dev = found.devices.iter().find(|d| d.label.guid == c.guid);
+    if dev.is_none() {
+        problems.push(format!("{}: not found", c.path));
+    }
+    let dev = dev.filter(|d| {
+        let ok = label::aligned_size(d.dev.size()) >= need;
+        if !ok {
+            problems.push(format!(
+                "{}: device is truncated ({} bytes, the pool needs {need})",
+                d.path,
+                d.dev.size()
+            ));
+        }
+        ok
+    });
+    let (path, dev): (String, Arc<dyn BlockDevice>) = match dev {
+        Some(d) => (d.path.clone(), d.dev.clone()),
+        None => (
+            c.path.clone(),
+            Arc::new(MissingDevice {
+                path: c.path.clone(),
+                size: 0,
+            }),
+        ),
+    };
+    let leaf = if spare {
+        Leaf::spare(c.guid, path, dev)
+    } else {
+        Leaf::new(c.guid, path, dev)
+    };
+    leaf.set_dtl(c.dtl.clone());
+    match c.state.as_str() {
+        "offline" => leaf.set_state(LeafState::Offline, 0),
+        "faulted" => leaf.set_state(LeafState::Faulted, 0),
+        _ => {}
+    }
+    leaf.config_dirty
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let att: Vec<_> = c
+        .attached
+        .iter()
+        .map(|a| {
+            let is_spare = a.kind == AttachKind::Spare;
+            (a.kind, build_leaf(&a.leaf, need, found, is_spare, problems))
+        })
+        .collect();
+    *leaf.attached.write().unwrap_or_else(|e| e.into_inner()) = att;
+    Arc::new(leaf)
+}
+
+/// Open the hot spares the config lists (missing ones are still listed).
+pub(crate) fn build_spares(cfg: &PoolConfig, found: &FoundPool) -> Vec<Arc<Leaf>> {
+    let mut problems = Vec::new();
+    cfg.spares
+        .iter()
+        .map(|c| build_leaf(c, 0, found, true, &mut problems))
+        .collect()
+}
+
 fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> {
     let mut tops = Vec::new();
     for (i, t) in cfg.vdev_tree.iter().enumerate() {
         if t.id as usize != i {
             return Err(Error::corrupt("pool config", "vdev ids out of order"));
         }
-        let mut children = Vec::new();
-        let mut present = 0;
         let mut problems = Vec::new();
-        let need = crate::vdev::LABEL_START_SIZE + t.asize + crate::vdev::LABEL_END_SIZE;
-        for c in &t.children {
-            let dev = found.devices.iter().find(|d| d.label.guid == c.guid);
-            if dev.is_none() {
-                problems.push(format!("{}: not found", c.path));
-            }
-            let dev = dev.filter(|d| {
-                let ok = label::aligned_size(d.dev.size()) >= need;
-                if !ok {
-                    problems.push(format!(
-                        "{}: device is truncated ({} bytes, the pool needs {need})",
-                        d.path,
-                        d.dev.size()
-                    ));
-                }
-                ok
-            });
-            let (path, dev): (String, Arc<dyn BlockDevice>) = match dev {
-                Some(d) => {
-                    present += 1;
-                    (d.path.clone(), d.dev.clone())
-                }
-                None => (
-                    c.path.clone(),
-                    Arc::new(MissingDevice {
-                        path: c.path.clone(),
-                        size: 0,
-                    }),
-                ),
-            };
-            children.push(Arc::new(Leaf {
-                guid: c.guid,
-                path,
-                dev,
-                stats: VdevStats::default(),
-            }));
-        }
-        if present == 0 {
-            return Err(Error::invalid(format!(
-                "cannot import '{}': one or more devices is currently unavailable:\n\t{}",
-                cfg.name,
-                problems.join("\n\t")
-            )));
-        }
-        tops.push(Arc::new(TopVdev {
+        let need = crate::vdev::LABEL_START_SIZE
+            + crate::vdev::top_child_need(t.kind, t.children.len(), t.ashift, t.asize)
+            + crate::vdev::LABEL_END_SIZE;
+        let children: Vec<Arc<Leaf>> = t
+            .children
+            .iter()
+            .map(|c| build_leaf(c, need, found, false, &mut problems))
+            .collect();
+        let top = Arc::new(TopVdev {
             id: t.id,
             guid: t.guid,
             kind: t.kind,
@@ -192,7 +222,16 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
             ms_shift: t.ms_shift,
             flush: t.flush,
             children,
-        }));
+        });
+        let present = top.leaves().iter().filter(|l| !l.is_missing()).count();
+        if present == 0 || top.dead_columns() > top.redundancy() {
+            return Err(Error::invalid(format!(
+                "cannot import '{}': one or more devices is currently unavailable:\n\t{}",
+                cfg.name,
+                problems.join("\n\t")
+            )));
+        }
+        tops.push(top);
     }
     Ok(tops)
 }
@@ -258,7 +297,7 @@ impl Pool {
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
                 .collect();
-            let mut va = VdevAlloc::new(t.id, t.ashift, t.asize, t.ms_shift, &sms);
+            let mut va = VdevAlloc::for_top(t, &sms);
             for ms in &mut va.metaslabs {
                 let dn = mos.stat(ms.sm_obj)?;
                 if dn.size > 1 << 30 {
@@ -278,11 +317,9 @@ impl Pool {
         let root_bp = super::dataset_bp(&mos, dir.root_dataset)?;
         let root = Objset::open(&root_bp, io.clone(), open_txg)?;
         // Record where the devices are now and that the pool is in use.
-        for (t, tc) in tops.iter().zip(config.vdev_tree.iter_mut()) {
-            for (c, cc) in t.children.iter().zip(tc.children.iter_mut()) {
-                cc.path = c.path.clone();
-            }
-        }
+        let spares = build_spares(&config, found);
+        *io.spares.write().unwrap_or_else(|e| e.into_inner()) = spares.clone();
+        super::refresh_vdev_config(&mut config, &tops, &spares);
         config.state = PoolState::Active;
         config.hostname = hostname();
         if let Some(n) = new_name {
@@ -330,7 +367,7 @@ impl Pool {
         self.io
             .tops()
             .iter()
-            .flat_map(|t| t.children.iter())
+            .flat_map(|t| t.leaves())
             .filter(|c| c.is_missing())
             .map(|c| c.path.clone())
             .collect()

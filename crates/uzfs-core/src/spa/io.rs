@@ -3,40 +3,35 @@
 //!
 //! # Self-healing read
 //!
-//! For each DVA (ditto copy) in turn, and for each side of a mirror in turn,
-//! read `psize` bytes and verify the checksum from the block pointer. An I/O
-//! error counts a READ error on that leaf, a mismatch a CKSUM error. The first
-//! copy that verifies is returned, after it has been written back over every
-//! copy that failed (on this DVA and on earlier DVAs), so the next read finds
-//! them repaired. Only when no copy verifies does the read fail, and the error
-//! names the block. Writing a repair is safe although it is an overwrite:
-//! it restores the exact bytes the block pointer already vouches for.
+//! For each DVA (ditto copy) in turn, the top-level vdev reads and verifies
+//! the block against the checksum in the block pointer, repairing bad
+//! columns or mirror sides itself (`vdev/top.rs`). The first DVA that yields
+//! a verified block wins, and is written back over the earlier DVAs that
+//! could not produce one, so the next read finds them repaired. Only when no
+//! DVA verifies does the read fail, and the error names the block. Writing a
+//! repair is safe although it is an overwrite: it restores the exact bytes
+//! the block pointer already vouches for.
 
 use crate::arc::BlockCache;
 use crate::dmu::blkptr::{BlkPtr, Dva, DVA_REMAPPED};
 use crate::dmu::compress;
 use crate::dmu::objset::BlockReader;
 use crate::error::{Error, Result};
-use crate::vdev::{TopVdev, VdevStats};
+use crate::vdev::{Leaf, ScanRepair, TopVdev};
 use std::sync::{Arc, RwLock};
 
 pub struct SpaIo {
     pub vdevs: RwLock<Vec<Arc<TopVdev>>>,
+    /// Hot spares; one in use is also attached in some column.
+    pub spares: RwLock<Vec<Arc<Leaf>>>,
     pub cache: BlockCache,
-}
-
-/// Outcome of checking one copy of a block.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CopyStatus {
-    Good,
-    IoError(String),
-    BadChecksum,
 }
 
 impl SpaIo {
     pub fn new(vdevs: Vec<Arc<TopVdev>>, cache_bytes: u64) -> Self {
         SpaIo {
             vdevs: RwLock::new(vdevs),
+            spares: RwLock::new(Vec::new()),
             cache: BlockCache::new(cache_bytes),
         }
     }
@@ -53,6 +48,10 @@ impl SpaIo {
                     format!("DVA names vdev {id}, which does not exist"),
                 )
             })
+    }
+
+    pub fn spares(&self) -> Vec<Arc<Leaf>> {
+        self.spares.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn tops(&self) -> Vec<Arc<TopVdev>> {
@@ -83,39 +82,15 @@ impl SpaIo {
         Ok(top)
     }
 
-    /// Read one child's copy of one DVA and report whether it verifies.
-    pub fn check_copy(
-        &self,
-        bp: &BlkPtr,
-        dva_idx: usize,
-        child: usize,
-    ) -> (CopyStatus, Option<Vec<u8>>) {
-        let dva = bp.dva[dva_idx];
-        let top = match self.check_dva(&dva, bp.psize) {
-            Ok(t) => t,
-            Err(e) => return (CopyStatus::IoError(e.to_string()), None),
-        };
-        let Some(leaf) = top.children.get(child) else {
-            return (CopyStatus::IoError("no such child".into()), None);
-        };
-        let mut buf = vec![0u8; bp.psize as usize];
-        match leaf.read(&mut buf, dva.offset) {
-            Err(e) => (CopyStatus::IoError(e.to_string()), None),
-            Ok(()) if bp.checksum_type.compute(&buf) == bp.checksum => {
-                (CopyStatus::Good, Some(buf))
-            }
-            Ok(()) => (CopyStatus::BadChecksum, None),
-        }
-    }
-
     /// Read the physical bytes of `bp`, verified, healing bad copies.
     pub fn read_phys(&self, bp: &BlkPtr) -> Result<Vec<u8>> {
         if bp.is_hole() {
             return Err(Error::invalid("read of a hole"));
         }
-        let mut bad: Vec<(Arc<TopVdev>, usize, u64)> = Vec::new();
+        let verify = |d: &[u8]| bp.checksum_type.compute(d) == bp.checksum;
+        let mut failed: Vec<(Arc<TopVdev>, Dva)> = Vec::new();
         let mut last_err = None;
-        for (i, dva) in bp.dva.iter().enumerate().filter(|(_, d)| d.is_valid()) {
+        for dva in bp.dva.iter().filter(|d| d.is_valid()) {
             let top = match self.check_dva(dva, bp.psize) {
                 Ok(t) => t,
                 Err(e) => {
@@ -123,32 +98,18 @@ impl SpaIo {
                     continue;
                 }
             };
-            for c in 0..top.children.len() {
-                if top.children[c].is_missing() {
-                    continue;
+            match top.read_block(dva.offset, bp.psize as u64, bp.phys_birth, &verify, false) {
+                Ok((data, _)) => {
+                    for (t, d) in &failed {
+                        // Best effort: a failed repair leaves the copy bad, counted.
+                        let _ = t.write_block(d.offset, &data, d.asize, bp.phys_birth);
+                    }
+                    return Ok(data);
                 }
-                match self.check_copy(bp, i, c) {
-                    (CopyStatus::Good, Some(buf)) => {
-                        for (t, child, off) in &bad {
-                            if let Some(leaf) = t.children.get(*child) {
-                                // Best effort: a failed repair leaves the copy bad, counted.
-                                let _ = leaf.write(&buf, *off);
-                            }
-                        }
-                        return Ok(buf);
-                    }
-                    (CopyStatus::BadChecksum, _) => {
-                        VdevStats::bump(&top.children[c].stats.cksum_errors, 1);
-                        bad.push((top.clone(), c, dva.offset));
-                    }
-                    (CopyStatus::IoError(e), _) => {
-                        if e.contains("lost power") {
-                            return Err(Error::PowerLost);
-                        }
-                        last_err = Some(Error::invalid(e));
-                        bad.push((top.clone(), c, dva.offset));
-                    }
-                    (CopyStatus::Good, None) => {}
+                Err(Error::PowerLost) => return Err(Error::PowerLost),
+                Err(e) => {
+                    last_err = Some(e);
+                    failed.push((top, *dva));
                 }
             }
         }
@@ -160,18 +121,32 @@ impl SpaIo {
         )))
     }
 
-    /// Write physical bytes to every DVA.
-    pub fn write_phys(&self, dvas: &[Dva], phys: &[u8]) -> Result<()> {
+    /// Scrub or resilver every copy of `bp` (see `TopVdev::scan_block`).
+    pub fn scan_bp(&self, bp: &BlkPtr, scrub: bool) -> Result<ScanRepair> {
+        let verify = |d: &[u8]| bp.checksum_type.compute(d) == bp.checksum;
+        let mut total = ScanRepair::default();
+        let mut good = false;
+        for dva in bp.dva.iter().filter(|d| d.is_valid()) {
+            let Ok(top) = self.check_dva(dva, bp.psize) else {
+                continue;
+            };
+            let r = top.scan_block(dva.offset, bp.psize as u64, bp.phys_birth, &verify, scrub)?;
+            total.repaired += r.repaired;
+            good |= !r.unrecoverable;
+        }
+        if !good {
+            // One DVA may still be rebuilt from another: the ordinary read
+            // path heals whole copies.
+            good = self.read_phys(bp).is_ok();
+        }
+        total.unrecoverable = !good;
+        Ok(total)
+    }
+
+    /// Write physical bytes to every DVA of a block born in `txg`.
+    pub fn write_phys(&self, dvas: &[Dva], phys: &[u8], txg: u64) -> Result<()> {
         for d in dvas.iter().filter(|d| d.is_valid()) {
-            let top = self.top(d.vdev)?;
-            if (phys.len() as u64) < d.asize {
-                // Pad to the allocated size so the whole sector range is defined.
-                let mut padded = phys.to_vec();
-                padded.resize(d.asize as usize, 0);
-                top.write(&padded, d.offset)?;
-            } else {
-                top.write(phys, d.offset)?;
-            }
+            self.top(d.vdev)?.write_block(d.offset, phys, d.asize, txg)?;
         }
         Ok(())
     }

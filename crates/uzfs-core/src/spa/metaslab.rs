@@ -61,6 +61,9 @@ impl Metaslab {
 pub struct VdevAlloc {
     pub id: u32,
     pub ashift: u8,
+    /// RAID-Z width and parity (0 parity: disk or mirror).
+    pub dcols: usize,
+    pub nparity: usize,
     pub asize: u64,
     pub ms_shift: u8,
     pub metaslabs: Vec<Metaslab>,
@@ -92,6 +95,8 @@ impl VdevAlloc {
         VdevAlloc {
             id,
             ashift,
+            dcols: 1,
+            nparity: 0,
             asize,
             ms_shift,
             metaslabs,
@@ -112,7 +117,21 @@ impl VdevAlloc {
         self.metaslabs.iter().map(|m| m.free.space()).sum()
     }
 
+    /// The allocator for a vdev described by `c`.
+    pub fn for_top(c: &super::config::TopConfig, sm_objs: &[u64]) -> Self {
+        let mut v = VdevAlloc::new(c.id, c.ashift, c.asize, c.ms_shift, sm_objs);
+        if c.kind.is_raidz() {
+            v.dcols = c.children.len();
+            v.nparity = c.kind.nparity();
+        }
+        v
+    }
+
+    /// Bytes to allocate for a block of `psize` (RAID-Z adds its parity).
     pub fn round(&self, psize: u64) -> u64 {
+        if self.nparity > 0 {
+            return crate::vdev::raidz::asize(psize, self.ashift, self.dcols, self.nparity);
+        }
         let a = 1u64 << self.ashift;
         psize.div_ceil(a) * a
     }

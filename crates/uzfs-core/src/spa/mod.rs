@@ -17,7 +17,7 @@ use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{Objset, OS_TYPE_DATASET, OS_TYPE_META};
 use crate::error::{Error, Result};
-use crate::vdev::{self, label, BlockDevice, FlushPolicy, Leaf, TopKind, TopVdev, VdevStats};
+use crate::vdev::{self, label, BlockDevice, FlushPolicy, Leaf, TopKind, TopVdev};
 use config::*;
 use io::SpaIo;
 use metaslab::{Allocator, VdevAlloc};
@@ -201,11 +201,20 @@ pub(crate) fn build_top(
     if spec.leaves.is_empty() {
         return Err(Error::invalid("a vdev needs at least one device"));
     }
-    if spec.kind == TopKind::Mirror && spec.leaves.len() < 2 {
+    let width = spec.leaves.len();
+    if spec.kind == TopKind::Mirror && width < 2 {
         return Err(Error::invalid("a mirror needs at least two devices"));
     }
-    if spec.kind == TopKind::Disk && spec.leaves.len() != 1 {
+    if spec.kind == TopKind::Disk && width != 1 {
         return Err(Error::invalid("a disk vdev has exactly one device"));
+    }
+    let np = spec.kind.nparity();
+    if spec.kind.is_raidz() && !(np + 2..=255).contains(&width) {
+        return Err(Error::invalid(format!(
+            "a {} vdev needs {} to 255 devices, got {width}",
+            spec.kind.label(),
+            np + 2
+        )));
     }
     if !(9..=16).contains(&ashift) {
         return Err(Error::invalid(format!(
@@ -214,6 +223,7 @@ pub(crate) fn build_top(
     }
     let mut asize = u64::MAX;
     let mut ms_shift = 0;
+    let mut raw_min = u64::MAX;
     for (path, dev) in &spec.leaves {
         let (a, s) = vdev::allocatable(dev.size()).ok_or_else(|| {
             Error::invalid(format!(
@@ -222,23 +232,27 @@ pub(crate) fn build_top(
                 vdev::MIN_DEVICE_SIZE >> 20
             ))
         })?;
+        raw_min = raw_min.min(
+            label::aligned_size(dev.size()) - vdev::LABEL_START_SIZE - vdev::LABEL_END_SIZE,
+        );
         if a < asize {
             asize = a;
             ms_shift = s;
         }
     }
+    if spec.kind.is_raidz() {
+        // One row short of the smallest child, so a column that wraps to the
+        // next row still fits (see vdev/raidz.rs).
+        let rows = (raw_min >> ashift).saturating_sub(1);
+        let raw = (rows * width as u64) << ashift;
+        ms_shift = vdev::metaslab_shift(raw);
+        asize = raw >> ms_shift << ms_shift;
+    }
     let top_guid = next_guid(guids);
     let children: Vec<Arc<Leaf>> = spec
         .leaves
         .iter()
-        .map(|(path, dev)| {
-            Arc::new(Leaf {
-                guid: next_guid(guids),
-                path: path.clone(),
-                dev: dev.clone(),
-                stats: VdevStats::default(),
-            })
-        })
+        .map(|(path, dev)| Arc::new(Leaf::new(next_guid(guids), path.clone(), dev.clone())))
         .collect();
     let cfg = TopConfig {
         id,
@@ -251,10 +265,7 @@ pub(crate) fn build_top(
         flush,
         children: children
             .iter()
-            .map(|c| LeafConfig {
-                guid: c.guid,
-                path: c.path.clone(),
-            })
+            .map(|c| LeafConfig::new(c.guid, c.path.clone()))
             .collect(),
     };
     let top = Arc::new(TopVdev {
@@ -299,7 +310,7 @@ impl Pool {
         }
         // Wipe stale uberblock rings so nothing of an older pool survives.
         for t in &tops {
-            for c in &t.children {
+            for c in t.leaves() {
                 label::clear(&*c.dev)?;
             }
         }
@@ -315,12 +326,13 @@ impl Pool {
             history: mos.create_object(ot::HISTORY, 16384, &md)?,
             props: mos.create_object(ot::POOL_PROPS, 4096, &md)?,
             root_dataset: mos.create_object(ot::DSL_DATASET, 512, &md)?,
+            scan: 0,
         };
         let mut vallocs = Vec::new();
         for c in &mut cfgs {
             let (ms_array, sms) = create_space_maps(&mos, c.asize >> c.ms_shift)?;
             c.ms_array = ms_array;
-            vallocs.push(VdevAlloc::new(c.id, c.ashift, c.asize, c.ms_shift, &sms));
+            vallocs.push(VdevAlloc::for_top(c, &sms));
         }
         let config = PoolConfig {
             version: POOL_VERSION,
@@ -331,6 +343,7 @@ impl Pool {
             hostname: hostname(),
             vdev_tree: cfgs,
             features: feature::default_set(),
+            spares: Vec::new(),
         };
         let st = SpaState {
             config,
@@ -547,18 +560,12 @@ impl Pool {
         let mut rng = st.guid_rng;
         let (top, mut cfg) = build_top(id, &spec, ashift, flush, &mut rng)?;
         st.guid_rng = rng;
-        for c in &top.children {
+        for c in top.leaves() {
             label::clear(&*c.dev)?;
         }
         let (ms_array, sms) = create_space_maps(&self.mos, cfg.asize >> cfg.ms_shift)?;
         cfg.ms_array = ms_array;
-        st.alloc.vdevs.push(VdevAlloc::new(
-            id,
-            cfg.ashift,
-            cfg.asize,
-            cfg.ms_shift,
-            &sms,
-        ));
+        st.alloc.vdevs.push(VdevAlloc::for_top(&cfg, &sms));
         st.config.vdev_tree.push(cfg);
         st.config_dirty = true;
         self.io
@@ -570,6 +577,19 @@ impl Pool {
         drop(_g);
         self.sync().map(|_| ())
     }
+}
+
+/// Rewrite the vdev tree and spares of `config` from the live leaves
+/// (paths, states, DTLs, attachments).
+pub(crate) fn refresh_vdev_config(
+    config: &mut PoolConfig,
+    tops: &[Arc<TopVdev>],
+    spares: &[Arc<Leaf>],
+) {
+    for (t, tc) in tops.iter().zip(config.vdev_tree.iter_mut()) {
+        tc.children = t.children.iter().map(|c| LeafConfig::of(c)).collect();
+    }
+    config.spares = spares.iter().map(|s| LeafConfig::of(s)).collect();
 }
 
 /// Create one space map object per metaslab and the array listing them.

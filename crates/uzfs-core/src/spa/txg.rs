@@ -58,6 +58,7 @@ use crate::spa::io::SpaIo;
 use crate::spa::uberblock::Uberblock;
 use crate::vdev::label;
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -265,7 +266,7 @@ impl BlockWriter for SyncWriter<'_> {
                 for ((old, data), (comp, phys, ck)) in c.iter().zip(prepared) {
                     self.note_features(comp, wp.checksum);
                     let dva = self.place(old, phys.len() as u64, wp.copies)?;
-                    self.io.write_phys(&dva, &phys)?;
+                    self.io.write_phys(&dva, &phys, self.txg)?;
                     out.push(self.make_bp(dva, data.len(), phys.len(), comp, ck, &wp));
                 }
             }
@@ -284,7 +285,7 @@ impl BlockWriter for SyncWriter<'_> {
         self.note_features(comp, wp.checksum);
         let checksum = wp.checksum.compute(&phys);
         let dva = self.place(old, phys.len() as u64, wp.copies)?;
-        self.io.write_phys(&dva, &phys)?;
+        self.io.write_phys(&dva, &phys, self.txg)?;
         Ok(self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp))
     }
 
@@ -350,6 +351,13 @@ impl Pool {
     fn has_pending_changes(&self) -> bool {
         let st = lock(&self.st);
         st.config_dirty
+            || self
+                .io
+                .tops()
+                .iter()
+                .flat_map(|t| t.leaves())
+                .chain(self.io.spares())
+                .any(|l| l.config_dirty.load(Ordering::Relaxed))
             || !st.history_pending.is_empty()
             || !self.root.open_is_empty()
             || !self.mos.open_is_empty()
@@ -392,6 +400,24 @@ impl Pool {
         let mos_dirty = self.mos.freeze(txg + 1);
         let mut st = lock(&self.st);
         let st = &mut *st;
+        // Leaves that cannot take this txg's writes lack it (DTL); changed
+        // leaf states and DTLs go into this txg's config.
+        let tops_now = self.io.tops();
+        let spares_now = self.io.spares();
+        let mut leaf_dirty = false;
+        for l in tops_now.iter().flat_map(|t| t.leaves()) {
+            if !l.is_usable() {
+                l.dtl_open(txg);
+            }
+            leaf_dirty |= l.config_dirty.swap(false, Ordering::Relaxed);
+        }
+        for l in &spares_now {
+            leaf_dirty |= l.config_dirty.swap(false, Ordering::Relaxed);
+        }
+        if leaf_dirty || st.config_dirty {
+            super::refresh_vdev_config(&mut st.config, &tops_now, &spares_now);
+            st.config_dirty = true;
+        }
         let mut w = SyncWriter {
             io: &self.io,
             alloc: &mut st.alloc,
@@ -478,7 +504,7 @@ impl Pool {
         let tops = self.io.tops();
         let t_flush0 = Instant::now();
         for t in &tops {
-            t.flush()?;
+            t.flush(txg)?;
         }
         if std::env::var_os("UZFS_SYNC_TRACE").is_some() {
             eprintln!(
@@ -490,7 +516,7 @@ impl Pool {
             );
         }
         if config_dirty {
-            self.write_labels(&st.config, &tops)?;
+            self.write_labels(&st.config, &tops, txg)?;
         }
         let ub = Uberblock {
             txg,
@@ -502,18 +528,30 @@ impl Pool {
             rootbp: mos_bp,
             pool_guid: self.guid,
         };
+        // A leaf that fails here keeps an older uberblock, which import
+        // passes over for the newest; the txg needs one good copy.
+        let mut ub_written = 0;
         for t in &tops {
             let slot = label::ub_slot_size(t.ashift);
             let nslots = label::UB_RING_SIZE / slot;
-            for c in t.children.iter().filter(|c| !c.is_missing()) {
+            for c in t.leaves().iter().filter(|c| c.is_usable()) {
                 for off in label::label_offsets(c.dev.size()) {
                     let at = off + label::UB_RING_OFFSET + (txg % nslots) * slot;
-                    c.dev.write_at(&ub.encode(slot as usize, at), at)?;
+                    match c.write_raw(&ub.encode(slot as usize, at), at) {
+                        Ok(()) => ub_written += 1,
+                        Err(Error::PowerLost) => return Err(Error::PowerLost),
+                        Err(_) => {}
+                    }
                 }
             }
         }
+        if ub_written == 0 {
+            return Err(Error::invalid(format!(
+                "txg {txg}: no device took the uberblock"
+            )));
+        }
         for t in &tops {
-            t.flush()?;
+            t.flush(txg)?;
         }
         // Committed.
         st.alloc.sync_done();
@@ -609,10 +647,11 @@ impl Pool {
         &self,
         config: &super::config::PoolConfig,
         tops: &[Arc<crate::vdev::TopVdev>],
+        txg: u64,
     ) -> Result<()> {
         for half in [[0usize, 2], [1, 3]] {
             for t in tops {
-                for c in t.children.iter().filter(|c| !c.is_missing()) {
+                for c in t.leaves().iter().filter(|c| c.is_usable()) {
                     let lc = super::config::LabelConfig {
                         pool: config.clone(),
                         top_guid: t.guid,
@@ -620,11 +659,16 @@ impl Pool {
                     };
                     let payload =
                         serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
-                    label::write_config(&*c.dev, &payload, &half)?;
+                    if let Err(e) = label::write_config(&*c.dev, &payload, &half) {
+                        if matches!(e, Error::PowerLost) {
+                            return Err(e);
+                        }
+                        c.dtl_add(txg);
+                    }
                 }
             }
             for t in tops {
-                t.flush()?;
+                t.flush(txg)?;
             }
         }
         Ok(())

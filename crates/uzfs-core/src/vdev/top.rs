@@ -1,0 +1,600 @@
+//! Top-level vdevs: block reads with verification and self-healing, block
+//! writes, and the per-block work of scrub and resilver, for disks, mirrors
+//! and RAID-Z.
+//!
+//! # Reading
+//!
+//! A mirror reads one column after another until a copy verifies, then
+//! rewrites the copies that failed. RAID-Z reads only the data columns; if
+//! a column cannot be read or the block does not verify, it reads the parity
+//! too, rebuilds the columns known to be bad (I/O errors, missing leaves,
+//! leaves whose DTL lacks the block's txg) and, if the block still does not
+//! verify and no device admitted an error, tries every combination of up to
+//! the remaining parity count of columns as the wrong ones (OpenZFS
+//! vdev_raidz_combrec). The combination that verifies names the culprits:
+//! their CKSUM counters rise and they are rewritten.
+//!
+//! `thorough` (scrub) reads every column of every copy, including parity
+//! and leaves standing in for each other, and repairs every one that
+//! differs from what the verified block implies.
+
+use super::leaf::{column_leaves, column_source, Leaf, LeafState};
+use super::raidz;
+use super::{FlushPolicy, VdevStats};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopKind {
+    Disk,
+    Mirror,
+    Raidz1,
+    Raidz2,
+    Raidz3,
+}
+
+impl TopKind {
+    pub fn nparity(self) -> usize {
+        match self {
+            TopKind::Raidz1 => 1,
+            TopKind::Raidz2 => 2,
+            TopKind::Raidz3 => 3,
+            _ => 0,
+        }
+    }
+    pub fn is_raidz(self) -> bool {
+        self.nparity() > 0
+    }
+    pub fn raidz(nparity: usize) -> Option<TopKind> {
+        match nparity {
+            1 => Some(TopKind::Raidz1),
+            2 => Some(TopKind::Raidz2),
+            3 => Some(TopKind::Raidz3),
+            _ => None,
+        }
+    }
+    /// Name in `zpool status` and on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            TopKind::Disk => "disk",
+            TopKind::Mirror => "mirror",
+            TopKind::Raidz1 => "raidz1",
+            TopKind::Raidz2 => "raidz2",
+            TopKind::Raidz3 => "raidz3",
+        }
+    }
+}
+
+/// What scanning one block did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanRepair {
+    /// Bytes written to repair or resilver leaves.
+    pub repaired: u64,
+    /// No copy of the block could be made to verify.
+    pub unrecoverable: bool,
+}
+
+pub struct TopVdev {
+    pub id: u32,
+    pub guid: u64,
+    pub kind: TopKind,
+    pub ashift: u8,
+    /// Allocatable bytes of the address space (a whole number of metaslabs).
+    pub asize: u64,
+    pub ms_shift: u8,
+    pub flush: FlushPolicy,
+    /// One leaf per column.
+    pub children: Vec<Arc<Leaf>>,
+}
+
+type Verify<'a> = &'a dyn Fn(&[u8]) -> bool;
+
+struct ReadOutcome {
+    data: Vec<u8>,
+    repaired: u64,
+    /// Leaves whose copy or column was wrong, and why.
+    bad: Vec<(Arc<Leaf>, &'static str)>,
+}
+
+fn is_power_lost(e: &Error) -> bool {
+    matches!(e, Error::PowerLost)
+}
+
+/// Every way to pick `k` of `items`, in order.
+fn combinations(items: &[usize], k: usize, out: &mut Vec<Vec<usize>>) {
+    fn go(items: &[usize], k: usize, at: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if cur.len() == k {
+            out.push(cur.clone());
+            return;
+        }
+        for i in at..items.len() {
+            cur.push(items[i]);
+            go(items, k, i + 1, cur, out);
+            cur.pop();
+        }
+    }
+    go(items, k, 0, &mut Vec::new(), out);
+}
+
+impl TopVdev {
+    /// Columns whose loss the vdev survives.
+    pub fn redundancy(&self) -> usize {
+        match self.kind {
+            TopKind::Disk => 0,
+            TopKind::Mirror => self.children.len().saturating_sub(1),
+            k => k.nparity(),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self.kind {
+            TopKind::Disk => self
+                .children
+                .first()
+                .map(|c| c.path.clone())
+                .unwrap_or_default(),
+            k => format!("{}-{}", k.label(), self.id),
+        }
+    }
+
+    /// Every leaf, attached ones included.
+    pub fn leaves(&self) -> Vec<Arc<Leaf>> {
+        self.children.iter().flat_map(column_leaves).collect()
+    }
+
+    /// Bytes each leaf must hold past its front labels.
+    pub fn child_need(&self) -> u64 {
+        child_need(self.kind, self.children.len(), self.ashift, self.asize)
+    }
+
+    /// Columns that cannot serve reads right now.
+    pub fn dead_columns(&self) -> usize {
+        self.children
+            .iter()
+            .filter(|c| column_leaves(c).iter().all(|l| !l.is_usable()))
+            .count()
+    }
+
+    /// Can serve every block (possibly degraded).
+    pub fn is_functional(&self) -> bool {
+        self.dead_columns() <= self.redundancy()
+    }
+
+    fn sector_pad(&self, data: &[u8]) -> Vec<u8> {
+        let a = 1usize << self.ashift;
+        let mut v = data.to_vec();
+        v.resize(data.len().div_ceil(a) * a, 0);
+        v
+    }
+
+    fn rmap(&self, offset: u64, psize: u64) -> raidz::Map {
+        raidz::map(
+            offset,
+            psize,
+            self.ashift,
+            self.children.len(),
+            self.kind.nparity(),
+        )
+    }
+
+    /// Expected contents of each column for the verified block `data`.
+    fn expected_columns(&self, offset: u64, data: &[u8]) -> Vec<(usize, u64, Vec<u8>)> {
+        if self.kind.is_raidz() {
+            let m = self.rmap(offset, data.len() as u64);
+            let cols = raidz::encode(&m, data);
+            m.cols
+                .iter()
+                .zip(cols)
+                .map(|(c, d)| (c.child, c.offset, d))
+                .collect()
+        } else {
+            let p = self.sector_pad(data);
+            (0..self.children.len())
+                .map(|c| (c, offset, p.clone()))
+                .collect()
+        }
+    }
+
+    /// Read and verify a block of `psize` bytes born in txg `birth`,
+    /// repairing what it can. Returns the data and the bytes repaired.
+    pub fn read_block(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+        thorough: bool,
+    ) -> Result<(Vec<u8>, u64)> {
+        let o = self.read_impl(offset, psize, birth, verify, thorough, true)?;
+        Ok((o.data, o.repaired))
+    }
+
+    /// Read every copy and column of a block without writing or counting
+    /// anything (zdb). Returns the leaves whose copy is bad and why; fails
+    /// if the block cannot be reconstructed at all.
+    pub fn check_block(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+    ) -> Result<Vec<(String, &'static str)>> {
+        let o = self.read_impl(offset, psize, birth, verify, true, false)?;
+        Ok(o.bad.into_iter().map(|(l, why)| (l.path.clone(), why)).collect())
+    }
+
+    fn read_impl(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+        thorough: bool,
+        repair: bool,
+    ) -> Result<ReadOutcome> {
+        if self.kind.is_raidz() {
+            self.read_raidz(offset, psize, birth, verify, thorough, repair)
+        } else {
+            self.read_mirror(offset, psize, birth, verify, thorough, repair)
+        }
+    }
+
+    fn read_mirror(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+        thorough: bool,
+        repair: bool,
+    ) -> Result<ReadOutcome> {
+        let mut bad: Vec<(Arc<Leaf>, &'static str)> = Vec::new();
+        let mut good: Option<Vec<u8>> = None;
+        let mut last_err = None;
+        let sources: Vec<Arc<Leaf>> = if thorough {
+            self.leaves()
+                .into_iter()
+                .filter(|l| l.is_usable() && !l.dtl_covers(birth))
+                .collect()
+        } else {
+            self.children
+                .iter()
+                .filter_map(|c| column_source(c, birth))
+                .collect()
+        };
+        for src in sources {
+            let mut buf = vec![0u8; psize as usize];
+            match src.read(&mut buf, offset) {
+                Err(e) if is_power_lost(&e) => return Err(e),
+                Err(e) => {
+                    last_err = Some(e);
+                    bad.push((src, "I/O error"));
+                }
+                Ok(()) if verify(&buf) => {
+                    good.get_or_insert(buf);
+                    if !thorough {
+                        break;
+                    }
+                }
+                Ok(()) => {
+                    if repair {
+                        VdevStats::bump(&src.stats.cksum_errors, 1);
+                    }
+                    bad.push((src, "checksum mismatch"));
+                }
+            }
+        }
+        let Some(g) = good else {
+            return Err(Error::Checksum(format!(
+                "no valid copy on {}{}",
+                self.name(),
+                last_err
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default()
+            )));
+        };
+        let mut repaired = 0;
+        if repair {
+            let p = self.sector_pad(&g);
+            for (l, _) in &bad {
+                // Best effort: a failed repair leaves the copy bad, counted.
+                if l.write(&p, offset).is_ok() {
+                    repaired += p.len() as u64;
+                }
+            }
+        }
+        Ok(ReadOutcome {
+            data: g,
+            repaired,
+            bad,
+        })
+    }
+
+    fn read_raidz(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+        thorough: bool,
+        repair: bool,
+    ) -> Result<ReadOutcome> {
+        let m = self.rmap(offset, psize);
+        let np = m.nparity;
+        let n = m.cols.len();
+        let mut cols: Vec<Vec<u8>> = m.cols.iter().map(|c| vec![0u8; c.size as usize]).collect();
+        let src: Vec<Option<Arc<Leaf>>> = m
+            .cols
+            .iter()
+            .map(|c| column_source(&self.children[c.child], birth))
+            .collect();
+        let mut have = vec![false; n];
+        let mut erased: Vec<usize> = Vec::new();
+        let mut errored: Vec<usize> = Vec::new();
+        let mut read_cols = |range: std::ops::Range<usize>,
+                             cols: &mut Vec<Vec<u8>>,
+                             have: &mut Vec<bool>|
+         -> Result<()> {
+            for i in range {
+                match &src[i] {
+                    None => erased.push(i),
+                    Some(l) => match l.read(&mut cols[i], m.cols[i].offset) {
+                        Ok(()) => have[i] = true,
+                        Err(e) if is_power_lost(&e) => return Err(e),
+                        Err(_) => {
+                            erased.push(i);
+                            errored.push(i);
+                        }
+                    },
+                }
+            }
+            Ok(())
+        };
+        if thorough {
+            read_cols(0..n, &mut cols, &mut have)?;
+        } else {
+            read_cols(np..n, &mut cols, &mut have)?;
+            if !have[np..].contains(&false) {
+                let d = raidz::join(&m, &cols, psize as usize);
+                if verify(&d) {
+                    return Ok(ReadOutcome {
+                        data: d,
+                        repaired: 0,
+                        bad: Vec::new(),
+                    });
+                }
+            }
+            read_cols(0..np, &mut cols, &mut have)?;
+        }
+        let attempt = |set: &[usize]| -> Option<Vec<u8>> {
+            let mut c = cols.clone();
+            raidz::reconstruct(&m, &mut c, set).ok()?;
+            let d = raidz::join(&m, &c, psize as usize);
+            verify(&d).then_some(d)
+        };
+        let mut data = None;
+        if erased.len() <= np {
+            data = attempt(&erased);
+            if data.is_none() {
+                // Silent damage: guess which of the columns that read fine
+                // are wrong, as many as the parity left over allows.
+                let candidates: Vec<usize> = (0..n).filter(|i| have[*i]).collect();
+                'outer: for k in 1..=np - erased.len() {
+                    let mut combos = Vec::new();
+                    combinations(&candidates, k, &mut combos);
+                    for combo in combos {
+                        if combo.iter().all(|&c| c < np) {
+                            continue; // parity only: the data would not change
+                        }
+                        let mut set = erased.clone();
+                        set.extend(&combo);
+                        if let Some(d) = attempt(&set) {
+                            data = Some(d);
+                            break 'outer;
+                        }
+                    }
+                }
+            }
+        }
+        let Some(data) = data else {
+            return Err(Error::Checksum(format!(
+                "{} cannot rebuild the block at {offset:#x}: {} columns unreadable, parity {np}",
+                self.name(),
+                erased.len()
+            )));
+        };
+        // Rewrite every column that read wrong or failed to read.
+        let expect = raidz::encode(&m, &data);
+        let mut repaired = 0;
+        let mut bad = Vec::new();
+        for i in 0..n {
+            let Some(l) = &src[i] else { continue };
+            let wrong = have[i] && cols[i] != expect[i];
+            if wrong {
+                bad.push((l.clone(), "checksum mismatch"));
+            } else if errored.contains(&i) {
+                bad.push((l.clone(), "I/O error"));
+            } else {
+                continue;
+            }
+            if !repair {
+                continue;
+            }
+            if wrong {
+                VdevStats::bump(&l.stats.cksum_errors, 1);
+            }
+            if l.write(&expect[i], m.cols[i].offset).is_ok() {
+                repaired += expect[i].len() as u64;
+            }
+        }
+        Ok(ReadOutcome {
+            data,
+            repaired,
+            bad,
+        })
+    }
+
+    /// Scrub or resilver one block: read it (every copy if `scrub`), repair
+    /// what is wrong, and write its columns to every leaf whose DTL lacks it.
+    pub fn scan_block(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+        scrub: bool,
+    ) -> Result<ScanRepair> {
+        let (data, mut repaired) = match self.read_block(offset, psize, birth, verify, scrub) {
+            Ok(r) => r,
+            Err(e) if is_power_lost(&e) => return Err(e),
+            Err(_) => {
+                return Ok(ScanRepair {
+                    repaired: 0,
+                    unrecoverable: true,
+                })
+            }
+        };
+        let needs: Vec<(usize, Vec<Arc<Leaf>>)> = self
+            .children
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ls: Vec<Arc<Leaf>> = column_leaves(c)
+                    .into_iter()
+                    .filter(|l| l.is_usable() && l.dtl_covers(birth))
+                    .collect();
+                (i, ls)
+            })
+            .filter(|(_, ls)| !ls.is_empty())
+            .collect();
+        if !needs.is_empty() {
+            for (child, off, bytes) in self.expected_columns(offset, &data) {
+                for (_, ls) in needs.iter().filter(|(i, _)| *i == child) {
+                    for l in ls {
+                        match l.write(&bytes, off) {
+                            Ok(()) => repaired += bytes.len() as u64,
+                            Err(e) if is_power_lost(&e) => return Err(e),
+                            Err(_) => {}
+                        }
+                    }
+                }
+            }
+        }
+        Ok(ScanRepair {
+            repaired,
+            unrecoverable: false,
+        })
+    }
+
+    /// Write a block's physical bytes (`asize` allocated) to its columns.
+    /// Succeeds while no more columns failed than the vdev's redundancy;
+    /// a leaf that failed records `txg` in its DTL.
+    pub fn write_block(&self, offset: u64, phys: &[u8], asize: u64, txg: u64) -> Result<()> {
+        debug_assert!(offset.is_multiple_of(1 << self.ashift));
+        debug_assert!(offset + asize <= self.asize);
+        let cols: Vec<(usize, u64, Vec<u8>)> = if self.kind.is_raidz() {
+            self.expected_columns(offset, phys)
+        } else {
+            let mut p = phys.to_vec();
+            p.resize((asize as usize).max(phys.len()), 0);
+            (0..self.children.len()).map(|c| (c, offset, p.clone())).collect()
+        };
+        let mut failed = 0;
+        let mut first_err = None;
+        for (child, off, bytes) in &cols {
+            let mut ok = false;
+            for l in column_leaves(&self.children[*child]) {
+                if !l.is_usable() {
+                    continue;
+                }
+                match l.write(bytes, *off) {
+                    Ok(()) => ok = true,
+                    Err(e) if is_power_lost(&e) => return Err(e),
+                    Err(e) => {
+                        l.dtl_add(txg);
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            if !ok {
+                failed += 1;
+            }
+        }
+        if failed > self.redundancy() {
+            return Err(first_err.unwrap_or_else(|| {
+                Error::invalid(format!(
+                    "{}: too many devices unavailable to write",
+                    self.name()
+                ))
+            }));
+        }
+        Ok(())
+    }
+
+    /// Flush every usable leaf, unless the flush policy says the cache is
+    /// safe. A leaf whose flush fails loses txg `txg` (DTL); the flush fails
+    /// only if more columns failed than the vdev survives.
+    pub fn flush(&self, txg: u64) -> Result<()> {
+        if self.flush == FlushPolicy::Ignore {
+            return Ok(());
+        }
+        let mut failed = 0;
+        let mut first_err = None;
+        for c in &self.children {
+            let mut ok = false;
+            for l in column_leaves(c).into_iter().filter(|l| l.is_usable()) {
+                match l.flush() {
+                    Ok(()) => ok = true,
+                    Err(e) if is_power_lost(&e) => return Err(e),
+                    Err(e) => {
+                        l.dtl_add(txg);
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            if !ok {
+                failed += 1;
+            }
+        }
+        if failed > self.redundancy() {
+            return Err(first_err
+                .unwrap_or_else(|| Error::invalid(format!("{}: no device to flush", self.name()))));
+        }
+        Ok(())
+    }
+
+    /// Health of the whole vdev as `zpool status` rolls it up.
+    pub fn health(&self) -> &'static str {
+        let dead = self.dead_columns();
+        let degraded = self.leaves().iter().any(|l| !l.is_usable());
+        if dead > self.redundancy() {
+            if self.children.len() == 1 {
+                let l = &self.children[0];
+                if l.is_missing() {
+                    return "UNAVAIL";
+                }
+                return match l.state() {
+                    LeafState::Offline => "OFFLINE",
+                    LeafState::Removed => "REMOVED",
+                    _ => "FAULTED",
+                };
+            }
+            "UNAVAIL"
+        } else if dead > 0 || degraded {
+            "DEGRADED"
+        } else {
+            "ONLINE"
+        }
+    }
+}
+
+/// Bytes each leaf must hold past its front labels for a vdev of `asize`.
+pub fn child_need(kind: TopKind, width: usize, ashift: u8, asize: u64) -> u64 {
+    if kind.is_raidz() {
+        let sectors = asize >> ashift;
+        (sectors.div_ceil(width as u64) + 1) << ashift
+    } else {
+        asize
+    }
+}
