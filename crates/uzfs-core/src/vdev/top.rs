@@ -384,11 +384,11 @@ impl TopVdev {
                     let mut combos = Vec::new();
                     combinations(&candidates, k, &mut combos);
                     for combo in combos {
-                        if combo.iter().all(|&c| c < np) {
-                            continue; // parity only: the data would not change
-                        }
                         let mut set = erased.clone();
                         set.extend(&combo);
+                        if set.iter().all(|&c| c < np) {
+                            continue; // no data column rebuilt: nothing would change
+                        }
                         if let Some(d) = attempt(&set) {
                             data = Some(d);
                             break 'outer;
