@@ -336,9 +336,21 @@ impl Pool {
             ub: Some(ub),
             guid_rng: os_entropy(),
         };
+        let scan_obj = st.dir.scan;
         let pool = Pool::assemble(io, mos, root, st, open_txg, ub.txg, tun.clone());
         if tun.sync_thread {
             txg::start_sync_thread(&pool);
+        }
+        let scan = if scan_obj != 0 {
+            Some(Pool::read_json(&pool.mos, scan_obj, "scan state")?)
+        } else {
+            None
+        };
+        pool.resume_scan(scan);
+        if tun.sync_thread {
+            // Leaves that came back, or a spare needed since export.
+            pool.activate_spares()?;
+            pool.maybe_resilver()?;
         }
         Ok(pool)
     }

@@ -49,12 +49,24 @@ pub struct Metaslab {
     pub freeing: Vec<(u64, u64)>,
     /// Frees of the previous txg, released when the current sync completes.
     pub defer: Vec<(u64, u64)>,
+    /// Frees whose reuse waits for a scan batch to finish (see `scan.rs`).
+    pub held: Vec<(u64, u64)>,
     pub cursor: u64,
 }
 
 impl Metaslab {
     pub fn deferred_space(&self) -> u64 {
-        self.freeing.iter().chain(&self.defer).map(|f| f.1).sum()
+        self.freeing
+            .iter()
+            .chain(&self.defer)
+            .chain(&self.held)
+            .map(|f| f.1)
+            .sum()
+    }
+
+    /// Every free not yet back in the free tree.
+    pub fn pending_frees(&self) -> impl Iterator<Item = &(u64, u64)> {
+        self.freeing.iter().chain(&self.defer).chain(&self.held)
     }
 }
 
@@ -88,6 +100,7 @@ impl VdevAlloc {
                     pending: Vec::new(),
                     freeing: Vec::new(),
                     defer: Vec::new(),
+                    held: Vec::new(),
                     cursor: start,
                 }
             })
@@ -173,6 +186,9 @@ impl VdevAlloc {
 
 pub struct Allocator {
     pub vdevs: Vec<VdevAlloc>,
+    /// A scan is reading blocks by pointers gathered earlier: freed space
+    /// must not be reused (and overwritten) until it is done.
+    pub scan_hold: bool,
     rotor: usize,
     rotor_bytes: u64,
 }
@@ -181,6 +197,7 @@ impl Allocator {
     pub fn new(vdevs: Vec<VdevAlloc>) -> Self {
         Allocator {
             vdevs,
+            scan_hold: false,
             rotor: 0,
             rotor_bytes: 0,
         }
@@ -308,11 +325,32 @@ impl Allocator {
     pub fn sync_done(&mut self) {
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
-                for (off, len) in std::mem::take(&mut ms.defer) {
-                    let ok = ms.free.add(off, len);
-                    debug_assert!(ok, "deferred free overlaps free space");
+                let released = std::mem::take(&mut ms.defer);
+                if self.scan_hold {
+                    ms.held.extend(released);
+                } else {
+                    for (off, len) in released {
+                        let ok = ms.free.add(off, len);
+                        debug_assert!(ok, "deferred free overlaps free space");
+                    }
                 }
                 ms.defer = std::mem::take(&mut ms.freeing);
+            }
+        }
+    }
+
+    /// Start or end a scan hold; ending it releases what it held.
+    pub fn set_scan_hold(&mut self, on: bool) {
+        self.scan_hold = on;
+        if on {
+            return;
+        }
+        for v in &mut self.vdevs {
+            for ms in &mut v.metaslabs {
+                for (off, len) in std::mem::take(&mut ms.held) {
+                    let ok = ms.free.add(off, len);
+                    debug_assert!(ok, "held free overlaps free space");
+                }
             }
         }
     }

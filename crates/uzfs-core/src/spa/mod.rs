@@ -9,6 +9,8 @@ pub mod import;
 pub mod io;
 pub mod metaslab;
 pub mod range_tree;
+pub mod scan;
+pub mod vdev_ops;
 pub mod space_map;
 pub mod txg;
 pub mod uberblock;
@@ -97,6 +99,9 @@ pub struct Pool {
     pub(crate) sync_lock: Mutex<()>,
     pub tun: Tunables,
     pub(crate) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Scrub / resilver state (see `scan.rs`).
+    pub(crate) scan: Mutex<scan::ScanCtl>,
+    pub scan_sig: scan::ScanSignals,
 }
 
 /// Validate a pool name as zpool(8) does.
@@ -394,8 +399,13 @@ impl Pool {
             suspended: Mutex::new(None),
             space_snapshot: Mutex::new((0, 0, 0)),
             sync_lock: Mutex::new(()),
+            scan_sig: scan::ScanSignals {
+                delay_us: std::sync::atomic::AtomicU64::new(tun.scan_delay_us),
+                ..Default::default()
+            },
             tun,
             thread: Mutex::new(None),
+            scan: Mutex::new(scan::ScanCtl::default()),
         });
         {
             let st = lock(&pool.st);
@@ -636,6 +646,7 @@ impl Pool {
     /// Write through the throttle. Fails with `NoSpace` (losing nothing
     /// already written) when the pool cannot hold the data.
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.scan_sig.fg_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let copies = self.root.stat(obj)?.copies as u64;
         self.check_writable(data.len() as u64 * copies)?;
         self.throttle(data.len() as u64)?;
@@ -644,6 +655,7 @@ impl Pool {
     }
 
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.scan_sig.fg_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.root.read(obj, offset, buf)
     }
 

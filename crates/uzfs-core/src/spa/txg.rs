@@ -91,6 +91,10 @@ pub struct Tunables {
     /// entries as segments (default 4096, i.e. 64 KiB of log). Smaller:
     /// more rewriting; larger: longer imports.
     pub condense_min_entries: u64,
+    /// Microseconds a scrub or resilver sleeps after a block while
+    /// foreground reads or writes are arriving (default 500). Larger: gentler
+    /// on applications, slower scans under load; 0: no yielding.
+    pub scan_delay_us: u64,
 }
 
 fn ram_bytes() -> u64 {
@@ -117,6 +121,7 @@ impl Default for Tunables {
             cache_bytes: 256 << 20,
             sync_thread: true,
             condense_min_entries: 4096,
+            scan_delay_us: 500,
         }
     }
 }
@@ -334,6 +339,7 @@ pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
                 continue;
             }
             let _ = p.sync();
+            p.zed_check();
         })
         .ok();
     *lock(&pool.thread) = h;
@@ -598,7 +604,7 @@ impl Pool {
                 for (o, l) in ms.free.iter() {
                     allocated.remove(o, l);
                 }
-                for &(o, l) in ms.freeing.iter().chain(&ms.defer) {
+                for &(o, l) in ms.pending_frees() {
                     if !allocated.remove(o, l) {
                         return Err(Error::invalid(format!(
                             "metaslab {i} of vdev {v}: deferred free [{o:#x}+{l:#x}] is not allocated"
@@ -666,6 +672,22 @@ impl Pool {
                         c.dtl_add(txg);
                     }
                 }
+            }
+            // Spares not in use carry the config too, so import finds them.
+            for sp in self.io.spares() {
+                if !sp.is_usable() || tops.iter().any(|t| t.leaves().iter().any(|l| Arc::ptr_eq(l, &sp))) {
+                    continue;
+                }
+                let lc = super::config::LabelConfig {
+                    pool: config.clone(),
+                    top_guid: 0,
+                    guid: sp.guid,
+                };
+                let payload = serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
+                if let Err(Error::PowerLost) = label::write_config(&*sp.dev, &payload, &half) {
+                    return Err(Error::PowerLost);
+                }
+                let _ = sp.flush();
             }
             for t in tops {
                 t.flush(txg)?;
@@ -759,6 +781,7 @@ impl Pool {
 
     /// Stop the sync thread (after committing everything dirty).
     pub fn close(&self) -> Result<()> {
+        self.stop_scan_thread();
         let r = if self.suspended().is_none() {
             self.sync().map(|_| ())
         } else {

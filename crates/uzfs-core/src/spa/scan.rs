@@ -1,0 +1,912 @@
+//! Scrub and resilver: the pool scan (OpenZFS dsl_scan.c, "sequential
+//! scrub", Solaris pool version 35).
+//!
+//! # Two phases per batch
+//!
+//! A scan walks every block pointer of the pool in logical order (the MOS,
+//! then the root dataset; within an objset the meta-dnode, then each object
+//! in number order, each tree depth first). Walking touches only metadata.
+//! Pointers are *gathered* until a batch is full (`BATCH_BLOCKS` or
+//! `BATCH_BYTES`), then the batch is sorted by device address and *issued*:
+//! every block read (every copy and column for a scrub), verified, repaired
+//! where redundancy allows, and written to each leaf whose DTL lacks it (the
+//! resilver). Sorting turns a fragmented pool's random reads into a sweep
+//! across each device.
+//!
+//! # Persistence and resume
+//!
+//! Progress is a bookmark `(objset, object, blkid)`: everything in walk order
+//! before it has been issued. It is saved in the MOS (object
+//! `ObjectDirectory::scan`, JSON `ScanPhys`) after each batch has been fully
+//! issued, so a crash, an export or a daemon restart redoes at most one batch.
+//! Import restarts a scan whose state is `scanning`.
+//!
+//! # Safety against reuse
+//!
+//! Gathered pointers may be freed while the batch waits to be issued; if the
+//! space were reallocated, a scrub would "repair" new data with old. So from
+//! the moment a batch starts gathering (from the pool's latest committed
+//! tree) until it is issued, the allocator parks frees that become reusable
+//! (`Allocator::scan_hold`) and releases them after the batch.
+//!
+//! # Pruning
+//!
+//! A resilver copies only blocks born in the DTLs of the leaves it rebuilds
+//! (`min_txg..=max_txg`); since an indirect block is always born no earlier
+//! than anything below it, whole subtrees born before `min_txg` are skipped.
+//! Blocks born after `max_txg` (the last txg committed when the scan began)
+//! were written with every leaf present and are not issued.
+
+use super::io::SpaIo;
+use super::{lock, Pool};
+use crate::dmu::blkptr::BlkPtr;
+use crate::dmu::dnode::{DnodePhys, DNODE_SIZE};
+use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader, Objset};
+use crate::error::{Error, Result};
+use crate::vdev::{AttachKind, Leaf, LeafState};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Most block pointers gathered before a batch is issued.
+pub const BATCH_BLOCKS: usize = 200_000;
+/// Most bytes (allocated) gathered before a batch is issued.
+pub const BATCH_BYTES: u64 = 4 << 30;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanFunc {
+    Scrub,
+    Resilver,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanState {
+    Scanning,
+    Finished,
+    Canceled,
+}
+
+/// Walk position: everything before it has been issued.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Bookmark {
+    pub objset: u64,
+    pub object: u64,
+    pub blkid: u64,
+}
+
+/// Issue order of a batch. `Birth` exists to measure what sorting buys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IssueOrder {
+    #[default]
+    Sorted,
+    Birth,
+}
+
+/// The persistent scan record (OpenZFS dsl_scan_phys_t).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanPhys {
+    pub func: ScanFunc,
+    pub state: ScanState,
+    /// Blocks born in `min_txg..=max_txg` are issued.
+    pub min_txg: u64,
+    pub max_txg: u64,
+    pub start_time: u64,
+    pub end_time: u64,
+    /// Allocated bytes when the scan started.
+    pub to_examine: u64,
+    /// Bytes of block pointers gathered (walked).
+    pub examined: u64,
+    /// Bytes read and verified.
+    pub issued: u64,
+    /// Bytes written by repairs and resilvering.
+    pub repaired: u64,
+    /// Blocks with no good copy.
+    pub errors: u64,
+    pub bookmark: Bookmark,
+    #[serde(default)]
+    pub paused: bool,
+    /// When the current pause began (0 if running).
+    #[serde(default)]
+    pub pause_time: u64,
+    /// Leaves being resilvered (guids), for completion.
+    #[serde(default)]
+    pub targets: Vec<u64>,
+    #[serde(default)]
+    pub order: IssueOrder,
+}
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// In-memory scan control, one per pool.
+#[derive(Default)]
+pub struct ScanCtl {
+    pub phys: Option<ScanPhys>,
+    /// Time the current run (since start or resume) began, and what had been
+    /// issued then: the rate shown is of this run.
+    pub run_start: Option<(Instant, u64)>,
+    pub thread: Option<std::thread::JoinHandle<()>>,
+    /// Progress of the batch in flight (not yet in `phys`).
+    pub batch_examined: u64,
+    pub batch_issued: u64,
+}
+
+/// Flags the scan thread polls.
+#[derive(Default)]
+pub struct ScanSignals {
+    /// Stop issuing (pause, cancel, restart or close).
+    pub stop: AtomicBool,
+    /// Foreground I/O counter, bumped by the object API; the scan yields
+    /// while it moves (OpenZFS zfs_scan_idle).
+    pub fg_ops: AtomicU64,
+    /// Microseconds the scan sleeps per block while foreground I/O is active.
+    pub delay_us: AtomicU64,
+    /// A spare activation is under way (see `zed_check`).
+    pub zed_busy: AtomicBool,
+}
+
+struct Gather<'a> {
+    io: &'a SpaIo,
+    min_txg: u64,
+    max_txg: u64,
+    start: Bookmark,
+    out: Vec<BlkPtr>,
+    out_bytes: u64,
+    examined: u64,
+    stop: Option<Bookmark>,
+    errors: u64,
+}
+
+impl Gather<'_> {
+    fn full(&self) -> bool {
+        self.out.len() >= BATCH_BLOCKS || self.out_bytes >= BATCH_BYTES
+    }
+
+    fn push(&mut self, bp: &BlkPtr) {
+        if bp.phys_birth > self.max_txg || bp.phys_birth < self.min_txg {
+            return;
+        }
+        self.examined += bp.asize();
+        self.out_bytes += bp.asize();
+        self.out.push(*bp);
+    }
+
+    /// Walk the subtree under `bp` covering L0 blocks `base..base+span` of
+    /// object `(os, obj)`. `l0` receives level-0 data when given (dnodes).
+    #[allow(clippy::too_many_arguments)]
+    fn tree(
+        &mut self,
+        bp: &BlkPtr,
+        os: u64,
+        obj: u64,
+        base: u64,
+        span: u64,
+        epb: u64,
+        l0: &mut Option<&mut dyn FnMut(u64, &[u8])>,
+    ) {
+        if bp.is_hole() || self.stop.is_some() {
+            return;
+        }
+        let want_data = l0.is_some();
+        if bp.birth < self.min_txg && !want_data {
+            return;
+        }
+        let here = Bookmark {
+            objset: os,
+            object: obj,
+            blkid: base,
+        };
+        let end = Bookmark {
+            objset: os,
+            object: obj,
+            blkid: base.saturating_add(span),
+        };
+        let before_start = end <= self.start;
+        if before_start && !want_data {
+            return;
+        }
+        if !before_start && !want_data && self.full() {
+            self.stop = Some(here.max(self.start));
+            return;
+        }
+        if !before_start && bp.birth >= self.min_txg {
+            self.push(bp);
+        }
+        if bp.level == 0 && !want_data {
+            return;
+        }
+        let data = match self.io.read_bp(bp) {
+            Ok(d) => d,
+            Err(_) => {
+                self.errors += 1;
+                return;
+            }
+        };
+        if bp.level == 0 {
+            if let Some(f) = l0.as_mut() {
+                f(base, &data);
+            }
+            return;
+        }
+        match decode_indirect(&data, bp.level) {
+            Ok(kids) => {
+                let child_span = (span / epb).max(1);
+                for (i, c) in kids.iter().enumerate() {
+                    self.tree(c, os, obj, base + i as u64 * child_span, child_span, epb, l0);
+                }
+            }
+            Err(_) => self.errors += 1,
+        }
+    }
+
+    fn dnode(
+        &mut self,
+        dn: &DnodePhys,
+        os: u64,
+        obj: u64,
+        l0: &mut Option<&mut dyn FnMut(u64, &[u8])>,
+    ) {
+        let span = dn.capacity(dn.nlevels) / 3;
+        for (i, bp) in dn.blkptr.iter().enumerate() {
+            self.tree(bp, os, obj, i as u64 * span, span, dn.epb(), l0);
+        }
+    }
+
+    /// Walk objset number `os` rooted at `bp`.
+    fn objset(&mut self, bp: &BlkPtr, os: u64) {
+        let last = Bookmark {
+            objset: os,
+            object: u64::MAX,
+            blkid: u64::MAX,
+        };
+        if self.stop.is_some() || last <= self.start {
+            return;
+        }
+        let head = Bookmark {
+            objset: os,
+            object: 0,
+            blkid: 0,
+        };
+        if head >= self.start && bp.birth >= self.min_txg {
+            self.push(bp);
+        }
+        let data = match self.io.read_bp(bp) {
+            Ok(d) => d,
+            Err(_) => {
+                self.errors += 1;
+                return;
+            }
+        };
+        let Ok((_, meta)) = decode_objset_phys(&data) else {
+            self.errors += 1;
+            return;
+        };
+        // The meta-dnode (object 0) is always read whole: it lists the objects.
+        let mut dnodes: Vec<(u64, DnodePhys)> = Vec::new();
+        {
+            let mut collect = |blkid: u64, b: &[u8]| {
+                let per = (b.len() / DNODE_SIZE) as u64;
+                for (i, raw) in b.chunks_exact(DNODE_SIZE).enumerate() {
+                    if let Ok(d) = DnodePhys::decode(raw) {
+                        if !d.is_free() {
+                            dnodes.push((blkid * per + i as u64, d));
+                        }
+                    }
+                }
+            };
+            let mut l0: Option<&mut dyn FnMut(u64, &[u8])> = Some(&mut collect);
+            self.dnode(&meta, os, 0, &mut l0);
+        }
+        for (obj, dn) in dnodes {
+            if obj == 0 {
+                continue;
+            }
+            self.dnode(&dn, os, obj, &mut None);
+            if self.stop.is_some() {
+                return;
+            }
+        }
+    }
+}
+
+/// What one batch found.
+struct Batch {
+    bps: Vec<BlkPtr>,
+    examined: u64,
+    next: Option<Bookmark>,
+    errors: u64,
+}
+
+impl Pool {
+    /// The scan record with the batch in flight counted in.
+    pub fn scan_status(&self) -> Option<ScanPhys> {
+        let c = lock(&self.scan);
+        let mut p = c.phys.clone()?;
+        if p.state == ScanState::Scanning {
+            p.examined += c.batch_examined;
+            p.issued += c.batch_issued;
+        }
+        Some(p)
+    }
+
+    fn scan_record(&self) -> Option<ScanPhys> {
+        lock(&self.scan).phys.clone()
+    }
+
+    /// Bytes issued per second in the current run of the scan.
+    pub fn scan_rate(&self) -> Option<f64> {
+        let c = lock(&self.scan);
+        let (t, base) = c.run_start?;
+        let issued = c.phys.as_ref()?.issued + c.batch_issued;
+        let secs = t.elapsed().as_secs_f64().max(0.001);
+        Some(issued.saturating_sub(base) as f64 / secs)
+    }
+
+    fn save_scan(&self, phys: &ScanPhys) -> Result<()> {
+        let obj = {
+            let mut st = lock(&self.st);
+            if st.dir.scan == 0 {
+                let o = self.mos.create_object(
+                    crate::dmu::dnode::ot::POOL_PROPS,
+                    4096,
+                    &crate::dmu::dnode::ObjProps::METADATA,
+                )?;
+                st.dir.scan = o;
+                let dir = st.dir.clone();
+                drop(st);
+                self.write_json(1, &dir)?;
+                o
+            } else {
+                st.dir.scan
+            }
+        };
+        self.write_json(obj, phys)
+    }
+
+    /// `zpool scrub`: start (or resume a paused) scrub.
+    pub fn scrub(self: &Arc<Self>) -> Result<()> {
+        let mut c = lock(&self.scan);
+        if let Some(p) = &c.phys {
+            if p.state == ScanState::Scanning {
+                if p.func == ScanFunc::Resilver {
+                    return Err(Error::invalid(format!(
+                        "cannot scrub {}: currently resilvering",
+                        self.name
+                    )));
+                }
+                if !p.paused {
+                    return Err(Error::invalid(format!(
+                        "cannot scrub {}: currently scrubbing; use 'zpool scrub -s' to cancel the current scrub",
+                        self.name
+                    )));
+                }
+                let mut p = p.clone();
+                p.paused = false;
+                p.pause_time = 0;
+                c.phys = Some(p.clone());
+                drop(c);
+                self.save_scan(&p)?;
+                self.start_scan_thread();
+                return Ok(());
+            }
+        }
+        drop(c);
+        self.begin_scan(ScanFunc::Scrub, 0, Vec::new(), IssueOrder::Sorted)
+    }
+
+    /// Start a fresh scan, replacing whatever scan there was.
+    pub fn begin_scan(
+        self: &Arc<Self>,
+        func: ScanFunc,
+        min_txg: u64,
+        targets: Vec<u64>,
+        order: IssueOrder,
+    ) -> Result<()> {
+        self.stop_scan_thread();
+        let max_txg = self.txg_wait_synced()?;
+        let (_, allocated, _) = self.space();
+        let phys = ScanPhys {
+            func,
+            state: ScanState::Scanning,
+            min_txg,
+            max_txg,
+            start_time: now_secs(),
+            end_time: 0,
+            to_examine: allocated,
+            examined: 0,
+            issued: 0,
+            repaired: 0,
+            errors: 0,
+            bookmark: Bookmark::default(),
+            paused: false,
+            pause_time: 0,
+            targets,
+            order,
+        };
+        {
+            let mut c = lock(&self.scan);
+            c.phys = Some(phys.clone());
+            c.run_start = Some((Instant::now(), 0));
+        }
+        self.save_scan(&phys)?;
+        self.log_history(&format!(
+            "{} started",
+            if func == ScanFunc::Scrub { "scrub" } else { "resilver" }
+        ));
+        self.start_scan_thread();
+        Ok(())
+    }
+
+    /// Wait until the scan thread (if any) has stopped: the scan finished,
+    /// was paused or canceled (`zpool wait -t scrub,resilver`).
+    pub fn wait_scan(&self) {
+        loop {
+            let h = lock(&self.scan).thread.take();
+            match h {
+                Some(h) => {
+                    let _ = h.join();
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// `zpool scrub -p`: pause; `scrub` resumes.
+    pub fn scrub_pause(&self) -> Result<()> {
+        self.stop_scan_thread();
+        let mut c = lock(&self.scan);
+        match &mut c.phys {
+            Some(p) if p.state == ScanState::Scanning && p.func == ScanFunc::Scrub => {
+                p.paused = true;
+                p.pause_time = now_secs();
+                let p = p.clone();
+                drop(c);
+                self.save_scan(&p)
+            }
+            _ => Err(Error::invalid(format!(
+                "cannot pause scrubbing {}: there is no active scrub",
+                self.name
+            ))),
+        }
+    }
+
+    /// `zpool scrub -s`: cancel.
+    pub fn scrub_cancel(&self) -> Result<()> {
+        self.stop_scan_thread();
+        let mut c = lock(&self.scan);
+        match &mut c.phys {
+            Some(p) if p.state == ScanState::Scanning && p.func == ScanFunc::Scrub => {
+                p.state = ScanState::Canceled;
+                p.end_time = now_secs();
+                let p = p.clone();
+                drop(c);
+                self.log_history("scrub canceled");
+                self.save_scan(&p)
+            }
+            _ => Err(Error::invalid(format!(
+                "cannot cancel scrubbing {}: there is no active scrub",
+                self.name
+            ))),
+        }
+    }
+
+    /// Stop the scan thread (keeping the persisted state) and wait for it.
+    pub(crate) fn stop_scan_thread(&self) {
+        let h = lock(&self.scan).thread.take();
+        let Some(h) = h else { return };
+        if h.thread().id() == std::thread::current().id() {
+            // The scan thread itself starting the next scan: it returns
+            // right after, so let it go.
+            return;
+        }
+        self.scan_sig.stop.store(true, Ordering::Relaxed);
+        let _ = h.join();
+        self.scan_sig.stop.store(false, Ordering::Relaxed);
+    }
+
+    /// Resume a scan recorded as running (at import).
+    pub(crate) fn resume_scan(self: &Arc<Self>, phys: Option<ScanPhys>) {
+        let running = phys
+            .as_ref()
+            .is_some_and(|p| p.state == ScanState::Scanning && !p.paused);
+        lock(&self.scan).phys = phys;
+        if running && self.tun.sync_thread {
+            self.start_scan_thread();
+        }
+    }
+
+    pub(crate) fn start_scan_thread(self: &Arc<Self>) {
+        let mut c = lock(&self.scan);
+        if c.thread.is_some() {
+            return;
+        }
+        if let Some(p) = &c.phys {
+            c.run_start = Some((Instant::now(), p.issued));
+        }
+        let weak = Arc::downgrade(self);
+        c.thread = std::thread::Builder::new()
+            .name(format!("scan:{}", self.name))
+            .spawn(move || {
+                let Some(p) = weak.upgrade() else { return };
+                if let Err(e) = p.run_scan() {
+                    if !matches!(e, Error::PowerLost) {
+                        eprintln!("uzfs: scan of pool '{}' stopped: {e}", p.name);
+                    }
+                }
+            })
+            .ok();
+    }
+
+    /// Run the scan to completion (or until stopped), batch after batch.
+    /// Also callable directly (tests without threads).
+    pub fn run_scan(self: &Arc<Self>) -> Result<()> {
+        loop {
+            let Some(mut phys) = self.scan_record() else {
+                return Ok(());
+            };
+            if phys.state != ScanState::Scanning || phys.paused {
+                return Ok(());
+            }
+            if self.scan_sig.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let res = self.gather_batch(&phys).and_then(|b| {
+                lock(&self.scan).batch_examined = b.examined;
+                let r = self.issue_batch(&b.bps, phys.func, phys.order)?;
+                Ok((b, r))
+            });
+            lock(&self.st).alloc.set_scan_hold(false);
+            {
+                let mut c = lock(&self.scan);
+                c.batch_examined = 0;
+                c.batch_issued = 0;
+            }
+            let (batch, (issued, repaired, errors, complete)) = res?;
+            if !complete {
+                // Stopped mid-batch: the bookmark stays, the batch is redone.
+                return Ok(());
+            }
+            if let Some(p) = self.scan_record() {
+                // Paused or canceled meanwhile: keep what they recorded.
+                if p.state != ScanState::Scanning || p.paused {
+                    return Ok(());
+                }
+            }
+            phys.examined += batch.examined;
+            phys.issued += issued;
+            phys.repaired += repaired;
+            phys.errors += errors + batch.errors;
+            match batch.next {
+                Some(b) => phys.bookmark = b,
+                None => {
+                    phys.state = ScanState::Finished;
+                    phys.end_time = now_secs();
+                    phys.examined = phys.examined.max(phys.issued);
+                }
+            }
+            lock(&self.scan).phys = Some(phys.clone());
+            self.save_scan(&phys)?;
+            if phys.state == ScanState::Finished {
+                self.scan_done(&phys)?;
+                return Ok(());
+            }
+            // Commit the bookmark before gathering the next batch.
+            self.txg_wait_synced()?;
+        }
+    }
+
+    fn gather_batch(&self, phys: &ScanPhys) -> Result<Batch> {
+        // Hold frees from the tree we are about to read (see module docs).
+        let (ub, root_obj) = {
+            let mut st = lock(&self.st);
+            st.alloc.set_scan_hold(true);
+            (st.ub, st.dir.root_dataset)
+        };
+        let ub = ub.ok_or_else(|| Error::invalid("pool has no committed txg"))?;
+        let reader: Arc<dyn BlockReader> = self.io.clone();
+        let mos = Objset::open(&ub.rootbp, reader, ub.txg + 1)?;
+        let root_bp = super::dataset_bp(&mos, root_obj)?;
+        let mut g = Gather {
+            io: &self.io,
+            min_txg: phys.min_txg,
+            max_txg: phys.max_txg,
+            start: phys.bookmark,
+            out: Vec::new(),
+            out_bytes: 0,
+            examined: 0,
+            stop: None,
+            errors: 0,
+        };
+        g.objset(&ub.rootbp, 0);
+        g.objset(&root_bp, 1);
+        Ok(Batch {
+            bps: g.out,
+            examined: g.examined,
+            next: g.stop,
+            errors: g.errors,
+        })
+    }
+
+    /// Issue a batch: returns (issued bytes, repaired bytes, unrecoverable
+    /// blocks, completed).
+    fn issue_batch(
+        &self,
+        bps: &[BlkPtr],
+        func: ScanFunc,
+        order: IssueOrder,
+    ) -> Result<(u64, u64, u64, bool)> {
+        let mut order_idx: Vec<usize> = (0..bps.len()).collect();
+        match order {
+            IssueOrder::Sorted => {
+                order_idx.sort_by_key(|&i| (bps[i].dva[0].vdev, bps[i].dva[0].offset))
+            }
+            IssueOrder::Birth => order_idx.sort_by_key(|&i| bps[i].phys_birth),
+        }
+        let scrub = func == ScanFunc::Scrub;
+        let issued = AtomicU64::new(0);
+        let repaired = AtomicU64::new(0);
+        let errors = AtomicU64::new(0);
+        let next = AtomicU64::new(0);
+        let failed: Mutex<Option<Error>> = Mutex::new(None);
+        // A few workers take consecutive runs of the sorted list: each
+        // device still sees ascending offsets, and columns of different
+        // blocks are read in parallel.
+        const RUN: usize = 32;
+        let workers = 4;
+        let fg0 = self.scan_sig.fg_ops.load(Ordering::Relaxed);
+        let fg_seen = AtomicU64::new(fg0);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    if self.scan_sig.stop.load(Ordering::Relaxed) || lock(&failed).is_some() {
+                        return;
+                    }
+                    let k = next.fetch_add(1, Ordering::Relaxed) as usize * RUN;
+                    if k >= order_idx.len() {
+                        return;
+                    }
+                    for &i in &order_idx[k..(k + RUN).min(order_idx.len())] {
+                        let bp = &bps[i];
+                        match self.io.scan_bp(bp, scrub) {
+                            Ok(r) => {
+                                issued.fetch_add(bp.asize(), Ordering::Relaxed);
+                                repaired.fetch_add(r.repaired, Ordering::Relaxed);
+                                if r.unrecoverable {
+                                    errors.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            Err(e) => {
+                                *lock(&failed) = Some(e);
+                                return;
+                            }
+                        }
+                        // Yield to foreground I/O.
+                        let fg = self.scan_sig.fg_ops.load(Ordering::Relaxed);
+                        if fg != fg_seen.swap(fg, Ordering::Relaxed) {
+                            let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
+                            if us > 0 {
+                                std::thread::sleep(Duration::from_micros(us));
+                            }
+                        }
+                    }
+                    lock(&self.scan).batch_issued = issued.load(Ordering::Relaxed);
+                });
+            }
+        });
+        if let Some(e) = lock(&failed).take() {
+            return Err(e);
+        }
+        let complete = !self.scan_sig.stop.load(Ordering::Relaxed);
+        Ok((
+            issued.load(Ordering::Relaxed),
+            repaired.load(Ordering::Relaxed),
+            errors.load(Ordering::Relaxed),
+            complete,
+        ))
+    }
+
+    /// A scan finished: resilvered leaves lose their DTLs, finished
+    /// replacements drop the old device, spares no longer needed return.
+    fn scan_done(self: &Arc<Self>, phys: &ScanPhys) -> Result<()> {
+        self.log_history(&format!(
+            "{} done: {} repaired, {} errors",
+            if phys.func == ScanFunc::Scrub { "scrub" } else { "resilver" },
+            phys.repaired,
+            phys.errors
+        ));
+        if phys.errors == 0 {
+            let _g = lock(&self.sync_lock);
+            for t in self.io.tops() {
+                for l in t.leaves() {
+                    if l.is_usable() {
+                        l.dtl_resilvered(phys.max_txg);
+                    }
+                }
+            }
+            self.finish_replacements()?;
+        }
+        self.txg_wait_synced()?;
+        // Something still needs a resilver (a leaf came back meanwhile)?
+        self.maybe_resilver()
+    }
+
+    /// Promote resilvered replacements and release spares no longer needed.
+    /// Caller holds `sync_lock`.
+    pub(crate) fn finish_replacements(&self) -> Result<()> {
+        let mut changed = false;
+        let mut tops = self.io.tops();
+        for t in tops.iter_mut() {
+            let mut children = t.children.clone();
+            for col in children.iter_mut() {
+                let att = col.attached();
+                // A finished replacement takes the column.
+                if let Some((_, new)) = att.iter().find(|(k, l)| {
+                    *k == AttachKind::Replacing && l.is_usable() && l.dtl().is_empty()
+                }) {
+                    let rest: Vec<(AttachKind, Arc<Leaf>)> = att
+                        .iter()
+                        .filter(|(_, l)| !Arc::ptr_eq(l, new))
+                        .cloned()
+                        .collect();
+                    *new.attached.write().unwrap_or_else(|e| e.into_inner()) = rest;
+                    col.attached
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clear();
+                    let _ = crate::vdev::label::clear(&*col.dev);
+                    *col = new.clone();
+                    changed = true;
+                }
+                // A healthy, complete primary needs no spare.
+                if col.is_usable() && col.dtl().is_empty() {
+                    let mut a = col.attached.write().unwrap_or_else(|e| e.into_inner());
+                    let before = a.len();
+                    a.retain(|(k, _)| *k != AttachKind::Spare);
+                    changed |= a.len() != before;
+                }
+            }
+            if changed {
+                *t = Arc::new(crate::vdev::TopVdev {
+                    id: t.id,
+                    guid: t.guid,
+                    kind: t.kind,
+                    ashift: t.ashift,
+                    asize: t.asize,
+                    ms_shift: t.ms_shift,
+                    flush: t.flush,
+                    children,
+                });
+            }
+        }
+        if changed {
+            *self.io.vdevs.write().unwrap_or_else(|e| e.into_inner()) = tops;
+            lock(&self.st).config_dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Start a resilver if some usable leaf lacks txgs and none is running.
+    pub fn maybe_resilver(self: &Arc<Self>) -> Result<()> {
+        if let Some(p) = self.scan_status() {
+            if p.state == ScanState::Scanning && p.func == ScanFunc::Resilver {
+                return Ok(());
+            }
+        }
+        let synced = self.last_txg();
+        let needy: Vec<Arc<Leaf>> = self
+            .io
+            .tops()
+            .iter()
+            .flat_map(|t| t.leaves())
+            .filter(|l| l.is_usable() && l.dtl_bounds(synced).is_some())
+            .collect();
+        if needy.is_empty() {
+            return Ok(());
+        }
+        self.restart_resilver()
+    }
+
+    /// (Re)start a resilver covering every leaf that lacks txgs: several
+    /// replacements share one scan.
+    pub fn restart_resilver(self: &Arc<Self>) -> Result<()> {
+        let synced = self.last_txg();
+        let leaves: Vec<Arc<Leaf>> = self
+            .io
+            .tops()
+            .iter()
+            .flat_map(|t| t.leaves())
+            .filter(|l| l.is_usable() && l.dtl_bounds(synced).is_some())
+            .collect();
+        let min = leaves
+            .iter()
+            .filter_map(|l| l.dtl_bounds(synced).map(|b| b.0))
+            .min()
+            .unwrap_or(0);
+        let targets = leaves.iter().map(|l| l.guid).collect();
+        self.begin_scan(ScanFunc::Resilver, min, targets, IssueOrder::Sorted)
+    }
+
+    /// Called by the sync thread after each txg: if a leaf has left service
+    /// and a spare is free, activate it from a helper thread (the sync
+    /// thread cannot wait for its own txgs), as OpenZFS's zed does.
+    pub(crate) fn zed_check(self: &Arc<Self>) {
+        let spares = self.io.spares();
+        if !spares.iter().any(|s| s.is_usable() && !self.spare_in_use(s)) {
+            return;
+        }
+        let needs = self.io.tops().iter().any(|t| {
+            t.children.iter().any(|c| {
+                (matches!(c.state(), LeafState::Faulted | LeafState::Removed) || c.is_missing())
+                    && !c.attached().iter().any(|(_, l)| l.is_usable())
+            })
+        });
+        if !needs || self.scan_sig.zed_busy.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let _ = std::thread::Builder::new()
+            .name(format!("zed:{}", self.name))
+            .spawn(move || {
+                if let Some(p) = weak.upgrade() {
+                    if let Err(e) = p.activate_spares() {
+                        eprintln!("uzfs: pool '{}': spare activation failed: {e}", p.name);
+                    }
+                    p.scan_sig.zed_busy.store(false, Ordering::Relaxed);
+                }
+            });
+    }
+
+    /// A leaf left service (faulted or removed) with a spare available:
+    /// attach the spare and resilver onto it (what zed does).
+    pub fn activate_spares(self: &Arc<Self>) -> Result<bool> {
+        let spares = self.io.spares();
+        if spares.is_empty() {
+            return Ok(false);
+        }
+        let mut started = false;
+        {
+            let _g = lock(&self.sync_lock);
+            let synced = self.last_txg();
+            for t in self.io.tops() {
+                for col in &t.children {
+                    let st = col.state();
+                    let needs = matches!(st, LeafState::Faulted | LeafState::Removed)
+                        || col.is_missing();
+                    if !needs || col.attached().iter().any(|(_, l)| l.is_usable()) {
+                        continue;
+                    }
+                    let in_use = |s: &Arc<Leaf>| {
+                        self.io
+                            .tops()
+                            .iter()
+                            .flat_map(|t| t.leaves())
+                            .any(|l| Arc::ptr_eq(&l, s))
+                    };
+                    let Some(sp) = spares.iter().find(|s| s.is_usable() && !in_use(s)) else {
+                        continue;
+                    };
+                    sp.set_dtl(vec![(1, synced)]);
+                    col.attached
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((AttachKind::Spare, sp.clone()));
+                    lock(&self.st).config_dirty = true;
+                    started = true;
+                }
+            }
+        }
+        if started {
+            self.txg_wait_synced()?;
+            self.restart_resilver()?;
+        }
+        Ok(started)
+    }
+}

@@ -1,0 +1,413 @@
+//! Changing a live pool's devices: offline, online, clear, attach, detach,
+//! replace, spares (OpenZFS spa_vdev_attach / spa_vdev_detach /
+//! vdev_offline / vdev_online / vdev_clear).
+//!
+//! Every change happens under `sync_lock`, so no txg is being written while
+//! the tree changes; the new tree goes into the config of the next txg, which
+//! each call waits for before returning. A leaf that joins (replace, attach,
+//! spare) starts with a DTL of every committed txg and gets writes from the
+//! next txg on; the resilver that follows fills in the past.
+
+use super::config::LeafConfig;
+use super::{check_not_in_use, lock, next_guid, Pool};
+use crate::error::{Error, Result};
+use crate::vdev::{self, label, AttachKind, BlockDevice, Leaf, LeafState, TopKind, TopVdev};
+use std::sync::Arc;
+
+/// Where a leaf sits in the tree.
+#[derive(Clone)]
+pub struct LeafPos {
+    pub top: usize,
+    pub column: usize,
+    /// The leaf itself (a column primary or an attached leaf).
+    pub leaf: Arc<Leaf>,
+    /// The column's primary leaf (equal to `leaf` unless attached).
+    pub primary: Arc<Leaf>,
+}
+
+fn rebuild_top(t: &TopVdev, kind: TopKind, children: Vec<Arc<Leaf>>) -> Arc<TopVdev> {
+    Arc::new(TopVdev {
+        id: t.id,
+        guid: t.guid,
+        kind,
+        ashift: t.ashift,
+        asize: t.asize,
+        ms_shift: t.ms_shift,
+        flush: t.flush,
+        children,
+    })
+}
+
+impl Pool {
+    /// Find a leaf by path (as given or as resolved), or by guid in decimal.
+    pub fn find_leaf(&self, name: &str) -> Option<LeafPos> {
+        let matches = |l: &Leaf| {
+            l.path == name
+                || l.guid.to_string() == name
+                || std::path::Path::new(&l.path)
+                    .file_name()
+                    .is_some_and(|f| f == name)
+        };
+        for (ti, t) in self.io.tops().iter().enumerate() {
+            for (ci, c) in t.children.iter().enumerate() {
+                if matches(c) {
+                    return Some(LeafPos {
+                        top: ti,
+                        column: ci,
+                        leaf: c.clone(),
+                        primary: c.clone(),
+                    });
+                }
+                for (_, a) in c.attached() {
+                    if matches(&a) {
+                        return Some(LeafPos {
+                            top: ti,
+                            column: ci,
+                            leaf: a,
+                            primary: c.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn leaf_or_err(&self, name: &str) -> Result<LeafPos> {
+        self.find_leaf(name)
+            .ok_or_else(|| Error::invalid(format!("no such device in pool: '{name}'")))
+    }
+
+    /// `zpool offline`: refuse when it would leave data without a replica.
+    pub fn offline(&self, name: &str) -> Result<()> {
+        let pos = self.leaf_or_err(name)?;
+        {
+            let _g = lock(&self.sync_lock);
+            let top = self.io.top(pos.top as u32)?;
+            if pos.leaf.state() == LeafState::Offline {
+                return Ok(());
+            }
+            // Would the vdev still work without this leaf?
+            let others_usable = vdev::leaf::column_leaves(&pos.primary)
+                .iter()
+                .any(|l| !Arc::ptr_eq(l, &pos.leaf) && l.is_usable());
+            let col_dies = pos.leaf.is_usable() && !others_usable;
+            if col_dies && top.dead_columns() + 1 > top.redundancy() {
+                return Err(Error::invalid(format!(
+                    "cannot offline {name}: no valid replicas"
+                )));
+            }
+            let txg = self.last_txg() + 1;
+            pos.leaf.set_state(LeafState::Offline, txg);
+            lock(&self.st).config_dirty = true;
+        }
+        self.log_history(&format!("offline {name}"));
+        self.txg_wait_synced().map(|_| ())
+    }
+
+    /// `zpool online` / the device came back: take writes again and
+    /// resilver what it missed (only blocks born while it was away).
+    pub fn online(self: &Arc<Self>, name: &str) -> Result<()> {
+        let pos = self.leaf_or_err(name)?;
+        if pos.leaf.is_missing() {
+            return Err(Error::invalid(format!(
+                "cannot online {name}: the device was not found at import; re-import the pool once it is present"
+            )));
+        }
+        self.bring_back(&pos.leaf);
+        self.log_history(&format!("online {name}"));
+        self.txg_wait_synced()?;
+        self.maybe_resilver()
+    }
+
+    fn bring_back(&self, leaf: &Arc<Leaf>) {
+        let _g = lock(&self.sync_lock);
+        leaf.inject.clear();
+        leaf.clear_errors();
+        if leaf.state() != LeafState::Online {
+            // Everything committed so far was written without it.
+            leaf.dtl_close(self.last_txg());
+            leaf.set_state(LeafState::Online, 0);
+        }
+        lock(&self.st).config_dirty = true;
+    }
+
+    /// `zpool clear [dev]`: forget errors; faulted or removed leaves return.
+    pub fn clear(self: &Arc<Self>, name: Option<&str>) -> Result<()> {
+        let leaves: Vec<Arc<Leaf>> = match name {
+            Some(n) => vec![self.leaf_or_err(n)?.leaf],
+            None => self.io.tops().iter().flat_map(|t| t.leaves()).collect(),
+        };
+        for l in &leaves {
+            l.clear_errors();
+            if matches!(l.state(), LeafState::Faulted | LeafState::Removed) && !l.is_missing() {
+                self.bring_back(l);
+            }
+        }
+        for s in self.io.spares() {
+            s.clear_errors();
+        }
+        if let Some(why) = lock(&self.suspended).take() {
+            self.log_history(&format!("clear (was suspended: {why})"));
+        }
+        self.txg_wait_synced()?;
+        self.maybe_resilver()
+    }
+
+    fn check_new_device(&self, path: &str, dev: &Arc<dyn BlockDevice>, top: &TopVdev, force: bool) -> Result<()> {
+        if self.find_leaf(path).is_some() {
+            return Err(Error::invalid(format!("{path} is part of this pool already")));
+        }
+        if !force {
+            check_not_in_use(path, &**dev)?;
+        }
+        let need = vdev::LABEL_START_SIZE + top.child_need() + vdev::LABEL_END_SIZE;
+        if label::aligned_size(dev.size()) < need {
+            return Err(Error::invalid(format!(
+                "cannot use {path}: device is too small ({} bytes, needs {need})",
+                dev.size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn new_leaf(&self, path: &str, dev: Arc<dyn BlockDevice>) -> Result<Arc<Leaf>> {
+        label::clear(&*dev)?;
+        let guid = {
+            let mut st = lock(&self.st);
+            let mut r = st.guid_rng;
+            let g = next_guid(&mut r);
+            st.guid_rng = r;
+            g
+        };
+        let leaf = Leaf::new(guid, path.to_string(), dev);
+        // It lacks everything committed so far.
+        leaf.set_dtl(vec![(1, self.last_txg().max(1))]);
+        Ok(Arc::new(leaf))
+    }
+
+    /// `zpool replace POOL OLD NEW`: NEW joins OLD's column and is
+    /// resilvered; OLD leaves when the resilver completes.
+    pub fn replace(
+        self: &Arc<Self>,
+        old: &str,
+        new_path: &str,
+        dev: Arc<dyn BlockDevice>,
+        force: bool,
+    ) -> Result<()> {
+        let pos = self.leaf_or_err(old)?;
+        {
+            let _g = lock(&self.sync_lock);
+            let top = self.io.top(pos.top as u32)?;
+            if pos.leaf.is_spare && !Arc::ptr_eq(&pos.leaf, &pos.primary) {
+                return Err(Error::invalid(format!(
+                    "cannot replace {old}: it is a hot spare standing in; replace the device it stands in for"
+                )));
+            }
+            if pos
+                .primary
+                .attached()
+                .iter()
+                .any(|(k, _)| *k == AttachKind::Replacing)
+            {
+                return Err(Error::invalid(format!(
+                    "cannot replace {old}: a replacement is already in progress"
+                )));
+            }
+            self.check_new_device(new_path, &dev, &top, force)?;
+            let leaf = self.new_leaf(new_path, dev)?;
+            pos.primary
+                .attached
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((AttachKind::Replacing, leaf));
+            lock(&self.st).config_dirty = true;
+        }
+        self.log_history(&format!("replace {old} {new_path}"));
+        self.txg_wait_synced()?;
+        self.restart_resilver()
+    }
+
+    /// `zpool attach POOL EXISTING NEW`: make a disk a mirror, or a mirror
+    /// one side wider.
+    pub fn attach(
+        self: &Arc<Self>,
+        existing: &str,
+        new_path: &str,
+        dev: Arc<dyn BlockDevice>,
+        force: bool,
+    ) -> Result<()> {
+        let pos = self.leaf_or_err(existing)?;
+        {
+            let _g = lock(&self.sync_lock);
+            let top = self.io.top(pos.top as u32)?;
+            if top.kind.is_raidz() {
+                return Err(Error::invalid(format!(
+                    "cannot attach {new_path} to {existing}: can only attach to mirrors and top-level disks"
+                )));
+            }
+            self.check_new_device(new_path, &dev, &top, force)?;
+            let leaf = self.new_leaf(new_path, dev)?;
+            let mut children = top.children.clone();
+            children.push(leaf.clone());
+            let new_top = rebuild_top(&top, TopKind::Mirror, children);
+            self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos.top] = new_top;
+            let mut st = lock(&self.st);
+            st.config.vdev_tree[pos.top].kind = TopKind::Mirror;
+            st.config.vdev_tree[pos.top]
+                .children
+                .push(LeafConfig::new(leaf.guid, leaf.path.clone()));
+            st.config_dirty = true;
+        }
+        self.log_history(&format!("attach {existing} {new_path}"));
+        self.txg_wait_synced()?;
+        self.restart_resilver()
+    }
+
+    /// `zpool detach POOL DEV`: drop a mirror side, cancel a replacement or
+    /// return a spare.
+    pub fn detach(self: &Arc<Self>, name: &str) -> Result<()> {
+        let pos = self.leaf_or_err(name)?;
+        {
+            let _g = lock(&self.sync_lock);
+            let top = self.io.top(pos.top as u32)?;
+            let attached = pos.primary.attached();
+            if !Arc::ptr_eq(&pos.leaf, &pos.primary) {
+                // An attached leaf: a replacement or a spare goes away.
+                let mut a = pos.primary.attached.write().unwrap_or_else(|e| e.into_inner());
+                a.retain(|(_, l)| !Arc::ptr_eq(l, &pos.leaf));
+            } else if !attached.is_empty() {
+                // The primary goes; the first complete stand-in takes over.
+                let Some((_, heir)) = attached
+                    .iter()
+                    .find(|(_, l)| l.is_usable() && l.dtl().is_empty())
+                    .cloned()
+                else {
+                    return Err(Error::invalid(format!(
+                        "cannot detach {name}: no valid replicas (its replacement is still resilvering)"
+                    )));
+                };
+                let rest: Vec<_> = attached
+                    .into_iter()
+                    .filter(|(_, l)| !Arc::ptr_eq(l, &heir))
+                    .collect();
+                *heir.attached.write().unwrap_or_else(|e| e.into_inner()) = rest;
+                let mut children = top.children.clone();
+                children[pos.column] = heir;
+                let t = rebuild_top(&top, top.kind, children);
+                self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos.top] = t;
+            } else if top.kind == TopKind::Mirror {
+                let others_ok = top
+                    .children
+                    .iter()
+                    .enumerate()
+                    .any(|(i, c)| i != pos.column && c.is_usable() && c.dtl().is_empty());
+                if !others_ok {
+                    return Err(Error::invalid(format!(
+                        "cannot detach {name}: no valid replicas"
+                    )));
+                }
+                let mut children = top.children.clone();
+                children.remove(pos.column);
+                let kind = if children.len() == 1 {
+                    TopKind::Disk
+                } else {
+                    TopKind::Mirror
+                };
+                let t = rebuild_top(&top, kind, children);
+                self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos.top] = t;
+                let mut st = lock(&self.st);
+                st.config.vdev_tree[pos.top].kind = kind;
+                st.config.vdev_tree[pos.top].children.remove(pos.column);
+            } else {
+                return Err(Error::invalid(format!(
+                    "cannot detach {name}: only applicable to mirror and replacing/spare vdevs"
+                )));
+            }
+            lock(&self.st).config_dirty = true;
+            // The detached device is no longer part of the pool.
+            let _ = label::clear(&*pos.leaf.dev);
+        }
+        self.log_history(&format!("detach {name}"));
+        self.txg_wait_synced().map(|_| ())
+    }
+
+    /// `zpool add POOL spare DEV...`.
+    pub fn add_spares(&self, devs: Vec<(String, Arc<dyn BlockDevice>)>, force: bool) -> Result<()> {
+        {
+            let _g = lock(&self.sync_lock);
+            let min_need = self
+                .io
+                .tops()
+                .iter()
+                .map(|t| t.child_need())
+                .max()
+                .unwrap_or(0);
+            for (path, dev) in &devs {
+                if self.find_leaf(path).is_some()
+                    || self.io.spares().iter().any(|s| s.path == *path)
+                {
+                    return Err(Error::invalid(format!("{path} is part of this pool already")));
+                }
+                if !force {
+                    check_not_in_use(path, &**dev)?;
+                }
+                if label::aligned_size(dev.size())
+                    < vdev::LABEL_START_SIZE + min_need + vdev::LABEL_END_SIZE
+                {
+                    return Err(Error::invalid(format!(
+                        "cannot use {path}: device is smaller than the pool's devices"
+                    )));
+                }
+            }
+            for (path, dev) in devs {
+                label::clear(&*dev)?;
+                let guid = {
+                    let mut st = lock(&self.st);
+                    let mut r = st.guid_rng;
+                    let g = next_guid(&mut r);
+                    st.guid_rng = r;
+                    g
+                };
+                self.io
+                    .spares
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Arc::new(Leaf::spare(guid, path, dev)));
+            }
+            lock(&self.st).config_dirty = true;
+        }
+        self.txg_wait_synced().map(|_| ())
+    }
+
+    /// `zpool remove POOL SPARE`: an unused spare leaves the pool.
+    pub fn remove_spare(&self, name: &str) -> Result<()> {
+        let _g = lock(&self.sync_lock);
+        let spares = self.io.spares();
+        let Some(s) = spares
+            .iter()
+            .find(|s| s.path == name || s.guid.to_string() == name)
+        else {
+            return Err(Error::invalid(format!("no such spare in pool: '{name}'")));
+        };
+        if self.spare_in_use(s) {
+            return Err(Error::invalid(format!("cannot remove {name}: spare is in use")));
+        }
+        let _ = label::clear(&*s.dev);
+        self.io
+            .spares
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|x| !Arc::ptr_eq(x, s));
+        lock(&self.st).config_dirty = true;
+        Ok(())
+    }
+
+    pub fn spare_in_use(&self, s: &Arc<Leaf>) -> bool {
+        self.io
+            .tops()
+            .iter()
+            .flat_map(|t| t.leaves())
+            .any(|l| Arc::ptr_eq(&l, s))
+    }
+}
