@@ -1,6 +1,7 @@
 //! Crash safety on the simulated device (the model test of the testing ladder).
 //!
-//! Each seed builds a pool (single disk, 2-way mirror, or two striped disks),
+//! Each seed builds a pool (single disk, 2-way mirror, two striped disks,
+//! raidz1, or raidz2 beside a mirror),
 //! runs random object creates, writes, frees and txg syncs against an
 //! in-memory model, and cuts the power at a random I/O. The crash drops a
 //! random subset of unflushed writes and may tear one. After re-import:
@@ -114,11 +115,13 @@ fn step(
 fn run_seed(seed: u64) {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
-    let topo = rng.below(3);
+    let topo = rng.below(5);
     let (kind_specs, ndisks) = match topo {
         0 => (vec![(TopKind::Disk, 1)], 1),
         1 => (vec![(TopKind::Mirror, 2)], 2),
-        _ => (vec![(TopKind::Disk, 1), (TopKind::Disk, 1)], 2),
+        2 => (vec![(TopKind::Disk, 1), (TopKind::Disk, 1)], 2),
+        3 => (vec![(TopKind::Raidz1, 3)], 3),
+        _ => (vec![(TopKind::Raidz2, 4), (TopKind::Mirror, 2)], 6),
     };
     let disks: Vec<_> = (0..ndisks)
         .map(|i| world.disk(&format!("d{i}"), SMALL))

@@ -6,8 +6,8 @@
 //! A scan walks every block pointer of the pool in logical order (the MOS,
 //! then the root dataset; within an objset the meta-dnode, then each object
 //! in number order, each tree depth first). Walking touches only metadata.
-//! Pointers are *gathered* until a batch is full (`BATCH_BLOCKS` or
-//! `BATCH_BYTES`), then the batch is sorted by device address and *issued*:
+//! Pointers are *gathered* until a batch is full (`Tunables::scan_batch_blocks`
+//! or `BATCH_BYTES`), then the batch is sorted by device address and *issued*:
 //! every block read (every copy and column for a scrub), verified, repaired
 //! where redundancy allows, and written to each leaf whose DTL lacks it (the
 //! resilver). Sorting turns a fragmented pool's random reads into a sweep
@@ -49,8 +49,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Most block pointers gathered before a batch is issued.
-pub const BATCH_BLOCKS: usize = 200_000;
 /// Most bytes (allocated) gathered before a batch is issued.
 pub const BATCH_BYTES: u64 = 4 << 30;
 
@@ -158,6 +156,7 @@ struct Gather<'a> {
     min_txg: u64,
     max_txg: u64,
     start: Bookmark,
+    cap: usize,
     out: Vec<BlkPtr>,
     out_bytes: u64,
     examined: u64,
@@ -167,7 +166,7 @@ struct Gather<'a> {
 
 impl Gather<'_> {
     fn full(&self) -> bool {
-        self.out.len() >= BATCH_BLOCKS || self.out_bytes >= BATCH_BYTES
+        self.out.len() >= self.cap || self.out_bytes >= BATCH_BYTES
     }
 
     fn push(&mut self, bp: &BlkPtr) {
@@ -437,6 +436,8 @@ impl Pool {
             c.run_start = Some((Instant::now(), 0));
         }
         self.save_scan(&phys)?;
+        // The scan is on disk before it issues anything.
+        self.txg_wait_synced()?;
         self.log_history(&format!(
             "{} started",
             if func == ScanFunc::Scrub { "scrub" } else { "resilver" }
@@ -619,6 +620,7 @@ impl Pool {
             min_txg: phys.min_txg,
             max_txg: phys.max_txg,
             start: phys.bookmark,
+            cap: self.tun.scan_batch_blocks.max(1),
             out: Vec::new(),
             out_bytes: 0,
             examined: 0,
