@@ -51,6 +51,14 @@ impl BlockCache {
         }
     }
 
+    /// Drop every cached block (after the media changed under the pool).
+    pub fn clear(&self) {
+        let mut l = self.lru.lock().unwrap_or_else(|e| e.into_inner());
+        l.map.clear();
+        l.order.clear();
+        l.bytes = 0;
+    }
+
     pub fn insert(&self, k: Key, v: Arc<Vec<u8>>) {
         if self.max_bytes == 0 || v.len() as u64 > self.max_bytes / 4 {
             return;

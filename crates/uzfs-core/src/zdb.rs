@@ -85,10 +85,10 @@ impl Walker<'_> {
                         ));
                     }
                 }
-                Err(e) => self.r.bad_copies.push(format!(
-                    "{what}: DVA[{i}] {}:{:#x}: {e}",
-                    d.vdev, d.offset
-                )),
+                Err(e) => self
+                    .r
+                    .bad_copies
+                    .push(format!("{what}: DVA[{i}] {}:{:#x}: {e}", d.vdev, d.offset)),
             }
         }
         match self.pool.io.read_bp(bp) {

@@ -51,7 +51,9 @@ fn run_seed(seed: u64) {
     let pool = Pool::create("cs", vec![spec], opts).expect("create");
     let mut objs = Vec::new();
     for i in 0..6u64 {
-        let obj = pool.create_object(131072, &ObjProps::default()).expect("obj");
+        let obj = pool
+            .create_object(131072, &ObjProps::default())
+            .expect("obj");
         let data = pattern(seed * 10 + i, 200_000 + rng.below(400_000) as usize);
         pool.write(obj, 0, &data).expect("write");
         objs.push((obj, data));
@@ -93,7 +95,8 @@ fn run_seed(seed: u64) {
     }
     match pool.scan_status() {
         Some(s) if s.state == ScanState::Scanning => {
-            pool.run_scan().unwrap_or_else(|e| panic!("seed {seed}: resume: {e}"));
+            pool.run_scan()
+                .unwrap_or_else(|e| panic!("seed {seed}: resume: {e}"));
             let s = pool.scan_status().expect("scan");
             assert_eq!(s.state, ScanState::Finished, "seed {seed}: {s:?}");
             assert_eq!(s.errors, 0, "seed {seed}: {s:?}");
@@ -125,7 +128,8 @@ fn run_seed(seed: u64) {
             );
         }
     }
-    pool.close().unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
+    pool.close()
+        .unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
     let r = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
     // A resilver whose victim is gone leaves that column UNAVAIL (skipped);
     // everything present must verify.

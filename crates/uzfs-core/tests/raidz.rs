@@ -103,7 +103,14 @@ fn cksum(pool: &Pool, child: usize) -> u64 {
     VdevStats::get(&pool.io.tops()[0].children[child].stats.cksum_errors)
 }
 
-fn run_case(width: usize, np: usize, ashift: u8, seed: u64, victims: Vec<usize>, silent: Vec<bool>) {
+fn run_case(
+    width: usize,
+    np: usize,
+    ashift: u8,
+    seed: u64,
+    victims: Vec<usize>,
+    silent: Vec<bool>,
+) {
     let world = SimWorld::new();
     let (disks, pool) = raidz_pool(&world, width, np, ashift, seed);
     let objs = fill(&pool, seed);
@@ -209,7 +216,11 @@ fn healthy_reads_touch_no_parity() {
     let delta = read_bytes(&pool) - before;
     assert!(buf == data);
     // 8 MiB of data plus its indirect blocks; parity would add half again.
-    assert!(delta < data.len() as u64 + (1 << 20), "read {delta} bytes for {} of data", data.len());
+    assert!(
+        delta < data.len() as u64 + (1 << 20),
+        "read {delta} bytes for {} of data",
+        data.len()
+    );
 }
 
 #[test]
@@ -227,7 +238,10 @@ fn more_failures_than_parity_is_an_error_not_wrong_data() {
             Ok(()) => assert!(buf == *data, "wrong data returned for object {obj}"),
             Err(e) => {
                 any_err = true;
-                assert!(e.to_string().contains("checksum") || e.to_string().contains("valid"), "{e}");
+                assert!(
+                    e.to_string().contains("checksum") || e.to_string().contains("valid"),
+                    "{e}"
+                );
             }
         }
     }

@@ -175,7 +175,9 @@ fn offline_refuses_to_leave_no_replica() {
     let world = SimWorld::new();
     let (disks, pool) = make(&world, TopKind::Raidz1, 3, false);
     pool.offline(&disks[0].name()).expect("first offline");
-    let e = pool.offline(&disks[1].name()).expect_err("second must fail");
+    let e = pool
+        .offline(&disks[1].name())
+        .expect_err("second must fail");
     assert!(e.to_string().contains("no valid replicas"), "{e}");
     pool.close().expect("close");
 }
@@ -211,7 +213,10 @@ fn a_spare_takes_over_a_faulted_disk_without_operator_action() {
     let (disks, pool) = make(&world, TopKind::Raidz1, 4, true);
     let spare = world.disk("spare", DISK);
     pool.add_spares(
-        vec![(spare.name(), Arc::new(spare.clone()) as Arc<dyn BlockDevice>)],
+        vec![(
+            spare.name(),
+            Arc::new(spare.clone()) as Arc<dyn BlockDevice>,
+        )],
         false,
     )
     .expect("add spare");
@@ -235,11 +240,15 @@ fn a_spare_takes_over_a_faulted_disk_without_operator_action() {
         let s = pool.scan_status();
         let attached = pool.io.tops()[0].children[1].attached();
         if attached.iter().any(|(_, l)| l.path == spare.name())
-            && s.as_ref().is_some_and(|s| s.func == ScanFunc::Resilver && s.state == ScanState::Finished)
+            && s.as_ref()
+                .is_some_and(|s| s.func == ScanFunc::Resilver && s.state == ScanState::Finished)
         {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "spare never took over: {s:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "spare never took over: {s:?}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_eq!(pool.io.tops()[0].children[1].state(), LeafState::Faulted);
@@ -255,9 +264,16 @@ fn a_spare_takes_over_a_faulted_disk_without_operator_action() {
     .expect("replace");
     pool.wait_scan();
     let t = pool.io.tops()[0].clone();
-    assert_eq!(t.children[1].path, fresh.name(), "replacement did not take the column");
+    assert_eq!(
+        t.children[1].path,
+        fresh.name(),
+        "replacement did not take the column"
+    );
     assert_eq!(t.health(), "ONLINE");
-    assert!(!pool.spare_in_use(&pool.io.spares()[0]), "spare still in use");
+    assert!(
+        !pool.spare_in_use(&pool.io.spares()[0]),
+        "spare still in use"
+    );
     check(&pool, &objs);
     pool.close().expect("close");
 }

@@ -63,6 +63,38 @@ impl Daemon {
             .unwrap_or_default()
     }
 
+    /// Update the device paths of imported pools in the cache, keeping the
+    /// entries of cached pools that are not imported (devices away).
+    pub fn refresh_cache(&self) {
+        let Ok(old) = std::fs::read(self.cache_path()) else {
+            return;
+        };
+        let Ok(mut entries) = serde_json::from_slice::<Vec<CacheEntry>>(&old) else {
+            return;
+        };
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for e in entries.iter_mut() {
+            if let Some(p) = pools.values().find(|p| p.guid == e.guid) {
+                e.paths =
+                    p.io.tops()
+                        .iter()
+                        .flat_map(|t| t.leaves())
+                        .chain(p.io.spares())
+                        .map(|l| l.path.clone())
+                        .collect();
+            }
+        }
+        drop(pools);
+        if let Ok(b) = serde_json::to_vec_pretty(&entries) {
+            if b != old {
+                let tmp = self.rundir.join("zpool.cache.tmp");
+                if std::fs::write(&tmp, b).is_ok() {
+                    let _ = std::fs::rename(&tmp, self.cache_path());
+                }
+            }
+        }
+    }
+
     /// Rewrite the cache from the imported pools (atomically: temp + rename).
     pub fn write_cache(&self) {
         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
@@ -72,15 +104,20 @@ impl Daemon {
                 name: p.name.clone(),
                 guid: p.guid,
                 paths: p
-                    .config()
-                    .vdev_tree
+                    .io
+                    .tops()
                     .iter()
-                    .flat_map(|t| t.children.iter().map(|c| c.path.clone()))
+                    .flat_map(|t| t.leaves())
+                    .chain(p.io.spares())
+                    .map(|l| l.path.clone())
                     .collect(),
             })
             .collect();
         let tmp = self.rundir.join("zpool.cache.tmp");
         if let Ok(b) = serde_json::to_vec_pretty(&entries) {
+            if std::fs::read(self.cache_path()).is_ok_and(|old| old == b) {
+                return;
+            }
             if std::fs::write(&tmp, b).is_ok() {
                 let _ = std::fs::rename(&tmp, self.cache_path());
             }
@@ -193,6 +230,7 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
         Some("zpool") => crate::zpool::run(d, &req.argv[1..], cwd),
         Some("zfs") => crate::zfs::run(d, &req.argv[1..]),
         Some("zdb") => crate::zdb::run_in_daemon(d, &req.argv[1..]),
+        Some("zinject") => crate::vdevs::zinject(d, &req.argv[1..]),
         Some("object") => crate::zpool::object_cmd(d, &req.argv[1..], cwd),
         Some("shutdown") => {
             *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -248,6 +286,20 @@ pub fn run(rundir: &Path) -> i32 {
         shutdown: Mutex::new(false),
     });
     d.reimport_cached();
+    // Devices change without a command (a replacement finishing, a spare
+    // stepping in): keep the cache's device paths current.
+    {
+        let w = Arc::downgrade(&d);
+        let _ = std::thread::Builder::new()
+            .name("cache-writer".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                match w.upgrade() {
+                    Some(d) => d.refresh_cache(),
+                    None => return,
+                }
+            });
+    }
     crate::err(&format!("uzfsd: serving {}\n", sock.display()));
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };

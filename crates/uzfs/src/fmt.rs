@@ -24,6 +24,15 @@ pub fn nicenum(n: u64) -> String {
     format!("{s}{}", UNITS[i])
 }
 
+/// zfs_nicebytes: like `nicenum` with a "B" below 1 KiB: 0B, 512B, 1.50M.
+pub fn nicebytes(n: u64) -> String {
+    if n < 1024 {
+        format!("{n}B")
+    } else {
+        nicenum(n)
+    }
+}
+
 pub struct Table {
     pub header: Vec<String>,
     pub rows: Vec<Vec<String>>,

@@ -6,6 +6,9 @@
 mod client;
 mod daemon;
 mod fmt;
+mod iostat;
+mod status;
+mod vdevs;
 mod zdb;
 mod zfs;
 mod zpool;
@@ -19,6 +22,7 @@ commands:
     zpool ...            pool administration (see 'uzfs zpool help')
     zfs ...              dataset administration
     zdb ...              inspect and verify pools offline
+    zinject ...          inject device faults (see 'uzfs zinject -h')
     daemon [--foreground | --stop | --status]
                          run, stop or query the daemon
     object put POOL FILE | get POOL OBJ FILE | free POOL OBJ
@@ -55,7 +59,7 @@ fn main() {
         .unwrap_or_default();
     let mut rest: Vec<String> = args.iter().skip(1).cloned().collect();
     let mut rundir_flag = None;
-    let cmd = if matches!(argv0.as_str(), "zpool" | "zfs" | "zdb") {
+    let cmd = if matches!(argv0.as_str(), "zpool" | "zfs" | "zdb" | "zinject") {
         argv0.clone()
     } else {
         while let Some(a) = rest.first() {
@@ -77,10 +81,12 @@ fn main() {
     };
     let rundir = client::rundir(rundir_flag.as_deref());
     let code = match cmd.as_str() {
-        "zpool" | "zfs" | "object" => {
+        "zpool" | "zfs" | "object" | "zinject" => {
             if cmd == "zpool" && rest.first().is_none_or(|a| a == "help" || a == "-?") {
                 out(zpool::USAGE);
                 0
+            } else if cmd == "zpool" && rest.first().is_some_and(|a| a == "iostat") {
+                iostat::client(&rundir, &rest[1..])
             } else {
                 let mut argv = vec![cmd.clone()];
                 argv.extend(rest);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use uzfs_core::spa::config::{FeatureState, PoolState};
 use uzfs_core::spa::import::{discover, scan_dir, FoundPool};
 use uzfs_core::spa::{feature, CreateOptions, Pool, TopSpec};
-use uzfs_core::vdev::{label, BlockDevice, FileDevice, FlushPolicy, TopKind, VdevStats};
+use uzfs_core::vdev::{label, BlockDevice, FileDevice, FlushPolicy, TopKind};
 
 pub const USAGE: &str = "usage: zpool command args ...
 where 'command' is one of the following:
@@ -34,10 +34,10 @@ where 'command' is one of the following:
 \tset <property=value> <pool> [vdev]
 ";
 
-type Opts = Vec<(char, Option<String>)>;
+pub(crate) type Opts = Vec<(char, Option<String>)>;
 
 /// POSIX-style option parsing: `spec` lists flags, a trailing ':' takes a value.
-pub fn getopt(args: &[String], spec: &str) -> Result<(Opts, Vec<String>), String> {
+pub(crate) fn getopt(args: &[String], spec: &str) -> Result<(Opts, Vec<String>), String> {
     let mut opts = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -77,11 +77,11 @@ pub fn getopt(args: &[String], spec: &str) -> Result<(Opts, Vec<String>), String
     Ok((opts, args[i..].to_vec()))
 }
 
-fn has(o: &Opts, c: char) -> bool {
+pub(crate) fn has(o: &Opts, c: char) -> bool {
     o.iter().any(|(k, _)| *k == c)
 }
 
-fn values(o: &Opts, c: char) -> Vec<String> {
+pub(crate) fn values(o: &Opts, c: char) -> Vec<String> {
     o.iter()
         .filter(|(k, _)| *k == c)
         .filter_map(|(_, v)| v.clone())
@@ -106,26 +106,37 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
     c
 }
 
-fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevice>), String> {
+pub(crate) fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevice>), String> {
     let path = resolve(cwd, p);
     let dev = FileDevice::open(&path).map_err(|e| format!("cannot open '{p}': {e}"))?;
     Ok((path.display().to_string(), Arc::new(dev)))
 }
 
-/// Parse `[mirror] dev ... [mirror dev ...]` into top-level vdev specs.
-pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<Vec<TopSpec>, String> {
+/// A parsed vdev specification.
+pub struct VdevSpec {
+    pub tops: Vec<TopSpec>,
+    pub spares: Vec<(String, Arc<dyn BlockDevice>)>,
+}
+
+/// Parse `dev | mirror dev... | raidz[1-3] dev... | spare dev...` (zpoolconcepts(7)).
+pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
     let mut specs: Vec<TopSpec> = Vec::new();
+    let mut spares = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
+        let group = |i: &mut usize| -> Result<Vec<(String, Arc<dyn BlockDevice>)>, String> {
+            let mut leaves = Vec::new();
+            *i += 1;
+            while *i < args.len() && !is_keyword(&args[*i]) {
+                leaves.push(open_dev(cwd, &args[*i])?);
+                *i += 1;
+            }
+            Ok(leaves)
+        };
         match a {
             "mirror" => {
-                let mut leaves = Vec::new();
-                i += 1;
-                while i < args.len() && !is_keyword(&args[i]) {
-                    leaves.push(open_dev(cwd, &args[i])?);
-                    i += 1;
-                }
+                let leaves = group(&mut i)?;
                 if leaves.len() < 2 {
                     return Err(
                         "invalid vdev specification: mirror requires at least 2 devices".into(),
@@ -136,10 +147,36 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<Vec<TopSpec>, String> 
                     leaves,
                 });
             }
-            k if k.starts_with("raidz") || k.starts_with("draid") => {
-                return Err(format!("invalid vdev specification: '{k}' is not supported yet (RAID-Z arrives with issue #3)"));
+            "raidz" | "raidz1" | "raidz2" | "raidz3" => {
+                let np = a
+                    .strip_prefix("raidz")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                let kind = TopKind::raidz(np).ok_or("invalid raidz parity")?;
+                let leaves = group(&mut i)?;
+                if leaves.len() < np + 2 {
+                    return Err(format!(
+                        "invalid vdev specification: {a} requires at least {} devices",
+                        np + 2
+                    ));
+                }
+                specs.push(TopSpec { kind, leaves });
             }
-            "log" | "cache" | "spare" | "special" | "dedup" => {
+            "spare" => {
+                let leaves = group(&mut i)?;
+                if leaves.is_empty() {
+                    return Err(
+                        "invalid vdev specification: spare requires at least 1 device".into(),
+                    );
+                }
+                spares.extend(leaves);
+            }
+            k if k.starts_with("raidz") || k.starts_with("draid") => {
+                return Err(format!(
+                    "invalid vdev specification: unknown vdev type '{k}'"
+                ));
+            }
+            "log" | "cache" | "special" | "dedup" => {
                 return Err(format!(
                     "invalid vdev specification: '{a}' devices are not supported yet"
                 ));
@@ -153,10 +190,13 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<Vec<TopSpec>, String> 
             }
         }
     }
-    if specs.is_empty() {
+    if specs.is_empty() && spares.is_empty() {
         return Err("missing vdev specification".into());
     }
-    Ok(specs)
+    Ok(VdevSpec {
+        tops: specs,
+        spares,
+    })
 }
 
 fn is_keyword(s: &str) -> bool {
@@ -167,15 +207,15 @@ fn is_keyword(s: &str) -> bool {
         || s.starts_with("draid")
 }
 
-fn err(msg: impl Into<String>) -> Response {
+pub(crate) fn err(msg: impl Into<String>) -> Response {
     Response::err(1, msg)
 }
 
-fn usage_err(msg: &str) -> Response {
+pub(crate) fn usage_err(msg: &str) -> Response {
     Response::err(2, format!("{msg}\n{USAGE}"))
 }
 
-fn get_pool(d: &Daemon, name: &str) -> Result<Arc<Pool>, Response> {
+pub(crate) fn get_pool(d: &Daemon, name: &str) -> Result<Arc<Pool>, Response> {
     d.pools
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -184,7 +224,7 @@ fn get_pool(d: &Daemon, name: &str) -> Result<Arc<Pool>, Response> {
         .ok_or_else(|| err(format!("cannot open '{name}': no such pool")))
 }
 
-fn pools_or_all(d: &Daemon, names: &[String]) -> Result<Vec<Arc<Pool>>, Response> {
+pub(crate) fn pools_or_all(d: &Daemon, names: &[String]) -> Result<Vec<Arc<Pool>>, Response> {
     if names.is_empty() {
         return Ok(d
             .pools
@@ -209,7 +249,7 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         "create" => create(d, rest, cwd, &full),
         "add" => add(d, rest, cwd, &full),
         "list" => list(d, rest),
-        "status" => status(d, rest),
+        "status" => crate::status::status(d, rest),
         "import" => import(d, rest, cwd),
         "export" => export_or_destroy(d, rest, false),
         "destroy" => export_or_destroy(d, rest, true),
@@ -228,6 +268,16 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
             Err(r) => r,
         },
         "labelclear" => labelclear(d, rest, cwd),
+        "scrub" => crate::vdevs::scrub(d, rest, &full),
+        "offline" => crate::vdevs::offline(d, rest, &full),
+        "online" => crate::vdevs::online(d, rest, &full),
+        "clear" => crate::vdevs::clear(d, rest, &full),
+        "attach" => crate::vdevs::attach_or_replace(d, rest, cwd, &full, false),
+        "replace" => crate::vdevs::attach_or_replace(d, rest, cwd, &full, true),
+        "detach" => crate::vdevs::detach(d, rest, &full),
+        "remove" => crate::vdevs::remove(d, rest, &full),
+        "wait" => crate::vdevs::wait(d, rest),
+        "iostat" => crate::iostat::snapshot_cmd(d, rest),
         "upgrade" => upgrade(rest),
         "help" | "-?" | "--help" => Response::ok(USAGE.into()),
         other => usage_err(&format!("unrecognized command '{other}'")),
@@ -297,28 +347,49 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     if !values(&o, 'O').is_empty() || has(&o, 'm') {
         return err("dataset properties (-O, -m) arrive with filesystems (issue #4)");
     }
-    let specs = match parse_vdevs(&rest[1..], cwd) {
+    let VdevSpec {
+        tops: specs,
+        spares,
+    } = match parse_vdevs(&rest[1..], cwd) {
+        Ok(s) if s.tops.is_empty() => {
+            return err(format!(
+                "cannot create '{name}': a pool needs at least one data vdev"
+            ))
+        }
         Ok(s) => s,
         Err(e) => return err(format!("cannot create '{name}': {e}")),
     };
     if has(&o, 'n') {
         let mut out = format!("would create '{name}' with the following layout:\n\n\t{name}\n");
         for s in &specs {
-            if s.kind == TopKind::Mirror {
-                out.push_str("\t  mirror\n");
+            if s.kind == TopKind::Disk {
+                out.push_str(&format!("\t  {}\n", s.leaves[0].0));
+            } else {
+                out.push_str(&format!("\t  {}\n", s.kind.label()));
                 for (p, _) in &s.leaves {
                     out.push_str(&format!("\t    {p}\n"));
                 }
-            } else {
-                out.push_str(&format!("\t  {}\n", s.leaves[0].0));
+            }
+        }
+        if !spares.is_empty() {
+            out.push_str("\tspares\n");
+            for (p, _) in &spares {
+                out.push_str(&format!("\t  {p}\n"));
             }
         }
         return Response::ok(out);
     }
+    let force = has(&o, 'f');
     let pool = match Pool::create(name, specs, opts) {
         Ok(p) => p,
         Err(e) => return err(format!("cannot create '{name}': {e}")),
     };
+    if !spares.is_empty() {
+        if let Err(e) = pool.add_spares(spares, force) {
+            let _ = pool.destroy();
+            return err(format!("cannot create '{name}': {e}"));
+        }
+    }
     if let Some(c) = comment {
         if let Err(e) = pool.set_comment(&c) {
             return err(format!("cannot set comment: {e}"));
@@ -358,10 +429,19 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             _ => return err(format!("property '{kv}' cannot be set with add")),
         }
     }
-    let specs = match parse_vdevs(&rest[1..], cwd) {
+    let VdevSpec {
+        tops: specs,
+        spares,
+    } = match parse_vdevs(&rest[1..], cwd) {
         Ok(s) => s,
         Err(e) => return err(format!("cannot add to '{name}': {e}")),
     };
+    if !spares.is_empty() {
+        if let Err(e) = pool.add_spares(spares, has(&o, 'f')) {
+            return err(format!("cannot add to '{name}': {e}"));
+        }
+        d.write_cache();
+    }
     for spec in specs {
         if let Err(e) = pool.add_vdev(spec, ashift, has(&o, 'f')) {
             return err(format!("cannot add to '{name}': {e}"));
@@ -371,40 +451,6 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     let _ = pool.txg_wait_synced();
     d.write_cache();
     Response::ok(String::new())
-}
-
-/// Leaf / top / pool health for status and list.
-fn leaf_state(p: &Pool, path: &str) -> &'static str {
-    if p.unavailable_leaves().iter().any(|l| l == path) {
-        "UNAVAIL"
-    } else {
-        "ONLINE"
-    }
-}
-
-fn top_state(p: &Pool, t: &uzfs_core::vdev::TopVdev) -> &'static str {
-    let bad = t
-        .children
-        .iter()
-        .filter(|c| leaf_state(p, &c.path) != "ONLINE")
-        .count();
-    if bad == 0 {
-        "ONLINE"
-    } else if bad < t.children.len() {
-        "DEGRADED"
-    } else {
-        "UNAVAIL"
-    }
-}
-
-fn pool_health(p: &Pool) -> &'static str {
-    if p.suspended().is_some() {
-        return "SUSPENDED";
-    }
-    if p.io.tops().iter().any(|t| top_state(p, t) != "ONLINE") {
-        return "DEGRADED";
-    }
-    "ONLINE"
 }
 
 fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static str)> {
@@ -428,7 +474,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
                 "-",
             )
         }
-        "health" => (pool_health(p).to_string(), "-"),
+        "health" => (crate::status::pool_health(p).to_string(), "-"),
         "guid" => (p.guid.to_string(), "-"),
         "ashift" => (
             props.ashift.to_string(),
@@ -541,105 +587,6 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         return Response::ok("no pools available\n".into());
     }
     Response::ok(t.render(has(&o, 'H')))
-}
-
-fn status(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "xvpPT:") {
-        Ok(x) => x,
-        Err(e) => return usage_err(&e),
-    };
-    let pools = match pools_or_all(d, &rest) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    if pools.is_empty() {
-        return Response::ok("no pools available\n".into());
-    }
-    let mut out = String::new();
-    for p in &pools {
-        let health = pool_health(p);
-        let tops = p.io.tops();
-        let errs: u64 = tops
-            .iter()
-            .flat_map(|t| t.children.iter())
-            .map(|c| {
-                VdevStats::get(&c.stats.read_errors)
-                    + VdevStats::get(&c.stats.write_errors)
-                    + VdevStats::get(&c.stats.cksum_errors)
-            })
-            .sum();
-        if has(&o, 'x') && health == "ONLINE" && errs == 0 {
-            continue;
-        }
-        out.push_str(&format!("  pool: {}\n state: {health}\n", p.name));
-        if let Some(why) = p.suspended() {
-            out.push_str(&format!("status: The pool is suspended because a sync failed: {why}\naction: Export and re-import the pool once the devices are healthy.\n"));
-        } else if health == "DEGRADED" {
-            out.push_str("status: One or more devices could not be opened.  Sufficient replicas exist for\n\tthe pool to continue functioning in a degraded state.\naction: Attach the missing device and online it using 'zpool online'.\n");
-        } else if errs > 0 {
-            out.push_str("status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n");
-        }
-        if !p.props().comment.is_empty() {
-            out.push_str(&format!("comment: {}\n", p.props().comment));
-        }
-        out.push_str("config:\n\n");
-        let mut rows: Vec<(String, String, u64, u64, u64)> = Vec::new();
-        for t in &tops {
-            let mut kids = Vec::new();
-            for c in &t.children {
-                let (r, w, k) = (
-                    VdevStats::get(&c.stats.read_errors),
-                    VdevStats::get(&c.stats.write_errors),
-                    VdevStats::get(&c.stats.cksum_errors),
-                );
-                kids.push((c.path.clone(), leaf_state(p, &c.path).to_string(), r, w, k));
-            }
-            if t.kind == TopKind::Mirror {
-                rows.push((
-                    format!("  {}", t.name()),
-                    top_state(p, t).to_string(),
-                    0,
-                    0,
-                    0,
-                ));
-                for k in kids {
-                    rows.push((format!("    {}", k.0), k.1, k.2, k.3, k.4));
-                }
-            } else if let Some(k) = kids.into_iter().next() {
-                rows.push((format!("  {}", k.0), k.1, k.2, k.3, k.4));
-            }
-        }
-        let mut t = Table::new(
-            &["NAME", "STATE", "READ", "WRITE", "CKSUM"],
-            &[false, false, true, true, true],
-        );
-        t.rows.push(vec![
-            p.name.clone(),
-            health.into(),
-            "0".into(),
-            "0".into(),
-            "0".into(),
-        ]);
-        for r in rows {
-            t.rows.push(vec![
-                r.0,
-                r.1,
-                r.2.to_string(),
-                r.3.to_string(),
-                r.4.to_string(),
-            ]);
-        }
-        for line in t.render(false).lines() {
-            out.push('\t');
-            out.push_str(line);
-            out.push('\n');
-        }
-        out.push_str("\nerrors: No known data errors\n\n");
-    }
-    if out.is_empty() {
-        out = "all pools are healthy\n".into();
-    }
-    Response::ok(out.trim_end().to_string() + "\n")
 }
 
 fn found_tree(f: &FoundPool) -> String {

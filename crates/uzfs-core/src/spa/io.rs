@@ -51,7 +51,10 @@ impl SpaIo {
     }
 
     pub fn spares(&self) -> Vec<Arc<Leaf>> {
-        self.spares.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.spares
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn tops(&self) -> Vec<Arc<TopVdev>> {
@@ -146,7 +149,8 @@ impl SpaIo {
     /// Write physical bytes to every DVA of a block born in `txg`.
     pub fn write_phys(&self, dvas: &[Dva], phys: &[u8], txg: u64) -> Result<()> {
         for d in dvas.iter().filter(|d| d.is_valid()) {
-            self.top(d.vdev)?.write_block(d.offset, phys, d.asize, txg)?;
+            self.top(d.vdev)?
+                .write_block(d.offset, phys, d.asize, txg)?;
         }
         Ok(())
     }

@@ -10,10 +10,10 @@ pub mod io;
 pub mod metaslab;
 pub mod range_tree;
 pub mod scan;
-pub mod vdev_ops;
 pub mod space_map;
 pub mod txg;
 pub mod uberblock;
+pub mod vdev_ops;
 
 use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::dnode::{ot, ObjProps};
@@ -102,6 +102,8 @@ pub struct Pool {
     /// Scrub / resilver state (see `scan.rs`).
     pub(crate) scan: Mutex<scan::ScanCtl>,
     pub scan_sig: scan::ScanSignals,
+    /// When this pool was created or imported (iostat rates since then).
+    pub opened: Instant,
 }
 
 /// Validate a pool name as zpool(8) does.
@@ -237,9 +239,8 @@ pub(crate) fn build_top(
                 vdev::MIN_DEVICE_SIZE >> 20
             ))
         })?;
-        raw_min = raw_min.min(
-            label::aligned_size(dev.size()) - vdev::LABEL_START_SIZE - vdev::LABEL_END_SIZE,
-        );
+        raw_min = raw_min
+            .min(label::aligned_size(dev.size()) - vdev::LABEL_START_SIZE - vdev::LABEL_END_SIZE);
         if a < asize {
             asize = a;
             ms_shift = s;
@@ -406,6 +407,7 @@ impl Pool {
             tun,
             thread: Mutex::new(None),
             scan: Mutex::new(scan::ScanCtl::default()),
+            opened: Instant::now(),
         });
         {
             let st = lock(&pool.st);
@@ -521,6 +523,19 @@ impl Pool {
                 Some((t.parse().ok()?, c.to_string()))
             })
             .collect())
+    }
+
+    /// (allocated, free) of each top-level vdev, in vdev order.
+    pub fn vdev_space(&self) -> Vec<(u64, u64)> {
+        lock(&self.st)
+            .alloc
+            .vdevs
+            .iter()
+            .map(|v| {
+                let f = v.free_space();
+                (v.asize - f, f)
+            })
+            .collect()
     }
 
     /// (size, allocated, free) in bytes, as of the last committed txg.
@@ -646,7 +661,9 @@ impl Pool {
     /// Write through the throttle. Fails with `NoSpace` (losing nothing
     /// already written) when the pool cannot hold the data.
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
-        self.scan_sig.fg_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.scan_sig
+            .fg_ops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let copies = self.root.stat(obj)?.copies as u64;
         self.check_writable(data.len() as u64 * copies)?;
         self.throttle(data.len() as u64)?;
@@ -655,7 +672,9 @@ impl Pool {
     }
 
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.scan_sig.fg_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.scan_sig
+            .fg_ops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.root.read(obj, offset, buf)
     }
 

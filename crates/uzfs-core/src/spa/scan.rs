@@ -117,7 +117,7 @@ pub struct ScanPhys {
     pub order: IssueOrder,
 }
 
-pub(crate) fn now_secs() -> u64 {
+pub fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -239,7 +239,15 @@ impl Gather<'_> {
             Ok(kids) => {
                 let child_span = (span / epb).max(1);
                 for (i, c) in kids.iter().enumerate() {
-                    self.tree(c, os, obj, base + i as u64 * child_span, child_span, epb, l0);
+                    self.tree(
+                        c,
+                        os,
+                        obj,
+                        base + i as u64 * child_span,
+                        child_span,
+                        epb,
+                        l0,
+                    );
                 }
             }
             Err(_) => self.errors += 1,
@@ -370,6 +378,40 @@ impl Pool {
         self.write_json(obj, phys)
     }
 
+    /// Level-0 blocks of the root dataset's files as of the last commit
+    /// (fault injection picks its victims here).
+    pub fn root_data_blocks(&self) -> Result<Vec<BlkPtr>> {
+        let phys = ScanPhys {
+            func: ScanFunc::Scrub,
+            state: ScanState::Scanning,
+            min_txg: 0,
+            max_txg: u64::MAX,
+            start_time: 0,
+            end_time: 0,
+            to_examine: 0,
+            examined: 0,
+            issued: 0,
+            repaired: 0,
+            errors: 0,
+            bookmark: Bookmark {
+                objset: 1,
+                object: 0,
+                blkid: 0,
+            },
+            paused: false,
+            pause_time: 0,
+            targets: Vec::new(),
+            order: IssueOrder::Sorted,
+        };
+        let r = self.gather_with(&phys, usize::MAX);
+        lock(&self.st).alloc.set_scan_hold(false);
+        Ok(r?
+            .bps
+            .into_iter()
+            .filter(|b| b.level == 0 && b.obj_type == crate::dmu::dnode::ot::PLAIN_FILE)
+            .collect())
+    }
+
     /// `zpool scrub`: start (or resume a paused) scrub.
     pub fn scrub(self: &Arc<Self>) -> Result<()> {
         let mut c = lock(&self.scan);
@@ -440,7 +482,11 @@ impl Pool {
         self.txg_wait_synced()?;
         self.log_history(&format!(
             "{} started",
-            if func == ScanFunc::Scrub { "scrub" } else { "resilver" }
+            if func == ScanFunc::Scrub {
+                "scrub"
+            } else {
+                "resilver"
+            }
         ));
         self.start_scan_thread();
         Ok(())
@@ -605,6 +651,10 @@ impl Pool {
     }
 
     fn gather_batch(&self, phys: &ScanPhys) -> Result<Batch> {
+        self.gather_with(phys, self.tun.scan_batch_blocks.max(1))
+    }
+
+    fn gather_with(&self, phys: &ScanPhys, cap: usize) -> Result<Batch> {
         // Hold frees from the tree we are about to read (see module docs).
         let (ub, root_obj) = {
             let mut st = lock(&self.st);
@@ -620,7 +670,7 @@ impl Pool {
             min_txg: phys.min_txg,
             max_txg: phys.max_txg,
             start: phys.bookmark,
-            cap: self.tun.scan_batch_blocks.max(1),
+            cap,
             out: Vec::new(),
             out_bytes: 0,
             examined: 0,
@@ -720,7 +770,11 @@ impl Pool {
     fn scan_done(self: &Arc<Self>, phys: &ScanPhys) -> Result<()> {
         self.log_history(&format!(
             "{} done: {} repaired, {} errors",
-            if phys.func == ScanFunc::Scrub { "scrub" } else { "resilver" },
+            if phys.func == ScanFunc::Scrub {
+                "scrub"
+            } else {
+                "resilver"
+            },
             phys.repaired,
             phys.errors
         ));
@@ -841,7 +895,10 @@ impl Pool {
     /// thread cannot wait for its own txgs), as OpenZFS's zed does.
     pub(crate) fn zed_check(self: &Arc<Self>) {
         let spares = self.io.spares();
-        if !spares.iter().any(|s| s.is_usable() && !self.spare_in_use(s)) {
+        if !spares
+            .iter()
+            .any(|s| s.is_usable() && !self.spare_in_use(s))
+        {
             return;
         }
         let needs = self.io.tops().iter().any(|t| {
@@ -880,8 +937,8 @@ impl Pool {
             for t in self.io.tops() {
                 for col in &t.children {
                     let st = col.state();
-                    let needs = matches!(st, LeafState::Faulted | LeafState::Removed)
-                        || col.is_missing();
+                    let needs =
+                        matches!(st, LeafState::Faulted | LeafState::Removed) || col.is_missing();
                     if !needs || col.attached().iter().any(|(_, l)| l.is_usable()) {
                         continue;
                     }

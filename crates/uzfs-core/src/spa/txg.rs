@@ -680,7 +680,11 @@ impl Pool {
             }
             // Spares not in use carry the config too, so import finds them.
             for sp in self.io.spares() {
-                if !sp.is_usable() || tops.iter().any(|t| t.leaves().iter().any(|l| Arc::ptr_eq(l, &sp))) {
+                if !sp.is_usable()
+                    || tops
+                        .iter()
+                        .any(|t| t.leaves().iter().any(|l| Arc::ptr_eq(l, &sp)))
+                {
                     continue;
                 }
                 let lc = super::config::LabelConfig {

@@ -154,9 +154,17 @@ impl Pool {
         self.maybe_resilver()
     }
 
-    fn check_new_device(&self, path: &str, dev: &Arc<dyn BlockDevice>, top: &TopVdev, force: bool) -> Result<()> {
+    fn check_new_device(
+        &self,
+        path: &str,
+        dev: &Arc<dyn BlockDevice>,
+        top: &TopVdev,
+        force: bool,
+    ) -> Result<()> {
         if self.find_leaf(path).is_some() {
-            return Err(Error::invalid(format!("{path} is part of this pool already")));
+            return Err(Error::invalid(format!(
+                "{path} is part of this pool already"
+            )));
         }
         if !force {
             check_not_in_use(path, &**dev)?;
@@ -274,7 +282,11 @@ impl Pool {
             let attached = pos.primary.attached();
             if !Arc::ptr_eq(&pos.leaf, &pos.primary) {
                 // An attached leaf: a replacement or a spare goes away.
-                let mut a = pos.primary.attached.write().unwrap_or_else(|e| e.into_inner());
+                let mut a = pos
+                    .primary
+                    .attached
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner());
                 a.retain(|(_, l)| !Arc::ptr_eq(l, &pos.leaf));
             } else if !attached.is_empty() {
                 // The primary goes; the first complete stand-in takes over.
@@ -347,7 +359,9 @@ impl Pool {
                 if self.find_leaf(path).is_some()
                     || self.io.spares().iter().any(|s| s.path == *path)
                 {
-                    return Err(Error::invalid(format!("{path} is part of this pool already")));
+                    return Err(Error::invalid(format!(
+                        "{path} is part of this pool already"
+                    )));
                 }
                 if !force {
                     check_not_in_use(path, &**dev)?;
@@ -391,7 +405,9 @@ impl Pool {
             return Err(Error::invalid(format!("no such spare in pool: '{name}'")));
         };
         if self.spare_in_use(s) {
-            return Err(Error::invalid(format!("cannot remove {name}: spare is in use")));
+            return Err(Error::invalid(format!(
+                "cannot remove {name}: spare is in use"
+            )));
         }
         let _ = label::clear(&*s.dev);
         self.io

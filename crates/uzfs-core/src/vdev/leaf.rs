@@ -235,9 +235,7 @@ impl Leaf {
         if !self.has_dtl.load(Ordering::Relaxed) {
             return false;
         }
-        self.dtl()
-            .iter()
-            .any(|&(a, b)| (a..=b).contains(&txg))
+        self.dtl().iter().any(|&(a, b)| (a..=b).contains(&txg))
     }
 
     /// Open a range at `txg` unless one is open already.
@@ -321,7 +319,8 @@ impl Leaf {
             return;
         }
         VdevStats::bump(counter, 1);
-        let vanished = matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENXIO));
+        let vanished =
+            matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENXIO));
         if vanished {
             self.state
                 .store(LeafState::Removed as u8, Ordering::Relaxed);

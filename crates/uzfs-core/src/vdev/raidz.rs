@@ -352,15 +352,9 @@ pub fn reconstruct(m: &Map, cols: &mut [Vec<u8>], missing: &[usize]) -> Result<(
         }
         let a: Vec<Vec<u8>> = rows
             .iter()
-            .map(|&p| {
-                miss_data
-                    .iter()
-                    .map(|&c| coef(p, c - np, ndata))
-                    .collect()
-            })
+            .map(|&p| miss_data.iter().map(|&c| coef(p, c - np, ndata)).collect())
             .collect();
-        let inv =
-            invert(a).ok_or_else(|| Error::Checksum("RAID-Z matrix is singular".into()))?;
+        let inv = invert(a).ok_or_else(|| Error::Checksum("RAID-Z matrix is singular".into()))?;
         for (i, &c) in miss_data.iter().enumerate() {
             let mut out = vec![0u8; plen];
             for (s, &w) in synd.iter().zip(&inv[i]) {
@@ -388,7 +382,9 @@ mod tests {
     fn rnd(seed: &mut u64, n: usize) -> Vec<u8> {
         (0..n)
             .map(|_| {
-                *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 (*seed >> 33) as u8
             })
             .collect()

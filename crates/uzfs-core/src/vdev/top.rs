@@ -221,7 +221,10 @@ impl TopVdev {
         verify: Verify,
     ) -> Result<Vec<(String, &'static str)>> {
         let o = self.read_impl(offset, psize, birth, verify, true, false)?;
-        Ok(o.bad.into_iter().map(|(l, why)| (l.path.clone(), why)).collect())
+        Ok(o.bad
+            .into_iter()
+            .map(|(l, why)| (l.path.clone(), why))
+            .collect())
     }
 
     fn read_impl(
@@ -498,7 +501,9 @@ impl TopVdev {
         } else {
             let mut p = phys.to_vec();
             p.resize((asize as usize).max(phys.len()), 0);
-            (0..self.children.len()).map(|c| (c, offset, p.clone())).collect()
+            (0..self.children.len())
+                .map(|c| (c, offset, p.clone()))
+                .collect()
         };
         let mut failed = 0;
         let mut first_err = None;
@@ -558,8 +563,9 @@ impl TopVdev {
             }
         }
         if failed > self.redundancy() {
-            return Err(first_err
-                .unwrap_or_else(|| Error::invalid(format!("{}: no device to flush", self.name()))));
+            return Err(first_err.unwrap_or_else(|| {
+                Error::invalid(format!("{}: no device to flush", self.name()))
+            }));
         }
         Ok(())
     }

@@ -1,0 +1,376 @@
+//! `zpool status`: pool health, what to do about it, the scan line and the
+//! device tree, laid out as OpenZFS prints them (zpool-status(8)).
+
+use crate::client::Response;
+use crate::daemon::Daemon;
+use crate::fmt::nicebytes;
+use crate::zpool::{getopt, has, pools_or_all, usage_err};
+use std::sync::Arc;
+use uzfs_core::spa::scan::{ScanFunc, ScanPhys, ScanState};
+use uzfs_core::spa::Pool;
+use uzfs_core::vdev::{AttachKind, Leaf, LeafState, TopVdev, VdevStats};
+
+/// State of one leaf as `zpool status` names it.
+pub fn leaf_state(l: &Leaf) -> &'static str {
+    if l.is_missing() {
+        return "UNAVAIL";
+    }
+    match l.state() {
+        LeafState::Online => "ONLINE",
+        LeafState::Offline => "OFFLINE",
+        LeafState::Faulted => "FAULTED",
+        LeafState::Removed => "REMOVED",
+    }
+}
+
+pub fn pool_health(p: &Pool) -> &'static str {
+    if p.suspended().is_some() {
+        return "SUSPENDED";
+    }
+    let tops = p.io.tops();
+    if tops.iter().any(|t| !t.is_functional()) {
+        return "UNAVAIL";
+    }
+    if tops.iter().any(|t| t.health() != "ONLINE") {
+        return "DEGRADED";
+    }
+    "ONLINE"
+}
+
+/// "Sun Nov 22 06:30:00 2026" in local time, as ctime(3).
+pub fn ctime(secs: u64) -> String {
+    let t = secs as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, strftime only into `buf`
+    // (bounded by its length); both get valid pointers to owned memory.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return secs.to_string();
+        }
+        let mut buf = [0u8; 64];
+        let n = libc::strftime(
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+            c"%a %b %e %H:%M:%S %Y".as_ptr(),
+            &tm,
+        );
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+/// HH:MM:SS, or "D days HH:MM:SS" past a day, as zpool status.
+pub fn hms(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d} days {h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// The "  scan:" paragraph.
+pub fn scan_line(s: &ScanPhys, rate: Option<f64>, now: u64) -> String {
+    let what = match s.func {
+        ScanFunc::Scrub => "scrub",
+        ScanFunc::Resilver => "resilver",
+    };
+    let total = s.to_examine.max(s.examined).max(1);
+    match s.state {
+        ScanState::Finished => {
+            let took = hms(s.end_time.saturating_sub(s.start_time));
+            match s.func {
+                ScanFunc::Scrub => format!(
+                    "  scan: scrub repaired {} in {took} with {} errors on {}\n",
+                    nicebytes(s.repaired),
+                    s.errors,
+                    ctime(s.end_time)
+                ),
+                ScanFunc::Resilver => format!(
+                    "  scan: resilvered {} in {took} with {} errors on {}\n",
+                    nicebytes(s.repaired),
+                    s.errors,
+                    ctime(s.end_time)
+                ),
+            }
+        }
+        ScanState::Canceled => format!("  scan: {what} canceled on {}\n", ctime(s.end_time)),
+        ScanState::Scanning => {
+            let pct = s.issued as f64 * 100.0 / total as f64;
+            let done_word = if s.func == ScanFunc::Scrub {
+                "repaired"
+            } else {
+                "resilvered"
+            };
+            if s.paused {
+                return format!(
+                    "  scan: {what} paused since {}\n\t{what} started on {}\n\t{} / {} scanned, {} / {} issued\n\t{} {done_word}, {pct:.2}% done\n",
+                    ctime(s.pause_time),
+                    ctime(s.start_time),
+                    nicebytes(s.examined),
+                    nicebytes(total),
+                    nicebytes(s.issued),
+                    nicebytes(total),
+                    nicebytes(s.repaired),
+                );
+            }
+            let elapsed = now.saturating_sub(s.start_time).max(1);
+            let scan_rate = s.examined / elapsed;
+            let rate = rate.unwrap_or(s.issued as f64 / elapsed as f64);
+            let eta = if rate >= 1.0 {
+                hms((total.saturating_sub(s.issued) as f64 / rate) as u64)
+            } else {
+                "no estimated completion time".into()
+            };
+            let eta = if rate >= 1.0 {
+                format!("{eta} to go")
+            } else {
+                eta
+            };
+            format!(
+                "  scan: {what} in progress since {}\n\t{} / {} scanned at {}/s, {} / {} issued at {}/s\n\t{} {done_word}, {pct:.2}% done, {eta}\n",
+                ctime(s.start_time),
+                nicebytes(s.examined),
+                nicebytes(total),
+                nicebytes(scan_rate),
+                nicebytes(s.issued),
+                nicebytes(total),
+                nicebytes(rate as u64),
+                nicebytes(s.repaired),
+            )
+        }
+    }
+}
+
+fn counts(l: &Leaf) -> [String; 3] {
+    [
+        VdevStats::get(&l.stats.read_errors).to_string(),
+        VdevStats::get(&l.stats.write_errors).to_string(),
+        VdevStats::get(&l.stats.cksum_errors).to_string(),
+    ]
+}
+
+fn leaf_row(l: &Leaf, indent: usize, resilvering: bool) -> Vec<String> {
+    let [r, w, c] = counts(l);
+    let note = if l.is_missing() {
+        "cannot open".to_string()
+    } else if l.state() == LeafState::Faulted {
+        "too many errors".to_string()
+    } else if resilvering && l.is_usable() && !l.dtl().is_empty() {
+        "(resilvering)".to_string()
+    } else {
+        String::new()
+    };
+    vec![
+        format!("{}{}", " ".repeat(indent), l.path),
+        leaf_state(l).into(),
+        r,
+        w,
+        c,
+        note,
+    ]
+}
+
+fn zero_row(name: String, state: &str) -> Vec<String> {
+    vec![
+        name,
+        state.into(),
+        "0".into(),
+        "0".into(),
+        "0".into(),
+        String::new(),
+    ]
+}
+
+/// Rows for one column of a top-level vdev (a leaf, or a replacing/spare
+/// group of leaves) at `indent`.
+fn column_rows(
+    col: &Arc<Leaf>,
+    index: usize,
+    indent: usize,
+    resilvering: bool,
+    rows: &mut Vec<Vec<String>>,
+) {
+    let att = col.attached();
+    if att.is_empty() {
+        rows.push(leaf_row(col, indent, resilvering));
+        return;
+    }
+    let kind = if att.iter().any(|(k, _)| *k == AttachKind::Replacing) {
+        "replacing"
+    } else {
+        "spare"
+    };
+    let all: Vec<Arc<Leaf>> = std::iter::once(col.clone())
+        .chain(att.iter().map(|(_, l)| l.clone()))
+        .collect();
+    let usable = all.iter().filter(|l| l.is_usable()).count();
+    let state = if usable == all.len() {
+        "ONLINE"
+    } else if usable > 0 {
+        "DEGRADED"
+    } else {
+        "UNAVAIL"
+    };
+    rows.push(zero_row(
+        format!("{}{kind}-{index}", " ".repeat(indent)),
+        state,
+    ));
+    for l in &all {
+        rows.push(leaf_row(l, indent + 2, resilvering));
+    }
+}
+
+fn tree_rows(p: &Pool, health: &str, resilvering: bool) -> Vec<Vec<String>> {
+    let mut rows = vec![zero_row(p.name.clone(), health)];
+    for t in p.io.tops() {
+        top_rows(&t, resilvering, &mut rows);
+    }
+    rows
+}
+
+fn top_rows(t: &TopVdev, resilvering: bool, rows: &mut Vec<Vec<String>>) {
+    if t.kind == uzfs_core::vdev::TopKind::Disk {
+        if let Some(c) = t.children.first() {
+            column_rows(c, 0, 2, resilvering, rows);
+        }
+        return;
+    }
+    rows.push(zero_row(format!("  {}", t.name()), t.health()));
+    for (i, c) in t.children.iter().enumerate() {
+        column_rows(c, i, 4, resilvering, rows);
+    }
+}
+
+fn explain(p: &Pool, health: &str, resilvering: bool, errs: u64) -> String {
+    let leaves: Vec<Arc<Leaf>> = p.io.tops().iter().flat_map(|t| t.leaves()).collect();
+    let any = |s: LeafState| leaves.iter().any(|l| !l.is_missing() && l.state() == s);
+    if let Some(why) = p.suspended() {
+        return format!("status: The pool is suspended because a sync failed: {why}\naction: Make the devices available, then run 'zpool clear' or export and\n\tre-import the pool.\n");
+    }
+    if resilvering {
+        return "status: One or more devices is currently being resilvered.  The pool will\n\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n".into();
+    }
+    if health != "ONLINE" {
+        if any(LeafState::Faulted) {
+            return "status: One or more devices are faulted in response to persistent errors.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Replace the faulted device, or use 'zpool clear' to mark the device\n\trepaired.\n".into();
+        }
+        if any(LeafState::Removed) {
+            return "status: One or more devices has been removed.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n".into();
+        }
+        if any(LeafState::Offline) {
+            return "status: One or more devices has been taken offline by the administrator.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n".into();
+        }
+        return "status: One or more devices could not be opened.  Sufficient replicas exist for\n\tthe pool to continue functioning in a degraded state.\naction: Attach the missing device and online it using 'zpool online'.\n".into();
+    }
+    if errs > 0 {
+        return "status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n".into();
+    }
+    String::new()
+}
+
+/// The whole report for one pool. `now` is injectable for golden tests.
+pub fn render(p: &Pool, now: u64) -> String {
+    let health = pool_health(p);
+    let errs: u64 =
+        p.io.tops()
+            .iter()
+            .flat_map(|t| t.leaves())
+            .map(|c| {
+                VdevStats::get(&c.stats.read_errors)
+                    + VdevStats::get(&c.stats.write_errors)
+                    + VdevStats::get(&c.stats.cksum_errors)
+            })
+            .sum();
+    let scan = p.scan_status();
+    let resilvering = scan
+        .as_ref()
+        .is_some_and(|s| s.func == ScanFunc::Resilver && s.state == ScanState::Scanning);
+    let mut out = format!("  pool: {}\n state: {health}\n", p.name);
+    out.push_str(&explain(p, health, resilvering, errs));
+    if !p.props().comment.is_empty() {
+        out.push_str(&format!("comment: {}\n", p.props().comment));
+    }
+    match &scan {
+        Some(s) => out.push_str(&scan_line(s, p.scan_rate(), now)),
+        None => out.push_str("  scan: none requested\n"),
+    }
+    out.push_str("config:\n\n");
+    let rows = tree_rows(p, health, resilvering);
+    let spares = p.io.spares();
+    let namew = rows
+        .iter()
+        .map(|r| r[0].len())
+        .chain(spares.iter().map(|s| s.path.len() + 2))
+        .max()
+        .unwrap_or(0)
+        .max(10);
+    // zpool status: "\t%-*s  %-8s %5s %5s %5s  %s"
+    let line = |r: &[String]| -> String {
+        let mut l = format!(
+            "\t{:<namew$}  {:<8} {:>5} {:>5} {:>5}",
+            r[0], r[1], r[2], r[3], r[4]
+        );
+        if !r[5].is_empty() {
+            l.push_str("  ");
+            l.push_str(&r[5]);
+        }
+        l.push('\n');
+        l
+    };
+    let header: Vec<String> = ["NAME", "STATE", "READ", "WRITE", "CKSUM", ""]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    out.push_str(&line(&header));
+    for r in &rows {
+        out.push_str(&line(r));
+    }
+    if !spares.is_empty() {
+        out.push_str("\tspares\n");
+        for s in &spares {
+            let st = if p.spare_in_use(s) {
+                "INUSE     currently in use"
+            } else if s.is_usable() {
+                "AVAIL"
+            } else {
+                "UNAVAIL"
+            };
+            out.push_str(&format!("\t  {:<w$}  {st}\n", s.path, w = namew - 2));
+        }
+    }
+    match scan.as_ref().map(|s| s.errors).unwrap_or(0) {
+        0 => out.push_str("\nerrors: No known data errors\n"),
+        n => out.push_str(&format!(
+            "\nerrors: {n} data errors: blocks with no valid copy found by the last scan\n"
+        )),
+    }
+    out
+}
+
+pub fn status(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "xvpPT:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let pools = match pools_or_all(d, &rest) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if pools.is_empty() {
+        return Response::ok("no pools available\n".into());
+    }
+    let now = uzfs_core::spa::scan::now_secs();
+    let mut out = String::new();
+    for p in &pools {
+        let text = render(p, now);
+        if has(&o, 'x') && pool_health(p) == "ONLINE" && !text.contains("status: ") {
+            continue;
+        }
+        out.push_str(&text);
+        out.push('\n');
+    }
+    if out.is_empty() {
+        out = "all pools are healthy\n".into();
+    }
+    Response::ok(out.trim_end().to_string() + "\n")
+}
