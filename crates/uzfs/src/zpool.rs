@@ -112,10 +112,13 @@ pub(crate) fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevi
     Ok((path.display().to_string(), Arc::new(dev)))
 }
 
+/// Opened devices, with the path each was named by.
+pub type Devices = Vec<(String, Arc<dyn BlockDevice>)>;
+
 /// A parsed vdev specification.
 pub struct VdevSpec {
     pub tops: Vec<TopSpec>,
-    pub spares: Vec<(String, Arc<dyn BlockDevice>)>,
+    pub spares: Devices,
 }
 
 /// Parse `dev | mirror dev... | raidz[1-3] dev... | spare dev...` (zpoolconcepts(7)).
@@ -125,7 +128,7 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        let group = |i: &mut usize| -> Result<Vec<(String, Arc<dyn BlockDevice>)>, String> {
+        let group = |i: &mut usize| -> Result<Devices, String> {
             let mut leaves = Vec::new();
             *i += 1;
             while *i < args.len() && !is_keyword(&args[*i]) {

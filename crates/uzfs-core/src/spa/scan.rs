@@ -151,6 +151,10 @@ pub struct ScanSignals {
     pub zed_busy: AtomicBool,
 }
 
+/// Receives level-0 data (block id, bytes) while walking the meta-dnode.
+type L0Fn<'b> = &'b mut dyn FnMut(u64, &[u8]);
+type L0Sink<'a, 'b> = &'a mut Option<L0Fn<'b>>;
+
 struct Gather<'a> {
     io: &'a SpaIo,
     min_txg: u64,
@@ -189,7 +193,7 @@ impl Gather<'_> {
         base: u64,
         span: u64,
         epb: u64,
-        l0: &mut Option<&mut dyn FnMut(u64, &[u8])>,
+        l0: L0Sink<'_, '_>,
     ) {
         if bp.is_hole() || self.stop.is_some() {
             return;
@@ -254,13 +258,7 @@ impl Gather<'_> {
         }
     }
 
-    fn dnode(
-        &mut self,
-        dn: &DnodePhys,
-        os: u64,
-        obj: u64,
-        l0: &mut Option<&mut dyn FnMut(u64, &[u8])>,
-    ) {
+    fn dnode(&mut self, dn: &DnodePhys, os: u64, obj: u64, l0: L0Sink<'_, '_>) {
         let span = dn.capacity(dn.nlevels) / 3;
         for (i, bp) in dn.blkptr.iter().enumerate() {
             self.tree(bp, os, obj, i as u64 * span, span, dn.epb(), l0);
@@ -309,8 +307,8 @@ impl Gather<'_> {
                     }
                 }
             };
-            let mut l0: Option<&mut dyn FnMut(u64, &[u8])> = Some(&mut collect);
-            self.dnode(&meta, os, 0, &mut l0);
+            let mut sink: Option<L0Fn> = Some(&mut collect);
+            self.dnode(&meta, os, 0, &mut sink);
         }
         for (obj, dn) in dnodes {
             if obj == 0 {

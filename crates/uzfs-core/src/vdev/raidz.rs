@@ -66,7 +66,7 @@ pub fn asize(psize: u64, ashift: u8, dcols: usize, nparity: usize) -> u64 {
     let ndata = (dcols - nparity) as u64;
     let tot = s + nparity as u64 * s.div_ceil(ndata);
     let p1 = nparity as u64 + 1;
-    tot.div_ceil(p1) * p1 << ashift
+    (tot.div_ceil(p1) * p1) << ashift
 }
 
 /// Column map of a block of `psize` bytes at `offset` (vdev_raidz_map_alloc).
@@ -175,31 +175,31 @@ fn mul2_u64(x: u64) -> u64 {
 /// `acc = acc * 2^times ^ d` over the prefix `d` covers (the rest of `acc`
 /// is only multiplied: `d` is zero-padded).
 fn horner_step(acc: &mut [u8], d: &[u8], times: u32) {
-    let n = acc.len();
-    let (whole, _) = (n / 8 * 8, ());
+    let word = |i: usize| -> u64 {
+        let mut b = [0u8; 8];
+        if i < d.len() {
+            let end = (i + 8).min(d.len());
+            b[..end - i].copy_from_slice(&d[i..end]);
+        }
+        u64::from_le_bytes(b)
+    };
+    let mut chunks = acc.chunks_exact_mut(8);
     let mut i = 0;
-    while i < whole {
-        let mut a = u64::from_le_bytes(acc[i..i + 8].try_into().unwrap_or([0; 8]));
+    for a in &mut chunks {
+        let mut x = u64::from_le_bytes(a.try_into().unwrap_or([0; 8]));
         for _ in 0..times {
-            a = mul2_u64(a);
+            x = mul2_u64(x);
         }
-        if i + 8 <= d.len() {
-            a ^= u64::from_le_bytes(d[i..i + 8].try_into().unwrap_or([0; 8]));
-            acc[i..i + 8].copy_from_slice(&a.to_le_bytes());
-        } else {
-            acc[i..i + 8].copy_from_slice(&a.to_le_bytes());
-            for k in i..(i + 8).min(d.len()) {
-                acc[k] ^= d[k];
-            }
-        }
+        x ^= word(i);
+        a.copy_from_slice(&x.to_le_bytes());
         i += 8;
     }
-    for k in whole..n {
-        let mut a = acc[k];
+    for (k, a) in chunks.into_remainder().iter_mut().enumerate() {
+        let mut x = *a;
         for _ in 0..times {
-            a = gf_mul(a, 2);
+            x = gf_mul(x, 2);
         }
-        acc[k] = a ^ d.get(k).copied().unwrap_or(0);
+        *a = x ^ d.get(i + k).copied().unwrap_or(0);
     }
 }
 
