@@ -1,62 +1,10 @@
 //! The `uzfs` binary driven as a user would: its own run directory per test,
 //! the daemon auto-started on first use and stopped at the end.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-struct Env {
-    dir: tempfile::TempDir,
-    rundir: PathBuf,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let rundir = dir.path().join("run");
-        Env { dir, rundir }
-    }
-    fn disk(&self, name: &str, mb: u64) -> String {
-        let p = self.dir.path().join(name);
-        let f = std::fs::File::create(&p).expect("create");
-        f.set_len(mb << 20).expect("size");
-        p.display().to_string()
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_uzfs"))
-            .args(args)
-            .env("UZFS_RUNDIR", &self.rundir)
-            .env("UZFS_TXG_TIMEOUT", "1")
-            .current_dir(self.dir.path())
-            .output()
-            .expect("run uzfs")
-    }
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(
-            o.status.success(),
-            "uzfs {args:?} failed ({:?}):\n{}{}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).to_string()
-    }
-    fn fails(&self, args: &[&str], code: i32, needle: &str) {
-        let o = self.run(args);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(code), "uzfs {args:?}: {err}");
-        assert!(
-            err.contains(needle),
-            "uzfs {args:?}: stderr lacks {needle:?}:\n{err}"
-        );
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = self.run(&["daemon", "--stop"]);
-    }
-}
+mod common;
+use common::Env;
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn pool_lifecycle() {
@@ -176,7 +124,7 @@ fn bad_command_lines_get_clear_errors() {
     e.fails(
         &["zpool", "create", "tank", "raidz", &a],
         1,
-        "not supported yet",
+        "raidz requires at least 3 devices",
     );
     e.fails(
         &["zpool", "create", "-o", "ashift=99", "tank", &a],

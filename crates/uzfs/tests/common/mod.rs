@@ -1,0 +1,65 @@
+#![allow(dead_code)]
+//! The `uzfs` binary driven as a user would: its own run directory per test,
+//! the daemon auto-started on first use and stopped at the end.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub rundir: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        // Fixed-length paths (/tmp/uzgXXXXXX), so golden outputs align.
+        let dir = tempfile::Builder::new()
+            .prefix("uzg")
+            .rand_bytes(6)
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let rundir = dir.path().join("run");
+        Env { dir, rundir }
+    }
+    pub fn disk(&self, name: &str, mb: u64) -> String {
+        let p = self.dir.path().join(name);
+        let f = std::fs::File::create(&p).expect("create");
+        f.set_len(mb << 20).expect("size");
+        p.display().to_string()
+    }
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_uzfs"))
+            .args(args)
+            .env("UZFS_RUNDIR", &self.rundir)
+            .env("UZFS_TXG_TIMEOUT", "1")
+            .current_dir(self.dir.path())
+            .output()
+            .expect("run uzfs")
+    }
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "uzfs {args:?} failed ({:?}):\n{}{}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+    pub fn fails(&self, args: &[&str], code: i32, needle: &str) {
+        let o = self.run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "uzfs {args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "uzfs {args:?}: stderr lacks {needle:?}:\n{err}"
+        );
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.run(&["daemon", "--stop"]);
+    }
+}

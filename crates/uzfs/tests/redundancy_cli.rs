@@ -1,0 +1,319 @@
+//! RAID-Z, scrub, resilver, replace, spares and fault injection through the
+//! command line, with `zpool status` and `zpool iostat` compared against
+//! OpenZFS's layout (golden text, paths and times normalized).
+
+mod common;
+use common::Env;
+
+/// Replace the temp dir with /tmp/uzg###### (same length, so columns keep
+/// their alignment), dates with DATE, durations with T.
+fn normalize(e: &Env, s: &str) -> String {
+    let dir = e.dir.path().display().to_string();
+    let mut out = String::new();
+    for line in s.replace(&dir, "/tmp/uzg######").lines() {
+        let l = if let Some(i) = line.find(" on ").filter(|_| line.contains("scan:")) {
+            let head = &line[..i];
+            let head = match head.find(" in ") {
+                Some(j) if head[j + 4..].len() == 8 => format!("{} in T", &head[..j]),
+                _ => head.to_string(),
+            };
+            format!("{head} on DATE")
+        } else {
+            line.to_string()
+        };
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// Some line of `st` has exactly these whitespace-separated fields.
+fn has_row(st: &str, fields: &[&str]) -> bool {
+    st.lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == fields)
+}
+
+fn put(e: &Env, pool: &str, mb: usize, seed: u8) -> String {
+    let p = e.dir.path().join(format!("blob{seed}"));
+    let data: Vec<u8> = (0..mb << 20)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed as u32) as u8
+                ^ (i >> 13) as u8
+        })
+        .collect();
+    std::fs::write(&p, &data).expect("write blob");
+    let obj = e.ok(&["object", "put", pool, &p.display().to_string()]);
+    obj.trim().to_string()
+}
+
+fn get_matches(e: &Env, pool: &str, obj: &str, seed: u8) {
+    let out = e.dir.path().join(format!("back{seed}"));
+    e.ok(&["object", "get", pool, obj, &out.display().to_string()]);
+    let a = std::fs::read(e.dir.path().join(format!("blob{seed}"))).expect("blob");
+    let b = std::fs::read(&out).expect("back");
+    assert!(a == b, "object {obj} of {pool} differs");
+}
+
+#[test]
+fn raidz2_with_spare_status_is_zfs_shaped() {
+    let e = Env::new();
+    let d: Vec<String> = (0..5).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&[
+        "zpool", "create", "tank", "raidz2", &d[0], &d[1], &d[2], &d[3], "spare", &d[4],
+    ]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    let want = "  pool: tank
+ state: ONLINE
+  scan: none requested
+config:
+
+\tNAME                   STATE     READ WRITE CKSUM
+\ttank                   ONLINE       0     0     0
+\t  raidz2-0             ONLINE       0     0     0
+\t    /tmp/uzg######/d0  ONLINE       0     0     0
+\t    /tmp/uzg######/d1  ONLINE       0     0     0
+\t    /tmp/uzg######/d2  ONLINE       0     0     0
+\t    /tmp/uzg######/d3  ONLINE       0     0     0
+\tspares
+\t  /tmp/uzg######/d4    AVAIL
+
+errors: No known data errors
+";
+    assert_eq!(st, want);
+    let obj = put(&e, "tank", 8, 1);
+    e.ok(&["zpool", "offline", "tank", &d[1]]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    let want = "  pool: tank
+ state: DEGRADED
+status: One or more devices has been taken offline by the administrator.
+\tSufficient replicas exist for the pool to continue functioning in a
+\tdegraded state.
+action: Online the device using 'zpool online' or replace the device with
+\t'zpool replace'.
+  scan: none requested
+config:
+
+\tNAME                   STATE     READ WRITE CKSUM
+\ttank                   DEGRADED     0     0     0
+\t  raidz2-0             DEGRADED     0     0     0
+\t    /tmp/uzg######/d0  ONLINE       0     0     0
+\t    /tmp/uzg######/d1  OFFLINE      0     0     0
+\t    /tmp/uzg######/d2  ONLINE       0     0     0
+\t    /tmp/uzg######/d3  ONLINE       0     0     0
+\tspares
+\t  /tmp/uzg######/d4    AVAIL
+
+errors: No known data errors
+";
+    assert_eq!(st, want);
+    // Offline is not a fault: the spare stays AVAIL. Online resilvers.
+    e.ok(&["zpool", "online", "tank", &d[1]]);
+    e.ok(&["zpool", "wait", "tank"]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains(" state: ONLINE\n"), "{st}");
+    assert!(st.contains("  scan: resilvered "), "{st}");
+    assert!(st.contains(" with 0 errors on DATE"), "{st}");
+    get_matches(&e, "tank", &obj, 1);
+}
+
+#[test]
+fn zinject_corruption_is_found_by_scrub_and_counted_on_the_device() {
+    let e = Env::new();
+    let d: Vec<String> = (0..4).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&[
+        "zpool", "create", "tank", "raidz1", &d[0], &d[1], &d[2], &d[3],
+    ]);
+    let obj = put(&e, "tank", 16, 2);
+    e.ok(&["zpool", "sync", "tank"]);
+    let out = e.ok(&["zinject", "-d", &d[2], "-C", "25", "tank"]);
+    assert!(out.contains("Corrupted"), "{out}");
+    e.ok(&["zpool", "scrub", "-w", "tank"]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains("  scan: scrub repaired "), "{st}");
+    assert!(st.contains(" with 0 errors on DATE"), "{st}");
+    assert!(
+        st.contains("status: One or more devices has experienced an unrecoverable error."),
+        "{st}"
+    );
+    let line = st
+        .lines()
+        .find(|l| l.contains("/tmp/uzg######/d2"))
+        .expect("d2 row");
+    let cksum: u64 = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|v| v.parse().ok())
+        .expect("cksum");
+    assert!(cksum > 0, "{line}");
+    for other in [
+        "/tmp/uzg######/d0",
+        "/tmp/uzg######/d1",
+        "/tmp/uzg######/d3",
+    ] {
+        let l = st.lines().find(|l| l.contains(other)).expect("row");
+        assert!(l.ends_with(" 0     0     0"), "{l}");
+    }
+    e.ok(&["zpool", "clear", "tank"]);
+    let st = e.ok(&["zpool", "status", "-x"]);
+    assert_eq!(st, "all pools are healthy\n");
+    get_matches(&e, "tank", &obj, 2);
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&[
+        "zdb",
+        "-e",
+        "-p",
+        &e.dir.path().display().to_string(),
+        "tank",
+    ]);
+    assert!(!z.contains("bad copies") && !z.contains("leak"), "{z}");
+}
+
+#[test]
+fn a_vanished_disk_is_replaced_by_the_spare_then_by_a_new_disk() {
+    let e = Env::new();
+    let d: Vec<String> = (0..6).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&[
+        "zpool", "create", "tank", "mirror", &d[0], &d[1], "spare", &d[2],
+    ]);
+    let obj = put(&e, "tank", 8, 3);
+    e.ok(&["zinject", "-d", &d[1], "-e", "nxio", "tank"]);
+    // The next writes find it gone; the spare steps in by itself.
+    put(&e, "tank", 1, 4);
+    let mut st = String::new();
+    for _ in 0..100 {
+        st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+        if st.contains("INUSE") && st.contains("resilvered") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        has_row(&st, &["spare-1", "DEGRADED", "0", "0", "0"]),
+        "{st}"
+    );
+    assert!(st.contains("/tmp/uzg######/d1  REMOVED "), "{st}");
+    assert!(
+        has_row(
+            &st,
+            &["/tmp/uzg######/d2", "INUSE", "currently", "in", "use"]
+        ),
+        "{st}"
+    );
+    get_matches(&e, "tank", &obj, 3);
+    e.ok(&["zpool", "replace", "-w", "tank", &d[1], &d[3]]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains(" state: ONLINE\n"), "{st}");
+    assert!(
+        has_row(&st, &["/tmp/uzg######/d3", "ONLINE", "0", "0", "0"]),
+        "{st}"
+    );
+    assert!(has_row(&st, &["/tmp/uzg######/d2", "AVAIL"]), "{st}");
+    assert!(!st.contains("/tmp/uzg######/d1"), "{st}");
+    // The pool survives an export and import on its new devices.
+    e.ok(&["zpool", "export", "tank"]);
+    e.ok(&[
+        "zpool",
+        "import",
+        "-d",
+        &e.dir.path().display().to_string(),
+        "tank",
+    ]);
+    get_matches(&e, "tank", &obj, 3);
+}
+
+#[test]
+fn iostat_prints_zfs_layout_and_intervals() {
+    let e = Env::new();
+    let d: Vec<String> = (0..3).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&["zpool", "create", "tank", "raidz1", &d[0], &d[1], &d[2]]);
+    put(&e, "tank", 4, 5);
+    let out = normalize(&e, &e.ok(&["zpool", "iostat", "-v", "tank"]));
+    let lines: Vec<&str> = out.lines().collect();
+    // The name column is as wide as the longest name (here the paths).
+    let namew = "    /tmp/uzg######/d0".len();
+    assert_eq!(
+        lines[0],
+        format!(
+            "{}    capacity     operations     bandwidth",
+            " ".repeat(namew)
+        )
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "{:<namew$}  alloc   free   read  write   read  write",
+            "pool"
+        )
+    );
+    assert_eq!(
+        lines[2],
+        format!(
+            "{}  -----  -----  -----  -----  -----  -----",
+            "-".repeat(namew)
+        )
+    );
+    assert!(lines[3].starts_with("tank  "), "{out}");
+    assert!(lines[4].starts_with("  raidz1-0  "), "{out}");
+    assert!(
+        lines[5].starts_with("    /tmp/uzg######/d0      -      -"),
+        "{out}"
+    );
+    assert_eq!(lines.len(), 9, "{out}");
+    // interval 1, count 2: two reports.
+    let out = e.ok(&["zpool", "iostat", "tank", "1", "2"]);
+    assert_eq!(out.matches("capacity").count(), 2, "{out}");
+    let out = e.ok(&["zpool", "iostat", "-w", "tank"]);
+    assert!(
+        out.contains("latency      read  write   read  write"),
+        "{out}"
+    );
+    assert!(out.contains("\n137s "), "{out}");
+    let out = e.ok(&["zpool", "iostat", "-l", "tank"]);
+    assert!(
+        out.contains("total_wait     disk_wait    syncq_wait    asyncq_wait  scrub   trim"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_device_commands_get_clear_errors() {
+    let e = Env::new();
+    let d: Vec<String> = (0..4).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&["zpool", "create", "tank", "raidz1", &d[0], &d[1], &d[2]]);
+    e.ok(&["zpool", "offline", "tank", &d[0]]);
+    e.fails(&["zpool", "offline", "tank", &d[1]], 1, "no valid replicas");
+    e.fails(
+        &["zpool", "offline", "tank", "nosuch"],
+        1,
+        "no such device in pool",
+    );
+    e.fails(
+        &["zpool", "attach", "tank", &d[1], &d[3]],
+        1,
+        "can only attach to mirrors and top-level disks",
+    );
+    e.fails(
+        &["zpool", "detach", "tank", &d[1]],
+        1,
+        "only applicable to mirror",
+    );
+    e.fails(
+        &["zpool", "scrub", "-s", "tank"],
+        1,
+        "there is no active scrub",
+    );
+    e.fails(
+        &["zpool", "replace", "tank", &d[1], &d[2]],
+        1,
+        "part of this pool already",
+    );
+    e.fails(
+        &["zinject", "-d", &d[1], "-e", "bogus", "tank"],
+        1,
+        "invalid error type",
+    );
+    let small = e.disk("small", 64);
+    e.fails(&["zpool", "replace", "tank", &d[1], &small], 1, "too small");
+}
