@@ -75,13 +75,15 @@ pub struct Bookmark {
     pub blkid: u64,
 }
 
-/// Issue order of a batch. `Birth` exists to measure what sorting buys.
+/// Issue order of a batch. `Birth` and `Logical` (walk order, what scans
+/// did before sorting) exist to measure what sorting buys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum IssueOrder {
     #[default]
     Sorted,
     Birth,
+    Logical,
 }
 
 /// The persistent scan record (OpenZFS dsl_scan_phys_t).
@@ -438,7 +440,7 @@ impl Pool {
             }
         }
         drop(c);
-        self.begin_scan(ScanFunc::Scrub, 0, Vec::new(), IssueOrder::Sorted)
+        self.begin_scan(ScanFunc::Scrub, 0, Vec::new(), self.tun.scan_order)
     }
 
     /// Start a fresh scan, replacing whatever scan there was.
@@ -699,6 +701,7 @@ impl Pool {
                 order_idx.sort_by_key(|&i| (bps[i].dva[0].vdev, bps[i].dva[0].offset))
             }
             IssueOrder::Birth => order_idx.sort_by_key(|&i| bps[i].phys_birth),
+            IssueOrder::Logical => {}
         }
         let scrub = func == ScanFunc::Scrub;
         let issued = AtomicU64::new(0);
@@ -885,7 +888,7 @@ impl Pool {
             .min()
             .unwrap_or(0);
         let targets = leaves.iter().map(|l| l.guid).collect();
-        self.begin_scan(ScanFunc::Resilver, min, targets, IssueOrder::Sorted)
+        self.begin_scan(ScanFunc::Resilver, min, targets, self.tun.scan_order)
     }
 
     /// Called by the sync thread after each txg: if a leaf has left service

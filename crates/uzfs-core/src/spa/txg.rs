@@ -99,6 +99,9 @@ pub struct Tunables {
     /// (default 200,000). Larger: longer sorted runs, more memory (~130 bytes
     /// each), more work redone after a crash.
     pub scan_batch_blocks: usize,
+    /// Order a scan issues each batch in (default sorted by device
+    /// address; the others exist for benchmarks).
+    pub scan_order: super::scan::IssueOrder,
 }
 
 fn ram_bytes() -> u64 {
@@ -127,6 +130,7 @@ impl Default for Tunables {
             condense_min_entries: 4096,
             scan_delay_us: 500,
             scan_batch_blocks: 200_000,
+            scan_order: super::scan::IssueOrder::Sorted,
         }
     }
 }

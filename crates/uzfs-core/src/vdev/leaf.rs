@@ -114,6 +114,13 @@ pub struct Inject {
     pub vanished: AtomicBool,
     /// Added to every I/O, microseconds.
     pub delay_us: AtomicU64,
+    /// Emulate a rotating disk: an I/O waits `hdd_seek_us * distance /
+    /// device size` plus half a rotation (4 ms at 7200 rpm) when it does not
+    /// continue where the previous one ended, one I/O at a time. For
+    /// benchmarks of access order on media that are not seek-free.
+    pub hdd_seek_us: AtomicU64,
+    head: AtomicU64,
+    arm: Mutex<()>,
 }
 
 impl Inject {
@@ -122,12 +129,14 @@ impl Inject {
         self.write_errors.store(false, Ordering::Relaxed);
         self.vanished.store(false, Ordering::Relaxed);
         self.delay_us.store(0, Ordering::Relaxed);
+        self.hdd_seek_us.store(0, Ordering::Relaxed);
     }
     pub fn is_armed(&self) -> bool {
         self.read_errors.load(Ordering::Relaxed)
             || self.write_errors.load(Ordering::Relaxed)
             || self.vanished.load(Ordering::Relaxed)
             || self.delay_us.load(Ordering::Relaxed) > 0
+            || self.hdd_seek_us.load(Ordering::Relaxed) > 0
     }
 }
 
@@ -286,9 +295,20 @@ impl Leaf {
 
     // ------------------------------------------------------------ I/O
 
-    fn injected(&self, write: bool) -> Result<()> {
+    fn injected(&self, write: bool, at: u64, len: u64) -> Result<()> {
         if !self.inject.is_armed() {
             return Ok(());
+        }
+        let seek = self.inject.hdd_seek_us.load(Ordering::Relaxed);
+        if seek > 0 {
+            let _arm = self.inject.arm.lock().unwrap_or_else(|e| e.into_inner());
+            let head = self.inject.head.swap(at + len, Ordering::Relaxed);
+            let dist = head.abs_diff(at);
+            if dist > 0 {
+                let size = self.dev.size().max(1);
+                let us = (seek as u128 * dist as u128 / size as u128) as u64 + 4000;
+                std::thread::sleep(Duration::from_micros(us));
+            }
         }
         let us = self.inject.delay_us.load(Ordering::Relaxed);
         if us > 0 {
@@ -348,7 +368,9 @@ impl Leaf {
         let t = Instant::now();
         VdevStats::bump(&self.stats.reads, 1);
         VdevStats::bump(&self.stats.bytes_read, buf.len() as u64);
-        let r = self.injected(false).and_then(|_| self.dev.read_at(buf, at));
+        let r = self
+            .injected(false, at, buf.len() as u64)
+            .and_then(|_| self.dev.read_at(buf, at));
         VdevStats::record(&self.stats.read_hist, &self.stats.read_ns, t.elapsed());
         if let Err(e) = &r {
             self.note_error(e, &self.stats.read_errors);
@@ -364,7 +386,9 @@ impl Leaf {
         let t = Instant::now();
         VdevStats::bump(&self.stats.writes, 1);
         VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
-        let r = self.injected(true).and_then(|_| self.dev.write_at(buf, at));
+        let r = self
+            .injected(true, at, buf.len() as u64)
+            .and_then(|_| self.dev.write_at(buf, at));
         VdevStats::record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
         if let Err(e) = &r {
             self.note_error(e, &self.stats.write_errors);
@@ -373,7 +397,9 @@ impl Leaf {
     }
 
     pub fn flush(&self) -> Result<()> {
-        self.injected(true)?;
+        if self.inject.vanished.load(Ordering::Relaxed) || self.inject.write_errors.load(Ordering::Relaxed) {
+            self.injected(true, 0, 0)?;
+        }
         self.dev.flush()
     }
 }

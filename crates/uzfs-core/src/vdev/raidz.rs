@@ -172,26 +172,32 @@ fn mul2_u64(x: u64) -> u64 {
     ((x << 1) & 0xfefe_fefe_fefe_fefe) ^ ((hi >> 7).wrapping_mul(0x1d))
 }
 
-/// `acc = acc * 2^times ^ d` over the prefix `d` covers (the rest of `acc`
-/// is only multiplied: `d` is zero-padded).
+/// `acc = acc * 2^times ^ d`, `d` zero-padded to `acc`'s length. Runs on
+/// u64 lanes (eight bytes multiplied by 2 in a shift and a masked xor).
 fn horner_step(acc: &mut [u8], d: &[u8], times: u32) {
-    let word = |i: usize| -> u64 {
-        let mut b = [0u8; 8];
-        if i < d.len() {
-            let end = (i + 8).min(d.len());
-            b[..end - i].copy_from_slice(&d[i..end]);
-        }
-        u64::from_le_bytes(b)
-    };
-    let mut chunks = acc.chunks_exact_mut(8);
-    let mut i = 0;
-    for a in &mut chunks {
+    #[inline]
+    fn lane(a: &mut [u8], b: u64, times: u32) {
         let mut x = u64::from_le_bytes(a.try_into().unwrap_or([0; 8]));
         for _ in 0..times {
             x = mul2_u64(x);
         }
-        x ^= word(i);
-        a.copy_from_slice(&x.to_le_bytes());
+        a.copy_from_slice(&(x ^ b).to_le_bytes());
+    }
+    let n = d.len().min(acc.len()) / 8 * 8;
+    let (a_main, a_rest) = acc.split_at_mut(n);
+    for (a, b) in a_main.chunks_exact_mut(8).zip(d[..n].chunks_exact(8)) {
+        lane(a, u64::from_le_bytes(b.try_into().unwrap_or([0; 8])), times);
+    }
+    let d_rest = &d[n.min(d.len())..];
+    let mut chunks = a_rest.chunks_exact_mut(8);
+    let mut i = 0;
+    for a in &mut chunks {
+        let mut b = [0u8; 8];
+        if i < d_rest.len() {
+            let end = (i + 8).min(d_rest.len());
+            b[..end - i].copy_from_slice(&d_rest[i..end]);
+        }
+        lane(a, u64::from_le_bytes(b), times);
         i += 8;
     }
     for (k, a) in chunks.into_remainder().iter_mut().enumerate() {
@@ -199,7 +205,7 @@ fn horner_step(acc: &mut [u8], d: &[u8], times: u32) {
         for _ in 0..times {
             x = gf_mul(x, 2);
         }
-        *a = x ^ d.get(i + k).copied().unwrap_or(0);
+        *a = x ^ d_rest.get(i + k).copied().unwrap_or(0);
     }
 }
 
@@ -337,19 +343,27 @@ pub fn reconstruct(m: &Map, cols: &mut [Vec<u8>], missing: &[usize]) -> Result<(
         .collect();
     if !miss_data.is_empty() {
         let plen = m.cols[0].size as usize;
-        // Syndromes: stored parity ^ parity of the surviving data.
-        let mut synd: Vec<Vec<u8>> = Vec::with_capacity(rows.len());
-        for &p in &rows {
-            let mut acc = vec![0u8; plen];
-            for j in 0..ndata {
-                let c = coef(p, j, ndata);
-                if !miss_data.contains(&(np + j)) {
-                    mul_acc(&mut acc, &cols[np + j], c);
+        // Syndromes: stored parity ^ parity of the surviving data (missing
+        // columns as zeros), computed with the fast generator.
+        let refs: Vec<&[u8]> = (np..np + ndata)
+            .map(|c| {
+                if miss_data.contains(&c) {
+                    &[][..]
+                } else {
+                    cols[c].as_slice()
                 }
-            }
-            xor_into(&mut acc, &cols[p]);
-            synd.push(acc);
-        }
+            })
+            .collect();
+        let rows_needed = rows.iter().max().map_or(0, |r| r + 1);
+        let gen = generate(&refs, rows_needed, plen);
+        let synd: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|&p| {
+                let mut s = gen[p].clone();
+                xor_into(&mut s, &cols[p]);
+                s
+            })
+            .collect();
         let a: Vec<Vec<u8>> = rows
             .iter()
             .map(|&p| miss_data.iter().map(|&c| coef(p, c - np, ndata)).collect())

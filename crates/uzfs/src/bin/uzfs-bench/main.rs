@@ -7,6 +7,13 @@
 //!   uzfs-bench checksum BYTES       per-core throughput of each checksum
 //!   uzfs-bench compress BYTES       lz4/zstd on a mixed corpus
 //!   uzfs-bench txg DIR ROUNDS       txg commit latency for 1/64/1024 dirty blocks
+//!   uzfs-bench parity SIZE          RAID-Z parity generation / rebuild per core
+//!   uzfs-bench layouts DIR SIZE     seq write + cold read: disk, mirror, raidz1, raidz2
+//!   uzfs-bench resilver DIR SIZE ORDER [hdd]  fragmented mirror resilver (sorted|birth|logical)
+//!   uzfs-bench scrub DIR SIZE       raidz1 x4 scrub vs the devices' read bandwidth
+//!   uzfs-bench devbw DIR SIZE       sequential write bandwidth of a fresh file
+
+mod redundancy;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -275,6 +282,28 @@ fn main() {
             Ok(())
         }
         "txg" => txg_latency(Path::new(a(1)), a(2).parse().unwrap_or(20)),
+        "parity" => {
+            redundancy::parity(parse_size(a(1)).unwrap_or(1 << 30));
+            Ok(())
+        }
+        "layouts" => match parse_size(a(2)) {
+            Some(n) => redundancy::layouts(Path::new(a(1)), n),
+            None => Err("usage: uzfs-bench layouts DIR SIZE".into()),
+        },
+        "resilver" => match parse_size(a(2)) {
+            Some(n) => redundancy::resilver(Path::new(a(1)), n, a(3), a(4) == "hdd"),
+            None => Err("usage: uzfs-bench resilver DIR SIZE sorted|birth|logical [hdd]".into()),
+        },
+        "scrub" => match parse_size(a(2)) {
+            Some(n) => redundancy::scrub(Path::new(a(1)), n),
+            None => Err("usage: uzfs-bench scrub DIR SIZE".into()),
+        },
+        "devbw" => match parse_size(a(2)) {
+            Some(n) => redundancy::device_write_bw(Path::new(a(1)), n).map(|bw| {
+                println!("{{\"bench\":\"devbw\",\"mib_s\":{bw:.0}}}");
+            }),
+            None => Err("usage: uzfs-bench devbw DIR SIZE".into()),
+        },
         _ => Err(
             "usage: uzfs-bench seqwrite DIR SIZE | checksum SIZE | compress SIZE | txg DIR ROUNDS"
                 .into(),
