@@ -43,12 +43,17 @@ use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::dnode::{DnodePhys, DNODE_SIZE};
 use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader, Objset};
 use crate::error::{Error, Result};
+use crate::vdev::leaf::{leaf_key, set_scan_io, ScanIo};
 use crate::vdev::{AttachKind, Leaf, LeafState};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Longest stretch of a vdev's address space one issued run covers.
+pub const RUN_SPAN: u64 = 8 << 20;
+/// Largest gap between blocks inside one run (read through and discarded).
+pub const RUN_GAP: u64 = 256 << 10;
 /// Most bytes (allocated) gathered before a batch is issued.
 pub const BATCH_BYTES: u64 = 4 << 30;
 
@@ -605,9 +610,20 @@ impl Pool {
             if self.scan_sig.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            let t0 = Instant::now();
             let res = self.gather_batch(&phys).and_then(|b| {
                 lock(&self.scan).batch_examined = b.examined;
+                let t1 = Instant::now();
                 let r = self.issue_batch(&b.bps, phys.func, phys.order)?;
+                if std::env::var_os("UZFS_SCAN_TRACE").is_some() {
+                    eprintln!(
+                        "scan batch: {} blocks, {} MiB: gather {:?}, issue {:?}",
+                        b.bps.len(),
+                        r.0 >> 20,
+                        t1 - t0,
+                        t1.elapsed()
+                    );
+                }
                 Ok((b, r))
             });
             lock(&self.st).alloc.set_scan_hold(false);
@@ -689,6 +705,13 @@ impl Pool {
 
     /// Issue a batch: returns (issued bytes, repaired bytes, unrecoverable
     /// blocks, completed).
+    ///
+    /// The ordered blocks are cut into runs: consecutive blocks on one vdev
+    /// lying within `RUN_SPAN` of address space with gaps under `RUN_GAP`.
+    /// A worker takes a run, reads each leaf's share of it in one large
+    /// read (in parallel across leaves), verifies and repairs the blocks
+    /// from those buffers, and writes what the run repaired or resilvered
+    /// merged into large writes. A few workers take runs concurrently.
     fn issue_batch(
         &self,
         bps: &[BlkPtr],
@@ -703,54 +726,58 @@ impl Pool {
             IssueOrder::Birth => order_idx.sort_by_key(|&i| bps[i].phys_birth),
             IssueOrder::Logical => {}
         }
+        let mut runs: Vec<Vec<usize>> = Vec::new();
+        for &i in &order_idx {
+            let d = bps[i].dva[0];
+            let joins = runs.last().is_some_and(|r| {
+                let first = bps[r[0]].dva[0];
+                let last = bps[r[r.len() - 1]].dva[0];
+                d.vdev == first.vdev
+                    && d.offset >= last.offset
+                    && d.offset <= last.offset + last.asize + RUN_GAP
+                    && d.offset + d.asize <= first.offset + RUN_SPAN
+            });
+            match runs.last_mut() {
+                Some(r) if joins => r.push(i),
+                _ => runs.push(vec![i]),
+            }
+        }
         let scrub = func == ScanFunc::Scrub;
         let issued = AtomicU64::new(0);
         let repaired = AtomicU64::new(0);
         let errors = AtomicU64::new(0);
         let next = AtomicU64::new(0);
         let failed: Mutex<Option<Error>> = Mutex::new(None);
-        // A few workers take consecutive runs of the sorted list: each
-        // device still sees ascending offsets, and columns of different
-        // blocks are read in parallel.
-        const RUN: usize = 32;
-        let workers = 4;
-        let fg0 = self.scan_sig.fg_ops.load(Ordering::Relaxed);
-        let fg_seen = AtomicU64::new(fg0);
+        let fg_seen = AtomicU64::new(self.scan_sig.fg_ops.load(Ordering::Relaxed));
+        let workers = 4.min(runs.len()).max(1);
         std::thread::scope(|s| {
             for _ in 0..workers {
                 s.spawn(|| loop {
                     if self.scan_sig.stop.load(Ordering::Relaxed) || lock(&failed).is_some() {
                         return;
                     }
-                    let k = next.fetch_add(1, Ordering::Relaxed) as usize * RUN;
-                    if k >= order_idx.len() {
-                        return;
-                    }
-                    for &i in &order_idx[k..(k + RUN).min(order_idx.len())] {
-                        let bp = &bps[i];
-                        match self.io.scan_bp(bp, scrub) {
-                            Ok(r) => {
-                                issued.fetch_add(bp.asize(), Ordering::Relaxed);
-                                repaired.fetch_add(r.repaired, Ordering::Relaxed);
-                                if r.unrecoverable {
-                                    errors.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                            Err(e) => {
-                                *lock(&failed) = Some(e);
-                                return;
-                            }
+                    let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(run) = runs.get(k) else { return };
+                    match self.issue_run(bps, run, scrub) {
+                        Ok((i, r, e)) => {
+                            issued.fetch_add(i, Ordering::Relaxed);
+                            repaired.fetch_add(r, Ordering::Relaxed);
+                            errors.fetch_add(e, Ordering::Relaxed);
                         }
-                        // Yield to foreground I/O.
-                        let fg = self.scan_sig.fg_ops.load(Ordering::Relaxed);
-                        if fg != fg_seen.swap(fg, Ordering::Relaxed) {
-                            let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
-                            if us > 0 {
-                                std::thread::sleep(Duration::from_micros(us));
-                            }
+                        Err(e) => {
+                            *lock(&failed) = Some(e);
+                            return;
                         }
                     }
                     lock(&self.scan).batch_issued = issued.load(Ordering::Relaxed);
+                    // Yield to foreground I/O.
+                    let fg = self.scan_sig.fg_ops.load(Ordering::Relaxed);
+                    if fg != fg_seen.swap(fg, Ordering::Relaxed) {
+                        let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
+                        if us > 0 {
+                            std::thread::sleep(Duration::from_micros(us * run.len() as u64));
+                        }
+                    }
                 });
             }
         });
@@ -764,6 +791,137 @@ impl Pool {
             errors.load(Ordering::Relaxed),
             complete,
         ))
+    }
+
+    /// One run: large reads, per-block verification and repair, merged
+    /// writes. Returns (issued, repaired, unrecoverable).
+    fn issue_run(&self, bps: &[BlkPtr], run: &[usize], scrub: bool) -> Result<(u64, u64, u64)> {
+        let top = self.io.top(bps[run[0]].dva[0].vdev)?;
+        let prefetch = if run.len() > 1 {
+            self.prefetch_run(&top, bps, run, scrub)
+        } else {
+            Vec::new()
+        };
+        let prev = set_scan_io(Some(ScanIo {
+            prefetch,
+            staged: Vec::new(),
+        }));
+        let mut out = (0u64, 0u64, 0u64);
+        let mut err = None;
+        for &i in run {
+            let bp = &bps[i];
+            match self.io.scan_bp(bp, scrub) {
+                Ok(r) => {
+                    out.0 += bp.asize();
+                    out.1 += r.repaired;
+                    if r.unrecoverable {
+                        out.2 += 1;
+                    }
+                }
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        let ctx = set_scan_io(prev).unwrap_or_default();
+        if let Some(e) = err {
+            return Err(e);
+        }
+        // Merged writes: contiguous pieces per leaf become one write.
+        let mut staged = ctx.staged;
+        staged.sort_by_key(|(k, off, _)| (*k, *off));
+        let leaves = top.leaves();
+        let mut i = 0;
+        while i < staged.len() {
+            let (key, start, _) = staged[i];
+            let mut buf = std::mem::take(&mut staged[i].2);
+            let mut j = i + 1;
+            while j < staged.len()
+                && staged[j].0 == key
+                && staged[j].1 == start + buf.len() as u64
+                && buf.len() < RUN_SPAN as usize
+            {
+                buf.extend_from_slice(&staged[j].2);
+                j += 1;
+            }
+            if let Some(l) = leaves.iter().find(|l| leaf_key(l) == key) {
+                match l.write(&buf, start) {
+                    Ok(()) => {}
+                    Err(Error::PowerLost) => return Err(Error::PowerLost),
+                    // The blocks stay missing on that leaf: the scan reports
+                    // errors, so its DTL is kept.
+                    Err(_) => out.2 += 1,
+                }
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
+    /// Read, in one I/O per leaf and in parallel across leaves, the part of
+    /// each leaf a run of blocks will need.
+    fn prefetch_run(
+        &self,
+        top: &crate::vdev::TopVdev,
+        bps: &[BlkPtr],
+        run: &[usize],
+        scrub: bool,
+    ) -> Vec<(usize, u64, Arc<Vec<u8>>)> {
+        let n = top.children.len();
+        let mut ranges: Vec<Option<(u64, u64)>> = vec![None; n];
+        let mut widen = |c: usize, lo: u64, hi: u64| {
+            let r = ranges[c].get_or_insert((lo, hi));
+            r.0 = r.0.min(lo);
+            r.1 = r.1.max(hi);
+        };
+        for &i in run {
+            let d = bps[i].dva[0];
+            let psize = bps[i].psize as u64;
+            if top.kind.is_raidz() {
+                let m = crate::vdev::raidz::map(d.offset, psize, top.ashift, n, top.kind.nparity());
+                for c in &m.cols {
+                    widen(c.child, c.offset, c.offset + c.size);
+                }
+            } else {
+                for c in 0..n {
+                    widen(c, d.offset, d.offset + psize);
+                }
+            }
+        }
+        let births: Vec<u64> = run.iter().map(|&i| bps[i].phys_birth).collect();
+        // A leaf is worth reading if it holds some block of the run.
+        let useful = |l: &Arc<Leaf>| l.is_usable() && births.iter().any(|b| !l.dtl_covers(*b));
+        let mut jobs: Vec<(Arc<Leaf>, u64, u64)> = Vec::new();
+        for (c, r) in ranges.iter().enumerate() {
+            let Some((lo, hi)) = *r else { continue };
+            let col = crate::vdev::leaf::column_leaves(&top.children[c]);
+            let mut pick: Vec<Arc<Leaf>> = col.into_iter().filter(|l| useful(l)).collect();
+            if !scrub {
+                pick.truncate(1);
+            }
+            for l in pick {
+                jobs.push((l, lo, hi));
+            }
+            // A mirror read needs one side; a scrub reads every side.
+            if !scrub && !top.kind.is_raidz() && !jobs.is_empty() {
+                break;
+            }
+        }
+        std::thread::scope(|s| {
+            let hs: Vec<_> = jobs
+                .iter()
+                .map(|(l, lo, hi)| {
+                    s.spawn(move || {
+                        let mut buf = vec![0u8; (hi - lo) as usize];
+                        l.read_raw(&mut buf, crate::vdev::LABEL_START_SIZE + lo)
+                            .ok()
+                            .map(|_| (leaf_key(l), *lo, Arc::new(buf)))
+                    })
+                })
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok().flatten()).collect()
+        })
     }
 
     /// A scan finished: resilvered leaves lose their DTLs, finished

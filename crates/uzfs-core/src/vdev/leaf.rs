@@ -22,9 +22,37 @@
 
 use super::device::BlockDevice;
 use crate::error::{Error, Result};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+
+/// Per-thread I/O context of a scan worker (see `spa/scan.rs`): block reads
+/// are served from large reads made for the whole run of blocks, and writes
+/// are collected so the run's writes go out merged. Thread-local, so no
+/// other reader or writer of the same leaf ever sees it.
+#[derive(Default)]
+pub struct ScanIo {
+    /// (leaf address, allocatable offset, bytes read there).
+    pub prefetch: Vec<(usize, u64, Arc<Vec<u8>>)>,
+    /// (leaf address, allocatable offset, bytes) to write after the run.
+    pub staged: Vec<(usize, u64, Vec<u8>)>,
+}
+
+thread_local! {
+    static SCAN_IO: RefCell<Option<ScanIo>> = const { RefCell::new(None) };
+}
+
+/// Install (or with `None` remove) this thread's scan I/O context,
+/// returning the previous one.
+pub fn set_scan_io(ctx: Option<ScanIo>) -> Option<ScanIo> {
+    SCAN_IO.with(|c| std::mem::replace(&mut *c.borrow_mut(), ctx))
+}
+
+/// The address a leaf is known by in a `ScanIo`.
+pub fn leaf_key(l: &Leaf) -> usize {
+    l as *const Leaf as usize
+}
 
 /// I/O errors after which a leaf is FAULTED (zfs-diagnosis uses 10 in 10 min).
 pub const FAULT_AFTER_ERRORS: u64 = 10;
@@ -360,6 +388,20 @@ impl Leaf {
 
     /// Read at `offset` into the allocatable area.
     pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let key = leaf_key(self);
+        let hit = SCAN_IO.with(|c| {
+            let c = c.borrow();
+            let ctx = c.as_ref()?;
+            let (_, start, data) = ctx.prefetch.iter().find(|(k, s, d)| {
+                *k == key && *s <= offset && offset + buf.len() as u64 <= s + d.len() as u64
+            })?;
+            let at = (offset - start) as usize;
+            buf.copy_from_slice(&data[at..at + buf.len()]);
+            Some(())
+        });
+        if hit.is_some() {
+            return Ok(());
+        }
         self.read_raw(buf, super::LABEL_START_SIZE + offset)
     }
 
@@ -379,6 +421,17 @@ impl Leaf {
     }
 
     pub fn write(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let key = leaf_key(self);
+        let staged = SCAN_IO.with(|c| match c.borrow_mut().as_mut() {
+            Some(ctx) => {
+                ctx.staged.push((key, offset, buf.to_vec()));
+                true
+            }
+            None => false,
+        });
+        if staged {
+            return Ok(());
+        }
         self.write_raw(buf, super::LABEL_START_SIZE + offset)
     }
 

@@ -299,8 +299,10 @@ fn main() {
             None => Err("usage: uzfs-bench scrub DIR SIZE".into()),
         },
         "devbw" => match parse_size(a(2)) {
-            Some(n) => redundancy::device_write_bw(Path::new(a(1)), n).map(|bw| {
-                println!("{{\"bench\":\"devbw\",\"mib_s\":{bw:.0}}}");
+            Some(n) => redundancy::device_write_bw(Path::new(a(1)), n).and_then(|bw| {
+                let cp = redundancy::copy_bw(Path::new(a(1)), n)?;
+                println!("{{\"bench\":\"devbw\",\"mib_s\":{bw:.0},\"copy_mib_s\":{cp:.0}}}");
+                Ok(())
             }),
             None => Err("usage: uzfs-bench devbw DIR SIZE".into()),
         },

@@ -193,6 +193,41 @@ pub fn device_write_bw(dir: &Path, bytes: u64) -> R<f64> {
     Ok(bytes as f64 / secs / 1048576.0)
 }
 
+/// Sequential copy bandwidth on `dir`'s filesystem: a cold file read while
+/// a new file is written and fsynced, 1 MiB at a time (what a resilver that
+/// reads and writes the same disk can at best do), MiB/s.
+pub fn copy_bw(dir: &Path, bytes: u64) -> R<f64> {
+    use std::io::{Read, Write};
+    let src = dir.join("bw-src");
+    let dst = dir.join("bw-dst");
+    {
+        let mut f = std::fs::File::create(&src).map_err(s)?;
+        let mut buf = vec![0u8; 1 << 20];
+        SimRng::new(6).fill(&mut buf);
+        for _ in 0..bytes >> 20 {
+            f.write_all(&buf).map_err(s)?;
+        }
+        f.sync_all().map_err(s)?;
+    }
+    drop_caches();
+    let t0 = Instant::now();
+    let mut r = std::fs::File::open(&src).map_err(s)?;
+    let mut w = std::fs::File::create(&dst).map_err(s)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let k = r.read(&mut buf).map_err(s)?;
+        if k == 0 {
+            break;
+        }
+        w.write_all(&buf[..k]).map_err(s)?;
+    }
+    w.sync_all().map_err(s)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&dst);
+    Ok(bytes as f64 / secs / 1048576.0)
+}
+
 /// Cold sequential read bandwidth of the given files read one after the
 /// other (each alone) and all at once, MiB/s.
 fn read_bw(paths: &[PathBuf]) -> R<(f64, f64)> {
@@ -229,41 +264,44 @@ fn read_bw(paths: &[PathBuf]) -> R<(f64, f64)> {
     Ok((sum, together))
 }
 
-/// Fill a pool so its data is fragmented: objects written in random block
-/// order across many txgs, half of them freed, the space rewritten.
+/// Fill a pool so its data is fragmented: the blocks of all objects are
+/// written in one random order, a txg every 64 blocks (so physical order is
+/// unrelated to logical order), then half the objects are freed and new
+/// ones written the same way into the holes.
 fn fragment(pool: &Pool, bytes: u64, seed: u64) -> R<()> {
     let mut rng = SimRng::new(seed);
     let nobj = 16u64;
-    let blocks_per = bytes / nobj / (128 << 10);
+    let blocks_per = (bytes / nobj / (128 << 10)).max(1);
     let mut block = vec![0u8; 128 << 10];
-    let mut objs = Vec::new();
-    let mut fill = |objs: &mut Vec<u64>, rng: &mut SimRng, count: u64| -> R<()> {
-        for _ in 0..count {
-            let obj = pool.create_object(128 << 10, &DATA).map_err(s)?;
-            let mut order: Vec<u64> = (0..blocks_per).collect();
-            for i in (1..order.len()).rev() {
-                let j = rng.below(i as u64 + 1) as usize;
-                order.swap(i, j);
-            }
-            for (k, b) in order.into_iter().enumerate() {
-                rng.fill(&mut block[..64]);
-                pool.write(obj, b * (128 << 10), &block).map_err(s)?;
-                if k % 256 == 255 {
-                    pool.txg_wait_synced().map_err(s)?;
-                }
-            }
-            objs.push(obj);
+    rng.fill(&mut block);
+    let fill = |rng: &mut SimRng, count: u64, block: &mut Vec<u8>| -> R<Vec<u64>> {
+        let objs: Vec<u64> = (0..count)
+            .map(|_| pool.create_object(128 << 10, &DATA).map_err(s))
+            .collect::<R<_>>()?;
+        let mut order: Vec<(u64, u64)> = objs
+            .iter()
+            .flat_map(|&o| (0..blocks_per).map(move |b| (o, b)))
+            .collect();
+        for i in (1..order.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
         }
-        Ok(())
+        for (k, (o, b)) in order.into_iter().enumerate() {
+            rng.fill(&mut block[..64]);
+            pool.write(o, b * (128 << 10), block).map_err(s)?;
+            if k % 64 == 63 {
+                pool.txg_wait_synced().map_err(s)?;
+            }
+        }
+        Ok(objs)
     };
-    fill(&mut objs, &mut rng, nobj)?;
-    for i in (0..objs.len()).step_by(2) {
-        pool.free_object(objs[i]).map_err(s)?;
+    let objs = fill(&mut rng, nobj, &mut block)?;
+    for o in objs.iter().step_by(2) {
+        pool.free_object(*o).map_err(s)?;
     }
     pool.txg_wait_synced().map_err(s)?;
     pool.txg_wait_synced().map_err(s)?;
-    let mut more = Vec::new();
-    fill(&mut more, &mut rng, nobj / 2)?;
+    fill(&mut rng, nobj / 2, &mut block)?;
     pool.txg_wait_synced().map(|_| ()).map_err(s)
 }
 
@@ -334,6 +372,7 @@ pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
         .map(|c| PathBuf::from(&c.path))
         .collect();
     let (_, alloc, _) = pool.space();
+    let _ = paths;
     pool.close().map_err(s)?;
     let dropped = drop_caches();
     let pool = reimport(dir, "benchsc", Tunables::default())?;
@@ -343,9 +382,24 @@ pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
     let secs = t0.elapsed().as_secs_f64();
     let st = pool.scan_status().ok_or("no scan")?;
     pool.close().map_err(s)?;
-    // What the devices can deliver, for the ratio. Each file is read whole,
-    // so only the allocated fraction matters: scale by it.
-    let (sum, together) = read_bw(&paths)?;
+    cleanup(dir, "benchsc");
+    // What the devices can deliver: dense files holding as much as each
+    // device holds of the pool, read cold one at a time (summed) and all at
+    // once (the pool's devices share one disk here).
+    let probes: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("benchsc-probe{i}"))).collect();
+    {
+        use std::io::Write;
+        let mut buf = vec![0u8; 1 << 20];
+        SimRng::new(8).fill(&mut buf);
+        for p in &probes {
+            let mut f = std::fs::File::create(p).map_err(s)?;
+            for _ in 0..(alloc / 4) >> 20 {
+                f.write_all(&buf).map_err(s)?;
+            }
+            f.sync_all().map_err(s)?;
+        }
+    }
+    let (sum, together) = read_bw(&probes)?;
     cleanup(dir, "benchsc");
     println!(
         "{{\"bench\":\"scrub\",\"data\":{bytes},\"raw_alloc\":{alloc},\"issued\":{},\"seconds\":{secs:.2},\"raw_mib_s\":{:.0},\"dev_sum_mib_s\":{sum:.0},\"dev_together_mib_s\":{together:.0},\"cold\":{dropped}}}",
