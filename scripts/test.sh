@@ -2,7 +2,8 @@
 # Run every check CI runs: format, lints, all tests (unit, model/crash
 # simulation, real-file and CLI integration), and the benchmarks in smoke mode.
 #
-#   UZFS_CRASH_SEEDS=N   crash-simulation seeds (default 300; try 5000 by hand)
+#   UZFS_CRASH_SEEDS=N       crash-simulation seeds (default 300; try 5000 by hand)
+#   UZFS_SCAN_CRASH_SEEDS=N  crash-during-scrub/resilver seeds (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -12,4 +13,5 @@ cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo test --workspace
 ./bench/run.sh --smoke
+./bench/redundancy.sh --smoke
 echo "all checks passed"

@@ -920,7 +920,9 @@ impl Pool {
                     })
                 })
                 .collect();
-            hs.into_iter().filter_map(|h| h.join().ok().flatten()).collect()
+            hs.into_iter()
+                .filter_map(|h| h.join().ok().flatten())
+                .collect()
         })
     }
 

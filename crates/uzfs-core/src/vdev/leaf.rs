@@ -450,7 +450,9 @@ impl Leaf {
     }
 
     pub fn flush(&self) -> Result<()> {
-        if self.inject.vanished.load(Ordering::Relaxed) || self.inject.write_errors.load(Ordering::Relaxed) {
+        if self.inject.vanished.load(Ordering::Relaxed)
+            || self.inject.write_errors.load(Ordering::Relaxed)
+        {
             self.injected(true, 0, 0)?;
         }
         self.dev.flush()

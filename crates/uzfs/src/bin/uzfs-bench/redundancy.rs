@@ -48,7 +48,14 @@ fn files(dir: &Path, prefix: &str, n: usize, size: u64) -> R<Vec<(String, Arc<dy
         .collect()
 }
 
-fn create(dir: &Path, name: &str, kind: TopKind, n: usize, size: u64, tun: Tunables) -> R<Arc<Pool>> {
+fn create(
+    dir: &Path,
+    name: &str,
+    kind: TopKind,
+    n: usize,
+    size: u64,
+    tun: Tunables,
+) -> R<Arc<Pool>> {
     let leaves = files(dir, &format!("{name}-"), n, size)?;
     let opts = CreateOptions {
         tunables: tun,
@@ -78,7 +85,10 @@ fn reimport(dir: &Path, name: &str, tun: Tunables) -> R<Arc<Pool>> {
 fn cleanup(dir: &Path, name: &str) {
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&format!("{name}-")) {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{name}-"))
+            {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -147,7 +157,11 @@ pub fn layouts(dir: &Path, bytes: u64) -> R<()> {
         ("raidz2 x6", TopKind::Raidz2, 6),
     ] {
         let per_dev = bytes * 2 / (n as u64 - kind.nparity() as u64).max(1) + (512 << 20);
-        let per_dev = if kind == TopKind::Mirror { bytes + bytes / 2 + (512 << 20) } else { per_dev };
+        let per_dev = if kind == TopKind::Mirror {
+            bytes + bytes / 2 + (512 << 20)
+        } else {
+            per_dev
+        };
         let pool = create(dir, "benchlay", kind, n, per_dev, Tunables::default())?;
         let (obj, wsecs) = write_seq(&pool, bytes)?;
         pool.close().map_err(s)?;
@@ -334,10 +348,13 @@ pub fn resilver(dir: &Path, bytes: u64, order: &str, hdd: bool) -> R<()> {
     let old = pool.io.tops()[0].children[1].path.clone();
     let seek_us = if hdd { 8000 } else { 0 };
     for l in pool.io.tops()[0].leaves() {
-        l.inject.hdd_seek_us.store(seek_us, std::sync::atomic::Ordering::Relaxed);
+        l.inject
+            .hdd_seek_us
+            .store(seek_us, std::sync::atomic::Ordering::Relaxed);
     }
     let t0 = Instant::now();
-    pool.replace(&old, &newp.display().to_string(), dev, true).map_err(s)?;
+    pool.replace(&old, &newp.display().to_string(), dev, true)
+        .map_err(s)?;
     if let Some(pos) = pool.find_leaf(&newp.display().to_string()) {
         pos.leaf
             .inject
@@ -364,7 +381,14 @@ pub fn resilver(dir: &Path, bytes: u64, order: &str, hdd: bool) -> R<()> {
 /// Scrub of a raidz1 x4 pool holding `bytes` of data.
 pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
     let size = bytes / 2 + (1 << 30);
-    let pool = create(dir, "benchsc", TopKind::Raidz1, 4, size, Tunables::default())?;
+    let pool = create(
+        dir,
+        "benchsc",
+        TopKind::Raidz1,
+        4,
+        size,
+        Tunables::default(),
+    )?;
     write_seq(&pool, bytes)?;
     let paths: Vec<PathBuf> = pool.io.tops()[0]
         .children
@@ -386,7 +410,9 @@ pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
     // What the devices can deliver: dense files holding as much as each
     // device holds of the pool, read cold one at a time (summed) and all at
     // once (the pool's devices share one disk here).
-    let probes: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("benchsc-probe{i}"))).collect();
+    let probes: Vec<PathBuf> = (0..4)
+        .map(|i| dir.join(format!("benchsc-probe{i}")))
+        .collect();
     {
         use std::io::Write;
         let mut buf = vec![0u8; 1 << 20];
