@@ -138,6 +138,12 @@ impl Daemon {
         {
             t.dirty_max = m.max(1 << 20);
         }
+        if let Some(us) = std::env::var("UZFS_SCAN_DELAY_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            t.scan_delay_us = us;
+        }
         t
     }
 

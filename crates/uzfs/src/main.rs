@@ -170,7 +170,7 @@ fn link(dir: &Path) -> i32 {
         err(&format!("uzfs link: {}: {e}\n", dir.display()));
         return 1;
     }
-    for name in ["zpool", "zfs", "zdb"] {
+    for name in ["zpool", "zfs", "zdb", "zinject"] {
         let l = dir.join(name);
         if let Ok(m) = std::fs::symlink_metadata(&l) {
             if !m.file_type().is_symlink() {

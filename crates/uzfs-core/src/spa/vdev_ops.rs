@@ -147,8 +147,10 @@ impl Pool {
         for s in self.io.spares() {
             s.clear_errors();
         }
-        if let Some(why) = lock(&self.suspended).take() {
-            self.log_history(&format!("clear (was suspended: {why})"));
+        // A suspended pool stays suspended: the failed txg's in-memory state
+        // cannot be trusted; export and re-import it.
+        if self.suspended().is_some() {
+            return Ok(());
         }
         self.txg_wait_synced()?;
         self.maybe_resilver()
