@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The uzfs demo: a mirrored pool on two file-backed disks, data written and
 # read back through the object layer, zpool status, zdb's full verification,
-# an export and an import from the scanned directory.
+# an export and an import from the scanned directory; then a raidz2 pool with
+# a hot spare: silent corruption found and repaired by a scrub, a disk that
+# vanishes replaced by the spare on its own, and a `zpool replace`.
 #
 #   DEMO_DIR=/var/tmp/uzfs-demo  where the disk files and run directory go
 #   DISK_SIZE=512M               size of each file disk
@@ -43,9 +45,37 @@ else
   exit 1
 fi
 run "$UZFS" zpool history demo
+
+echo; echo "=== RAID-Z2 with a hot spare ==="
+R="$DEMO_DIR/disks"
+truncate -s "$DISK_SIZE" "$R"/rz{0..5} "$R"/spare "$R"/new
+run "$UZFS" zpool create rz raidz2 "$R"/rz0 "$R"/rz1 "$R"/rz2 "$R"/rz3 "$R"/rz4 "$R"/rz5 spare "$R"/spare
+obj=$("$UZFS" object put rz "$DEMO_DIR/payload")
+run "$UZFS" zpool sync rz
+run "$UZFS" zinject -d "$R"/rz1 -C 40 rz
+run "$UZFS" zpool scrub -w rz
+run "$UZFS" zpool status rz
+run "$UZFS" zpool clear rz
+run "$UZFS" zinject -d "$R"/rz3 -e nxio rz
+"$UZFS" object put rz "$DEMO_DIR/payload" >/dev/null   # writes find rz3 gone
+for _ in $(seq 50); do
+  "$UZFS" zpool status rz | grep -q INUSE && "$UZFS" zpool status rz | grep -q resilvered && break
+  sleep 0.2
+done
+run "$UZFS" zpool status rz
+run "$UZFS" zpool replace -w rz "$R"/rz3 "$R"/new
+run "$UZFS" zpool status rz
+run "$UZFS" zpool iostat -v rz
+"$UZFS" object get rz "$obj" "$DEMO_DIR/readback2"
+if cmp -s "$DEMO_DIR/payload" "$DEMO_DIR/readback2"; then
+  echo; echo "raidz2 data after corruption, a lost disk and a replacement: identical"
+else
+  echo "raidz2 data: DIFFERENT" >&2
+  exit 1
+fi
 cat <<EOT
 
-The pool stays imported. Try, with UZFS_RUNDIR=$UZFS_RUNDIR:
+The pools stay imported. Try, with UZFS_RUNDIR=$UZFS_RUNDIR:
   $UZFS zpool status
-  $UZFS zpool destroy demo && $UZFS daemon --stop
+  $UZFS zpool destroy demo && $UZFS zpool destroy rz && $UZFS daemon --stop
 EOT
