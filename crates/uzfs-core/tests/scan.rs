@@ -298,3 +298,60 @@ fn scrub_pause_and_resume_across_export() {
     }
     pool.close().expect("close");
 }
+
+#[test]
+fn two_replacements_share_one_resilver() {
+    let world = SimWorld::new();
+    let (mut disks, pool) = make(&world, TopKind::Raidz2, 6, false);
+    let objs = write_objs(&pool, 10, 6, 500_000);
+    let (n1, n2) = (world.disk("n1", DISK), world.disk("n2", DISK));
+    for (i, n) in [(1usize, &n1), (4, &n2)] {
+        disks[i].fail_reads(true);
+        pool.replace(
+            &disks[i].name(),
+            &n.name(),
+            Arc::new(n.clone()) as Arc<dyn BlockDevice>,
+            false,
+        )
+        .expect("replace");
+    }
+    let s = run_to_end(&pool);
+    assert_eq!(s.targets.len(), 2, "one scan for both new disks: {s:?}");
+    let t = pool.io.tops()[0].clone();
+    assert_eq!(t.children[1].path, n1.name());
+    assert_eq!(t.children[4].path, n2.name());
+    // Both new disks hold their columns: lose two others, all reads work.
+    disks[0].fail_reads(true);
+    disks[2].fail_reads(true);
+    check(&pool, &objs);
+    disks[0].fail_reads(false);
+    disks[2].fail_reads(false);
+    pool.close().expect("close");
+    disks[1] = n1;
+    disks[4] = n2;
+    clean(&disks);
+}
+
+#[test]
+fn a_vanished_disk_that_comes_back_catches_up() {
+    let world = SimWorld::new();
+    let (disks, pool) = make(&world, TopKind::Mirror, 2, false);
+    let old = write_objs(&pool, 11, 8, 1 << 20);
+    let leaf = pool.io.tops()[0].children[1].clone();
+    leaf.inject
+        .vanished
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let new = write_objs(&pool, 12, 2, 1 << 20);
+    assert_eq!(leaf.state(), LeafState::Removed);
+    assert_eq!(pool.io.tops()[0].health(), "DEGRADED");
+    // It comes back (zinject -c does exactly this).
+    pool.online(&leaf.path).expect("online");
+    let s = run_to_end(&pool);
+    assert!(s.min_txg > 1 && s.issued < 6 << 20, "not pruned: {s:?}");
+    disks[0].fail_reads(true);
+    check(&pool, &old);
+    check(&pool, &new);
+    disks[0].fail_reads(false);
+    pool.close().expect("close");
+    clean(&disks);
+}
