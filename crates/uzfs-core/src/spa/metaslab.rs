@@ -186,9 +186,9 @@ impl VdevAlloc {
 
 pub struct Allocator {
     pub vdevs: Vec<VdevAlloc>,
-    /// A scan is reading blocks by pointers gathered earlier: freed space
-    /// must not be reused (and overwritten) until it is done.
-    pub scan_hold: bool,
+    /// Scans (or walkers) reading blocks by pointers gathered earlier: while
+    /// non-zero, freed space is not reused (and overwritten).
+    pub scan_hold: u32,
     rotor: usize,
     rotor_bytes: u64,
 }
@@ -197,7 +197,7 @@ impl Allocator {
     pub fn new(vdevs: Vec<VdevAlloc>) -> Self {
         Allocator {
             vdevs,
-            scan_hold: false,
+            scan_hold: 0,
             rotor: 0,
             rotor_bytes: 0,
         }
@@ -326,7 +326,7 @@ impl Allocator {
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
                 let released = std::mem::take(&mut ms.defer);
-                if self.scan_hold {
+                if self.scan_hold > 0 {
                     ms.held.extend(released);
                 } else {
                     for (off, len) in released {
@@ -339,10 +339,14 @@ impl Allocator {
         }
     }
 
-    /// Start or end a scan hold; ending it releases what it held.
+    /// Take or drop a scan hold; dropping the last releases what was held.
     pub fn set_scan_hold(&mut self, on: bool) {
-        self.scan_hold = on;
         if on {
+            self.scan_hold += 1;
+            return;
+        }
+        self.scan_hold = self.scan_hold.saturating_sub(1);
+        if self.scan_hold > 0 {
             return;
         }
         for v in &mut self.vdevs {
@@ -353,5 +357,34 @@ impl Allocator {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While any scan hold is taken, frees never return to the free tree;
+    /// dropping the last hold releases them.
+    #[test]
+    fn scan_holds_park_frees_until_the_last_is_dropped() {
+        let mut a = Allocator::new(vec![VdevAlloc::new(0, 12, 64 << 20, 24, &[])]);
+        let d = a.alloc(1 << 20, 1).expect("alloc");
+        let free0 = a.vdevs[0].allocatable_space();
+        a.set_scan_hold(true);
+        a.set_scan_hold(true);
+        a.free(&d[0], false);
+        for _ in 0..3 {
+            a.sync_done();
+        }
+        assert_eq!(a.vdevs[0].allocatable_space(), free0, "reused under a hold");
+        a.set_scan_hold(false);
+        assert_eq!(
+            a.vdevs[0].allocatable_space(),
+            free0,
+            "released with a hold left"
+        );
+        a.set_scan_hold(false);
+        assert_eq!(a.vdevs[0].allocatable_space(), free0 + (1 << 20));
     }
 }
