@@ -317,3 +317,51 @@ fn bad_device_commands_get_clear_errors() {
     let small = e.disk("small", 64);
     e.fails(&["zpool", "replace", "tank", &d[1], &small], 1, "too small");
 }
+
+#[test]
+fn scrub_pause_resume_cancel_show_in_status() {
+    let e = Env::new();
+    let d: Vec<String> = (0..2).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&["zpool", "create", "tank", "mirror", &d[0], &d[1]]);
+    put(&e, "tank", 8, 6);
+    e.ok(&["zpool", "sync", "tank"]);
+    // Slow devices keep the scrub running long enough to be paused.
+    e.ok(&["zinject", "-d", &d[0], "-D", "150", "tank"]);
+    e.ok(&["zinject", "-d", &d[1], "-D", "150", "tank"]);
+    e.ok(&["zpool", "scrub", "tank"]);
+    e.ok(&["zpool", "scrub", "-p", "tank"]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains("  scan: scrub paused since "), "{st}");
+    assert!(st.contains("\tscrub started on "), "{st}");
+    // Paused survives export and import.
+    e.ok(&["zpool", "export", "tank"]);
+    e.ok(&[
+        "zpool",
+        "import",
+        "-d",
+        &e.dir.path().display().to_string(),
+        "tank",
+    ]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains("scrub paused since "), "{st}");
+    e.ok(&["zinject", "-d", &d[0], "-D", "150", "tank"]);
+    e.ok(&["zinject", "-d", &d[1], "-D", "150", "tank"]);
+    e.ok(&["zpool", "scrub", "tank"]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains("  scan: scrub in progress since "), "{st}");
+    assert!(
+        st.contains(" scanned at ") && st.contains(" issued at "),
+        "{st}"
+    );
+    assert!(st.contains("% done"), "{st}");
+    e.ok(&["zpool", "scrub", "-s", "tank"]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(st.contains("  scan: scrub canceled on "), "{st}");
+    e.ok(&["zinject", "-c", "all", "tank"]);
+    e.ok(&["zpool", "scrub", "-w", "tank"]);
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    assert!(
+        st.contains("  scan: scrub repaired 0B in ") && st.contains(" with 0 errors on DATE"),
+        "{st}"
+    );
+}
