@@ -12,6 +12,8 @@
 #              on the real files and on devices emulating a rotating disk
 #   scrub      raidz1 x4 holding SCRUB_SIZE, cold, against the devices' read
 #              bandwidth
+#   scrubload  foreground read latency during a scrub, with and without the
+#              scan yielding to foreground I/O (Tunables::scan_delay_us)
 #   --peers    zfs-fuse raidz1 x4 (scrub, replace, fio seq write/read) and
 #              ext4-on-loop (fio seq write/read) via ../shared/peers/peers.sh
 #
@@ -114,6 +116,15 @@ out "| the 4 devices read one at a time, summed | $(jget "$SC" dev_sum_mib_s) |"
 out "| the 4 devices read at once (they share one disk) | $(jget "$SC" dev_together_mib_s) |"
 out ""
 out "Scrub ÷ devices read at once: $(ratio "$SC_RAW" "$(jget "$SC" dev_together_mib_s)"); ÷ sum of single-device reads: $(ratio "$SC_RAW" "$(jget "$SC" dev_sum_mib_s)") (seconds: $(jget "$SC" seconds))."
+out ""
+
+out "## Foreground reads during a scrub (raidz1 x4, $SCRUB_SIZE, random 128K reads back to back, cold)"
+out ""
+out "| case | reads | p50 ms | p99 ms | scrub seconds |"
+out "|---|---|---|---|---|"
+$B scrubload "$DATA" "$SCRUB_SIZE" | while read -r l; do
+  out "| $(jget "$l" case) | $(jget "$l" reads) | $(jget "$l" p50_ms) | $(jget "$l" p99_ms) | $(jget "$l" scrub_s) |"
+done
 out ""
 
 if [ $PEERS = 1 ]; then

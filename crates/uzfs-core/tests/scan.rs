@@ -355,3 +355,43 @@ fn a_vanished_disk_that_comes_back_catches_up() {
     pool.close().expect("close");
     clean(&disks);
 }
+
+/// A scrub yielding to a foreground reader that never stops still ends
+/// (regression: idle workers waited for the foreground to go quiet while the
+/// foreground waited for the scrub).
+#[test]
+fn a_yielding_scrub_finishes_under_constant_foreground_reads() {
+    let world = SimWorld::new();
+    let disks: Vec<SimDevice> = (0..4).map(|i| world.disk(&format!("y{i}"), DISK)).collect();
+    let spec = TopSpec {
+        kind: TopKind::Raidz1,
+        leaves: devs(&disks),
+    };
+    let opts = CreateOptions {
+        tunables: Tunables {
+            scan_delay_us: 200,
+            ..tun(false)
+        },
+        guid_seed: Some(99),
+        ..CreateOptions::default()
+    };
+    let pool = Pool::create("yield", vec![spec], opts).expect("create");
+    let objs = write_objs(&pool, 13, 8, 1 << 20);
+    pool.scrub().expect("scrub");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut reads = 0u64;
+    while pool
+        .scan_status()
+        .is_some_and(|s| s.state == ScanState::Scanning)
+    {
+        assert!(std::time::Instant::now() < deadline, "scrub never finished");
+        let (obj, data) = &objs[(reads % objs.len() as u64) as usize];
+        let mut buf = vec![0u8; 4096];
+        pool.read(*obj, 8192, &mut buf).expect("read");
+        assert!(buf[..] == data[8192..8192 + 4096]);
+        reads += 1;
+    }
+    let s = run_to_end(&pool);
+    assert_eq!(s.errors, 0);
+    pool.close().expect("close");
+}

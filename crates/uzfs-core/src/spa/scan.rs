@@ -750,11 +750,38 @@ impl Pool {
         let failed: Mutex<Option<Error>> = Mutex::new(None);
         let fg_seen = AtomicU64::new(self.scan_sig.fg_ops.load(Ordering::Relaxed));
         let workers = 4.min(runs.len()).max(1);
+        // When foreground I/O was seen within this window, only worker 0
+        // issues, and it pauses `delay_us` per block after each run (OpenZFS
+        // gives scrub I/O its own low-priority queue class; this is the
+        // user-space equivalent: fewer scan I/Os in flight, and gaps).
+        let busy_window = Duration::from_millis(100);
+        let t_start = Instant::now();
+        let last_fg_ms = AtomicU64::new(u64::MAX);
+        let fg_busy = || {
+            let fg = self.scan_sig.fg_ops.load(Ordering::Relaxed);
+            let now = t_start.elapsed().as_millis() as u64;
+            if fg != fg_seen.swap(fg, Ordering::Relaxed) {
+                last_fg_ms.store(now, Ordering::Relaxed);
+            }
+            let last = last_fg_ms.load(Ordering::Relaxed);
+            last != u64::MAX && now.saturating_sub(last) < busy_window.as_millis() as u64
+        };
         std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| loop {
-                    if self.scan_sig.stop.load(Ordering::Relaxed) || lock(&failed).is_some() {
+            for w in 0..workers {
+                let fg_busy = &fg_busy;
+                let (next, runs, failed) = (&next, &runs, &failed);
+                let (issued, repaired, errors) = (&issued, &repaired, &errors);
+                s.spawn(move || loop {
+                    if self.scan_sig.stop.load(Ordering::Relaxed) || lock(failed).is_some() {
                         return;
+                    }
+                    let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
+                    if w > 0 && us > 0 && fg_busy() {
+                        if next.load(Ordering::Relaxed) as usize >= runs.len() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
                     }
                     let k = next.fetch_add(1, Ordering::Relaxed) as usize;
                     let Some(run) = runs.get(k) else { return };
@@ -765,18 +792,13 @@ impl Pool {
                             errors.fetch_add(e, Ordering::Relaxed);
                         }
                         Err(e) => {
-                            *lock(&failed) = Some(e);
+                            *lock(failed) = Some(e);
                             return;
                         }
                     }
                     lock(&self.scan).batch_issued = issued.load(Ordering::Relaxed);
-                    // Yield to foreground I/O.
-                    let fg = self.scan_sig.fg_ops.load(Ordering::Relaxed);
-                    if fg != fg_seen.swap(fg, Ordering::Relaxed) {
-                        let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
-                        if us > 0 {
-                            std::thread::sleep(Duration::from_micros(us * run.len() as u64));
-                        }
+                    if us > 0 && fg_busy() {
+                        std::thread::sleep(Duration::from_micros(us * run.len() as u64));
                     }
                 });
             }

@@ -434,3 +434,64 @@ pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
     );
     Ok(())
 }
+
+/// Foreground read latency while a scrub runs, with the scan yielding
+/// (`scan_delay_us`) and without: the scrub's throttle at work.
+pub fn scrub_load(dir: &Path, bytes: u64) -> R<()> {
+    let pool = create(
+        dir,
+        "benchsl",
+        TopKind::Raidz1,
+        4,
+        bytes / 2 + (1 << 30),
+        Tunables::default(),
+    )?;
+    let (obj, _) = write_seq(&pool, bytes)?;
+    pool.close().map_err(s)?;
+    let blocks = bytes / (128 << 10);
+    for (label, delay) in [
+        ("idle", None),
+        ("scrub, no yielding", Some(0u64)),
+        ("scrub, default yielding", Some(500)),
+    ] {
+        drop_caches();
+        let tun = Tunables {
+            cache_bytes: 0,
+            scan_delay_us: delay.unwrap_or(0),
+            ..Tunables::default()
+        };
+        let pool = reimport(dir, "benchsl", tun)?;
+        let t0 = Instant::now();
+        if delay.is_some() {
+            pool.scrub().map_err(s)?;
+        }
+        let mut rng = SimRng::new(77);
+        let mut lat = Vec::new();
+        let mut buf = vec![0u8; 128 << 10];
+        loop {
+            let b = rng.below(blocks);
+            let t = Instant::now();
+            pool.read(obj, b * (128 << 10), &mut buf).map_err(s)?;
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            let running = pool
+                .scan_status()
+                .is_some_and(|st| st.state == ScanState::Scanning);
+            if (delay.is_some() && !running) || (delay.is_none() && t0.elapsed().as_secs() >= 5) {
+                break;
+            }
+        }
+        pool.wait_scan();
+        let secs = t0.elapsed().as_secs_f64();
+        pool.close().map_err(s)?;
+        lat.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "{{\"bench\":\"scrubload\",\"case\":\"{label}\",\"reads\":{},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"scrub_s\":{}}}",
+            lat.len(),
+            lat[lat.len() / 2],
+            lat[(lat.len() * 99 / 100).min(lat.len() - 1)],
+            if delay.is_some() { format!("{secs:.2}") } else { "null".into() }
+        );
+    }
+    cleanup(dir, "benchsl");
+    Ok(())
+}
