@@ -1013,16 +1013,7 @@ impl Pool {
                 }
             }
             if changed {
-                *t = Arc::new(crate::vdev::TopVdev {
-                    id: t.id,
-                    guid: t.guid,
-                    kind: t.kind,
-                    ashift: t.ashift,
-                    asize: t.asize,
-                    ms_shift: t.ms_shift,
-                    flush: t.flush,
-                    children,
-                });
+                *t = t.with_children(t.kind, children);
             }
         }
         if changed {
@@ -1039,31 +1030,28 @@ impl Pool {
                 return Ok(());
             }
         }
+        if self.leaves_to_resilver().is_empty() {
+            return Ok(());
+        }
+        self.restart_resilver()
+    }
+
+    /// Usable leaves that lack some committed txg.
+    fn leaves_to_resilver(&self) -> Vec<Arc<Leaf>> {
         let synced = self.last_txg();
-        let needy: Vec<Arc<Leaf>> = self
-            .io
+        self.io
             .tops()
             .iter()
             .flat_map(|t| t.leaves())
             .filter(|l| l.is_usable() && l.dtl_bounds(synced).is_some())
-            .collect();
-        if needy.is_empty() {
-            return Ok(());
-        }
-        self.restart_resilver()
+            .collect()
     }
 
     /// (Re)start a resilver covering every leaf that lacks txgs: several
     /// replacements share one scan.
     pub fn restart_resilver(self: &Arc<Self>) -> Result<()> {
         let synced = self.last_txg();
-        let leaves: Vec<Arc<Leaf>> = self
-            .io
-            .tops()
-            .iter()
-            .flat_map(|t| t.leaves())
-            .filter(|l| l.is_usable() && l.dtl_bounds(synced).is_some())
-            .collect();
+        let leaves = self.leaves_to_resilver();
         let min = leaves
             .iter()
             .filter_map(|l| l.dtl_bounds(synced).map(|b| b.0))

@@ -25,19 +25,6 @@ pub struct LeafPos {
     pub primary: Arc<Leaf>,
 }
 
-fn rebuild_top(t: &TopVdev, kind: TopKind, children: Vec<Arc<Leaf>>) -> Arc<TopVdev> {
-    Arc::new(TopVdev {
-        id: t.id,
-        guid: t.guid,
-        kind,
-        ashift: t.ashift,
-        asize: t.asize,
-        ms_shift: t.ms_shift,
-        flush: t.flush,
-        children,
-    })
-}
-
 impl Pool {
     /// Find a leaf by path (as given or as resolved), or by guid in decimal.
     pub fn find_leaf(&self, name: &str) -> Option<LeafPos> {
@@ -181,16 +168,17 @@ impl Pool {
         Ok(())
     }
 
+    fn new_guid(&self) -> u64 {
+        let mut st = lock(&self.st);
+        let mut r = st.guid_rng;
+        let g = next_guid(&mut r);
+        st.guid_rng = r;
+        g
+    }
+
     fn new_leaf(&self, path: &str, dev: Arc<dyn BlockDevice>) -> Result<Arc<Leaf>> {
         label::clear(&*dev)?;
-        let guid = {
-            let mut st = lock(&self.st);
-            let mut r = st.guid_rng;
-            let g = next_guid(&mut r);
-            st.guid_rng = r;
-            g
-        };
-        let leaf = Leaf::new(guid, path.to_string(), dev);
+        let leaf = Leaf::new(self.new_guid(), path.to_string(), dev);
         // It lacks everything committed so far.
         leaf.set_dtl(vec![(1, self.last_txg().max(1))]);
         Ok(Arc::new(leaf))
@@ -260,7 +248,7 @@ impl Pool {
             let leaf = self.new_leaf(new_path, dev)?;
             let mut children = top.children.clone();
             children.push(leaf.clone());
-            let new_top = rebuild_top(&top, TopKind::Mirror, children);
+            let new_top = top.with_children(TopKind::Mirror, children);
             self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos.top] = new_top;
             let mut st = lock(&self.st);
             st.config.vdev_tree[pos.top].kind = TopKind::Mirror;
@@ -308,7 +296,7 @@ impl Pool {
                 *heir.attached.write().unwrap_or_else(|e| e.into_inner()) = rest;
                 let mut children = top.children.clone();
                 children[pos.column] = heir;
-                let t = rebuild_top(&top, top.kind, children);
+                let t = top.with_children(top.kind, children);
                 self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos.top] = t;
             } else if top.kind == TopKind::Mirror {
                 let others_ok = top
@@ -328,7 +316,7 @@ impl Pool {
                 } else {
                     TopKind::Mirror
                 };
-                let t = rebuild_top(&top, kind, children);
+                let t = top.with_children(kind, children);
                 self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos.top] = t;
                 let mut st = lock(&self.st);
                 st.config.vdev_tree[pos.top].kind = kind;
@@ -378,13 +366,7 @@ impl Pool {
             }
             for (path, dev) in devs {
                 label::clear(&*dev)?;
-                let guid = {
-                    let mut st = lock(&self.st);
-                    let mut r = st.guid_rng;
-                    let g = next_guid(&mut r);
-                    st.guid_rng = r;
-                    g
-                };
+                let guid = self.new_guid();
                 self.io
                     .spares
                     .write()

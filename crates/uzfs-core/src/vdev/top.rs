@@ -118,6 +118,20 @@ fn combinations(items: &[usize], k: usize, out: &mut Vec<Vec<usize>>) {
 }
 
 impl TopVdev {
+    /// The same vdev with another kind and other columns (tree changes).
+    pub fn with_children(&self, kind: TopKind, children: Vec<Arc<Leaf>>) -> Arc<TopVdev> {
+        Arc::new(TopVdev {
+            id: self.id,
+            guid: self.guid,
+            kind,
+            ashift: self.ashift,
+            asize: self.asize,
+            ms_shift: self.ms_shift,
+            flush: self.flush,
+            children,
+        })
+    }
+
     /// Columns whose loss the vdev survives.
     pub fn redundancy(&self) -> usize {
         match self.kind {
@@ -505,36 +519,12 @@ impl TopVdev {
                 .map(|c| (c, offset, p.clone()))
                 .collect()
         };
-        let mut failed = 0;
-        let mut first_err = None;
-        for (child, off, bytes) in &cols {
-            let mut ok = false;
-            for l in column_leaves(&self.children[*child]) {
-                if !l.is_usable() {
-                    continue;
-                }
-                match l.write(bytes, *off) {
-                    Ok(()) => ok = true,
-                    Err(e) if is_power_lost(&e) => return Err(e),
-                    Err(e) => {
-                        l.dtl_add(txg);
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            if !ok {
-                failed += 1;
-            }
-        }
-        if failed > self.redundancy() {
-            return Err(first_err.unwrap_or_else(|| {
-                Error::invalid(format!(
-                    "{}: too many devices unavailable to write",
-                    self.name()
-                ))
-            }));
-        }
-        Ok(())
+        self.on_columns(
+            cols.iter()
+                .map(|(child, off, bytes)| (*child, |l: &Leaf| l.write(bytes, *off))),
+            txg,
+            "too many devices unavailable to write",
+        )
     }
 
     /// Flush every usable leaf, unless the flush policy says the cache is
@@ -544,12 +534,31 @@ impl TopVdev {
         if self.flush == FlushPolicy::Ignore {
             return Ok(());
         }
+        self.on_columns(
+            (0..self.children.len()).map(|c| (c, |l: &Leaf| l.flush())),
+            txg,
+            "no device to flush",
+        )
+    }
+
+    /// Run `op` on every usable leaf of the given columns. A leaf that fails
+    /// records `txg` in its DTL; a column where no leaf succeeded is lost;
+    /// more lost columns than the redundancy is an error (power loss always).
+    fn on_columns<F: Fn(&Leaf) -> Result<()>>(
+        &self,
+        cols: impl Iterator<Item = (usize, F)>,
+        txg: u64,
+        what: &str,
+    ) -> Result<()> {
         let mut failed = 0;
         let mut first_err = None;
-        for c in &self.children {
+        for (child, op) in cols {
             let mut ok = false;
-            for l in column_leaves(c).into_iter().filter(|l| l.is_usable()) {
-                match l.flush() {
+            for l in column_leaves(&self.children[child])
+                .into_iter()
+                .filter(|l| l.is_usable())
+            {
+                match op(&l) {
                     Ok(()) => ok = true,
                     Err(e) if is_power_lost(&e) => return Err(e),
                     Err(e) => {
@@ -563,9 +572,9 @@ impl TopVdev {
             }
         }
         if failed > self.redundancy() {
-            return Err(first_err.unwrap_or_else(|| {
-                Error::invalid(format!("{}: no device to flush", self.name()))
-            }));
+            return Err(
+                first_err.unwrap_or_else(|| Error::invalid(format!("{}: {what}", self.name())))
+            );
         }
         Ok(())
     }
