@@ -231,10 +231,7 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
                 if !o.verbose && n.depth > 0 {
                     continue;
                 }
-                let d = match before.and_then(|b| b.nodes.get(k)) {
-                    Some(bn) if bn.name == n.name => n.c.minus(&bn.c),
-                    _ => n.c.clone(),
-                };
+                let d = delta(n, before, k);
                 out.push_str(&histogram(&n.name, &d, o));
             }
         }
@@ -283,10 +280,7 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
             if !o.verbose && n.depth > 0 {
                 continue;
             }
-            let d = match before.and_then(|b| b.nodes.get(k)) {
-                Some(bn) if bn.name == n.name => n.c.minus(&bn.c),
-                _ => n.c.clone(),
-            };
+            let d = delta(n, before, k);
             let rate = |v: u64| num((v as f64 / secs).round() as u64, o);
             let mut cols = vec![format!("{}{}", "  ".repeat(n.depth), n.name)];
             match n.space {
@@ -317,22 +311,35 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
                 cols.extend([r.clone(), w.clone(), r, w]);
                 cols.extend(std::iter::repeat_n("-".to_string(), 6));
             }
-            if o.scripted {
-                out.push_str(&cols.join("\t"));
-            } else {
-                let mut line = format!("{:<namew$}", cols[0]);
-                for c in &cols[1..] {
-                    line.push_str(&format!("  {c:>5}"));
-                }
-                out.push_str(&line);
-            }
-            out.push('\n');
+            out.push_str(&row(&cols, namew, o.scripted));
         }
         if o.verbose && !o.scripted {
             out.push_str(&dashes(namew, sub.len()));
         }
     }
     out
+}
+
+/// Counters of node `k` over the interval since `before` (all of them on
+/// the first report, or if the tree changed).
+fn delta(n: &Node, before: Option<&PoolSnap>, k: usize) -> Counters {
+    match before.and_then(|b| b.nodes.get(k)) {
+        Some(bn) if bn.name == n.name => n.c.minus(&bn.c),
+        _ => n.c.clone(),
+    }
+}
+
+/// One output line: the name padded to `namew`, then 5-wide right-aligned
+/// columns two spaces apart; tab-separated when scripted (`-H`).
+fn row(cols: &[String], namew: usize, scripted: bool) -> String {
+    if scripted {
+        return cols.join("\t") + "\n";
+    }
+    let mut line = format!("{:<namew$}", cols[0]);
+    for c in &cols[1..] {
+        line.push_str(&format!("  {c:>5}"));
+    }
+    line + "\n"
 }
 
 fn dashes(namew: usize, ncols: usize) -> String {
@@ -370,16 +377,7 @@ fn histogram(name: &str, c: &Counters, o: &Opts) -> String {
         let w = c.write_hist.get(i).copied().unwrap_or(0);
         let mut cols = vec![bucket_label(i), num(r, o), num(w, o), num(r, o), num(w, o)];
         cols.extend(std::iter::repeat_n("0".to_string(), 6));
-        if o.scripted {
-            out.push_str(&cols.join("\t"));
-        } else {
-            let mut line = format!("{:<namew$}", cols[0]);
-            for c in &cols[1..] {
-                line.push_str(&format!("  {c:>5}"));
-            }
-            out.push_str(&line);
-        }
-        out.push('\n');
+        out.push_str(&row(&cols, namew, o.scripted));
     }
     if !o.scripted {
         out.push_str(&"-".repeat(namew + 10 * 7));

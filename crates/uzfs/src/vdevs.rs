@@ -62,31 +62,27 @@ pub fn scrub(d: &Daemon, args: &[String], full: &str) -> Response {
 }
 
 pub fn offline(d: &Daemon, args: &[String], full: &str) -> Response {
-    let (_o, rest) = match getopt(args, "tf") {
-        Ok(x) => x,
-        Err(e) => return usage_err(&e),
-    };
-    let (p, devs) = match pool_and_rest(d, &rest, "offline") {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
-    if devs.is_empty() {
-        return usage_err("missing device name");
-    }
-    for dev in devs {
-        if let Err(e) = p.offline(dev) {
-            return err(e.to_string());
-        }
-    }
-    done(&p, full)
+    each_device(d, args, full, "tf", "offline", |p, dev| p.offline(dev))
 }
 
 pub fn online(d: &Daemon, args: &[String], full: &str) -> Response {
-    let (_o, rest) = match getopt(args, "e") {
+    each_device(d, args, full, "e", "online", |p, dev| p.online(dev))
+}
+
+/// `zpool VERB [-opts] POOL DEV...`: apply `op` to each device in turn.
+fn each_device(
+    d: &Daemon,
+    args: &[String],
+    full: &str,
+    opts: &str,
+    verb: &str,
+    op: impl Fn(&Arc<Pool>, &str) -> uzfs_core::Result<()>,
+) -> Response {
+    let (_o, rest) = match getopt(args, opts) {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
-    let (p, devs) = match pool_and_rest(d, &rest, "online") {
+    let (p, devs) = match pool_and_rest(d, &rest, verb) {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -94,7 +90,7 @@ pub fn online(d: &Daemon, args: &[String], full: &str) -> Response {
         return usage_err("missing device name");
     }
     for dev in devs {
-        if let Err(e) = p.online(dev) {
+        if let Err(e) = op(&p, dev) {
             return err(e.to_string());
         }
     }
