@@ -211,3 +211,36 @@ fn full_pool_says_no_space_and_keeps_data() {
     let r = uzfs_core::zdb::verify(devs(&disks)).expect("zdb");
     assert!(r.is_clean(), "{}", uzfs_core::zdb::format_report(&r));
 }
+
+/// A label whose (checksum-valid) config describes an impossible RAID-Z
+/// (fewer children than parity + 2, an absurd ashift) is refused at import
+/// with a clear error, never a panic in the geometry arithmetic.
+#[test]
+fn crafted_label_with_impossible_raidz_is_refused() {
+    for (keep, ashift) in [(1usize, 12u8), (0, 12), (3, 70)] {
+        let w = SimWorld::new();
+        let disks: Vec<_> = (0..3).map(|i| w.disk(&format!("z{i}"), 64 << 20)).collect();
+        let pool =
+            Pool::create("rz", vec![spec(TopKind::Raidz1, &disks)], opts(11)).expect("create");
+        pool.export().expect("export");
+        for d in &disks {
+            let mut lc = uzfs_core::spa::probe_label(d).expect("label");
+            lc.pool.vdev_tree[0].children.truncate(keep);
+            lc.pool.vdev_tree[0].ashift = ashift;
+            lc.pool.txg += 1;
+            let payload = serde_json::to_vec(&lc).expect("json");
+            uzfs_core::vdev::label::write_config(d, &payload, &[0, 1, 2, 3]).expect("write label");
+        }
+        let found = discover(devs(&disks));
+        assert_eq!(found.len(), 1);
+        let Err(e) = Pool::import(&found[0], None, tunables()) else {
+            panic!("an impossible raidz ({keep} children, ashift {ashift}) was imported");
+        };
+        eprintln!("case {keep}/{ashift}: {e}");
+        assert!(
+            e.to_string().contains("impossible geometry")
+                || e.to_string().contains("no valid uberblock"),
+            "{e}"
+        );
+    }
+}

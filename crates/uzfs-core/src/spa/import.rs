@@ -204,6 +204,26 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
         if t.id as usize != i {
             return Err(Error::corrupt("pool config", "vdev ids out of order"));
         }
+        // The config is checksummed, but a crafted one must still not reach
+        // arithmetic that assumes a sane geometry.
+        let np = t.kind.nparity();
+        let width = t.children.len();
+        let width_ok = if t.kind.is_raidz() {
+            (np + 2..=255).contains(&width)
+        } else {
+            width >= 1
+        };
+        if !width_ok || !(9..=16).contains(&t.ashift) || t.ms_shift >= 64 {
+            return Err(Error::corrupt(
+                "pool config",
+                format!(
+                    "vdev {i}: impossible geometry ({} with {width} children, ashift {}, ms_shift {})",
+                    t.kind.label(),
+                    t.ashift,
+                    t.ms_shift
+                ),
+            ));
+        }
         let mut problems = Vec::new();
         let need = crate::vdev::LABEL_START_SIZE
             + crate::vdev::top_child_need(t.kind, t.children.len(), t.ashift, t.asize)
