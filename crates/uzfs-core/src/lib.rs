@@ -5,12 +5,16 @@
 //! * [`dmu`]: objects, block pointers, checksums, compression.
 //! * [`arc`]: the block cache beside the DMU.
 //! * [`zdb`]: offline inspection and verification.
+//! * [`zpl`]: the POSIX layer: files and directories in a dataset.
+//! * [`dsl`]: datasets: the namespace, properties and space accounting.
 
 pub mod arc;
 pub mod dmu;
+pub mod dsl;
 pub mod error;
 pub mod spa;
 pub mod vdev;
 pub mod zdb;
+pub mod zpl;
 
 pub use error::{Error, Result};

@@ -230,8 +230,16 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         .iter()
         .any(|(_, d)| d.obj_type == ot::DSL_DATASET)
     {
-        let root_bp = pool.root.root_bp();
-        w.walk_objset(&root_bp, &pool.name);
+        let dir = crate::spa::lock(&pool.st).dir.clone();
+        let mos = crate::dmu::objset::Objset::open(&ub.rootbp, pool.io.clone(), ub.txg + 1)?;
+        for (id, bp) in crate::spa::committed_datasets(&mos, &dir)? {
+            let name = if id == 1 {
+                pool.name.clone()
+            } else {
+                format!("{} dataset {id}", pool.name)
+            };
+            w.walk_objset(&bp, &name);
+        }
     }
     // Compare referenced space with the space maps.
     let cfg = pool.config();

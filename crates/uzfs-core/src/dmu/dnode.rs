@@ -7,9 +7,9 @@
 //!  16  maxblkid u64          highest level-0 block id ever written (0 if none)
 //!  24  used_bytes u64        allocated bytes (all DVAs) beneath this dnode
 //!  32  size u64              logical object size in bytes
-//!  40  reserved (24 bytes, zero)
+//!  40  bonus[0..24]          small per-type payload, first part
 //!  64  blkptr[3]             top-level block pointers (level nlevels-1)
-//! 448  bonus[64]             small per-type payload
+//! 448  bonus[24..88]         small per-type payload, second part
 //! 512
 //! ```
 //!
@@ -26,7 +26,9 @@ use crate::error::{Error, Result};
 pub const DNODE_SIZE: usize = 512;
 pub const NBLKPTR: usize = 3;
 pub const DEFAULT_INDBLKSHIFT: u8 = 17;
-pub const BONUS_SIZE: usize = 64;
+/// The bonus buffer: 88 bytes, stored in two pieces (header bytes 40..64
+/// and the dnode's last 64 bytes). The ZPL keeps a file's attributes here.
+pub const BONUS_SIZE: usize = 88;
 
 /// Object types (dmu_object_type_t). Stored in dnodes and block pointers.
 pub mod ot {
@@ -42,6 +44,12 @@ pub mod ot {
     pub const POOL_PROPS: u8 = 9;
     pub const PLAIN_FILE: u8 = 10;
     pub const UINT64_ARRAY: u8 = 11;
+    pub const DSL_DIR: u8 = 12;
+    pub const MASTER_NODE: u8 = 13;
+    pub const DIRECTORY: u8 = 14;
+    pub const SYMLINK: u8 = 15;
+    pub const XATTR: u8 = 16;
+    pub const UNLINKED_SET: u8 = 17;
 
     pub fn name(t: u8) -> &'static str {
         match t {
@@ -57,6 +65,12 @@ pub mod ot {
             POOL_PROPS => "pool properties",
             PLAIN_FILE => "plain file contents",
             UINT64_ARRAY => "uint64 array",
+            DSL_DIR => "DSL directory",
+            MASTER_NODE => "ZFS master node",
+            DIRECTORY => "ZFS directory",
+            SYMLINK => "ZFS symlink",
+            XATTR => "ZFS xattrs",
+            UNLINKED_SET => "ZFS delete queue",
             _ => "unknown",
         }
     }
@@ -150,7 +164,8 @@ impl DnodePhys {
         for (i, bp) in self.blkptr.iter().enumerate() {
             bp.encode(&mut out[64 + i * BLKPTR_SIZE..64 + (i + 1) * BLKPTR_SIZE]);
         }
-        out[448..512].copy_from_slice(&self.bonus);
+        out[40..64].copy_from_slice(&self.bonus[..24]);
+        out[448..512].copy_from_slice(&self.bonus[24..]);
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
@@ -193,7 +208,8 @@ impl DnodePhys {
             }
         }
         let mut bonus = [0u8; BONUS_SIZE];
-        bonus.copy_from_slice(&b[448..512]);
+        bonus[..24].copy_from_slice(&b[40..64]);
+        bonus[24..].copy_from_slice(&b[448..512]);
         Ok(DnodePhys {
             obj_type: b[0],
             nlevels,

@@ -29,7 +29,7 @@
 use super::blkptr::{BlkPtr, BLKPTR_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
-use super::dnode::{ot, DnodePhys, ObjProps, DNODE_SIZE};
+use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -88,6 +88,20 @@ pub struct DirtyObj {
     pub blocks: BTreeMap<u64, Arc<Vec<u8>>>,
     /// New logical size, if it changed.
     pub size: Option<u64>,
+    /// New bonus buffer, if it changed.
+    pub bonus: Option<[u8; BONUS_SIZE]>,
+    /// Level-0 block ranges `[start, end)` punched out in this txg, before
+    /// the blocks in `blocks` (a block written after a punch is in `blocks`).
+    pub frees: Vec<(u64, u64)>,
+    /// New data block size (a single-block object growing; see
+    /// [`Objset::grow_blocksize`]). Applied before everything else.
+    pub blksz: Option<u32>,
+}
+
+impl DirtyObj {
+    fn punched(&self, blkid: u64) -> bool {
+        self.frees.iter().any(|&(s, e)| s <= blkid && blkid < e)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -118,6 +132,17 @@ struct OsState {
     open: TxgDirty,
     syncing: Option<Arc<TxgDirty>>,
     next_obj: u64,
+    /// Allocated and logical bytes of every block under the object set,
+    /// as of the last sync pass (stored in the object-set block).
+    space: ObjsetSpace,
+}
+
+/// Space charged to an object set: `used` counts allocated bytes (every
+/// copy, parity included), `logical` the uncompressed size of the blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjsetSpace {
+    pub used: u64,
+    pub logical: u64,
 }
 
 pub struct Objset {
@@ -150,7 +175,9 @@ impl Objset {
     pub fn open(bp: &BlkPtr, reader: Arc<dyn BlockReader>, open_txg: u64) -> Result<Self> {
         let data = reader.read_bp(bp)?;
         let (os_type, meta) = decode_objset_phys(&data)?;
-        Ok(Self::with_root(os_type, reader, open_txg, *bp, meta))
+        let os = Self::with_root(os_type, reader, open_txg, *bp, meta);
+        lock(&os.st).space = decode_objset_space(&data);
+        Ok(os)
     }
 
     fn with_root(
@@ -170,6 +197,7 @@ impl Objset {
                 open: TxgDirty::new(open_txg),
                 syncing: None,
                 next_obj: 1,
+                space: ObjsetSpace::default(),
             }),
             create_lock: Mutex::new(()),
         }
@@ -177,6 +205,21 @@ impl Objset {
 
     pub fn root_bp(&self) -> BlkPtr {
         lock(&self.st).bp
+    }
+
+    /// Object slots the meta-dnode spans (an upper bound on live objects).
+    pub fn dnode_count_estimate(&self) -> u64 {
+        lock(&self.st).meta.size / DNODE_SIZE as u64
+    }
+
+    /// Space under this object set as of the last sync.
+    pub fn space(&self) -> ObjsetSpace {
+        lock(&self.st).space
+    }
+
+    /// Bytes of dirty data in the open txg (not yet charged to `space`).
+    pub fn open_dirty_bytes(&self) -> u64 {
+        lock(&self.st).open.bytes
     }
 
     pub fn dirty_bytes(&self) -> u64 {
@@ -230,6 +273,8 @@ impl Objset {
     /// The current dnode of `obj` (type, block size, logical size), or `None`.
     pub fn dnode(&self, obj: u64) -> Result<Option<DnodePhys>> {
         let mut size = None;
+        let mut bonus = None;
+        let mut blksz = None;
         {
             let st = lock(&self.st);
             let layers = [Some(&st.open), st.syncing.as_deref()];
@@ -239,9 +284,17 @@ impl Objset {
                         return Ok(None);
                     }
                     size = size.or(o.size);
+                    bonus = bonus.or(o.bonus);
+                    blksz = blksz.or(o.blksz);
                     if let Some(c) = &o.create {
                         let mut dn = c.clone();
                         dn.size = size.unwrap_or(0);
+                        if let Some(b) = bonus {
+                            dn.bonus = b;
+                        }
+                        if let Some(b) = blksz {
+                            dn.datablksz = b;
+                        }
                         return Ok(Some(dn));
                     }
                 }
@@ -253,6 +306,12 @@ impl Objset {
         }
         if let Some(s) = size {
             dn.size = s;
+        }
+        if let Some(b) = bonus {
+            dn.bonus = b;
+        }
+        if let Some(b) = blksz {
+            dn.datablksz = b;
         }
         Ok(Some(dn))
     }
@@ -279,7 +338,7 @@ impl Objset {
                     if let Some(b) = o.blocks.get(&blkid) {
                         return Ok(BlockSource::Data(b.clone()));
                     }
-                    if o.create.is_some() {
+                    if o.create.is_some() || o.punched(blkid) {
                         return Ok(BlockSource::Zero);
                     }
                 }
@@ -315,7 +374,9 @@ impl Objset {
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(buf.len() - pos);
             match self.read_block(obj, blkid)? {
-                Some(b) => buf[pos..pos + n].copy_from_slice(&b[boff..boff + n]),
+                Some(b) => buf[pos..pos + n].copy_from_slice(b.get(boff..boff + n).ok_or_else(
+                    || Error::corrupt("data block", format!("object {obj} block {blkid} short")),
+                )?),
                 None => buf[pos..pos + n].fill(0),
             }
             pos += n;
@@ -340,9 +401,8 @@ impl Objset {
         let d = st.open.objs.entry(cand).or_default();
         *d = DirtyObj {
             create: Some(DnodePhys::new(obj_type, blksz, props)),
-            freed: false,
-            blocks: BTreeMap::new(),
             size: Some(0),
+            ..Default::default()
         };
         Ok(cand)
     }
@@ -379,9 +439,8 @@ impl Objset {
             cand,
             DirtyObj {
                 create: Some(DnodePhys::new(obj_type, blksz, props)),
-                freed: false,
-                blocks: BTreeMap::new(),
                 size: Some(0),
+                ..Default::default()
             },
         );
         Ok(cand)
@@ -408,6 +467,61 @@ impl Objset {
     pub fn set_size(&self, obj: u64, size: u64) -> Result<()> {
         self.stat(obj)?;
         lock(&self.st).open.objs.entry(obj).or_default().size = Some(size);
+        Ok(())
+    }
+
+    /// Replace the bonus buffer of an object.
+    pub fn set_bonus(&self, obj: u64, bonus: &[u8; BONUS_SIZE]) -> Result<()> {
+        self.stat(obj)?;
+        lock(&self.st).open.objs.entry(obj).or_default().bonus = Some(*bonus);
+        Ok(())
+    }
+
+    /// Grow the data block size of an object that has at most one block
+    /// (OpenZFS dnode_set_blksz): small files start with a small block and
+    /// grow up to the record size, so a 100-byte file costs 512 bytes.
+    pub fn grow_blocksize(&self, obj: u64, new_bs: u32) -> Result<()> {
+        let dn = self.stat(obj)?;
+        if new_bs <= dn.datablksz {
+            return Ok(());
+        }
+        if new_bs > super::blkptr::MAX_BLOCK_SIZE || !new_bs.is_multiple_of(512) {
+            return Err(Error::invalid(format!("invalid block size {new_bs}")));
+        }
+        if dn.size > dn.datablksz as u64 {
+            return Err(Error::invalid("block size change of a multi-block object"));
+        }
+        let mut block = vec![0u8; new_bs as usize];
+        if let Some(old) = self.read_block(obj, 0)? {
+            block[..old.len()].copy_from_slice(&old);
+        }
+        let mut st = lock(&self.st);
+        let d = st.open.objs.entry(obj).or_default();
+        let had = d.blocks.len() as u64 * dn.datablksz as u64;
+        d.blocks.clear();
+        d.blocks.insert(0, Arc::new(block));
+        d.blksz = Some(new_bs);
+        st.open.bytes = st.open.bytes - had.min(st.open.bytes) + new_bs as u64;
+        Ok(())
+    }
+
+    /// Punch level-0 blocks `[start, end)` out of an object: they read as
+    /// zeros and, once synced, are holes that take no space (indirect blocks
+    /// left with only holes are freed too). The logical size is unchanged.
+    pub fn free_range(&self, obj: u64, start: u64, end: u64) -> Result<()> {
+        let bs = self.stat(obj)?.datablksz as u64;
+        if start >= end {
+            return Ok(());
+        }
+        let mut st = lock(&self.st);
+        let d = st.open.objs.entry(obj).or_default();
+        let doomed: Vec<u64> = d.blocks.range(start..end).map(|(&k, _)| k).collect();
+        for k in &doomed {
+            d.blocks.remove(k);
+        }
+        d.frees.push((start, end));
+        let released = doomed.len() as u64 * bs;
+        st.open.bytes -= released.min(st.open.bytes);
         Ok(())
     }
 
@@ -442,7 +556,13 @@ impl Objset {
                     src.to_vec()
                 } else {
                     let mut b = match self.read_block(obj, blkid)? {
-                        Some(old) => old.to_vec(),
+                        Some(old) if old.len() == bs as usize => old.to_vec(),
+                        Some(_) => {
+                            return Err(Error::corrupt(
+                                "data block",
+                                format!("object {obj} block {blkid} has the wrong size"),
+                            ))
+                        }
                         None => vec![0u8; bs as usize],
                     };
                     b[boff..boff + n].copy_from_slice(src);
@@ -469,14 +589,20 @@ impl Objset {
     /// Write out `dirty` (the syncing txg, or a later sync pass's changes) and
     /// the object-set block. Returns the new object-set block pointer.
     pub fn sync_pass(&self, w: &mut dyn BlockWriter, dirty: &TxgDirty) -> Result<BlkPtr> {
-        let (mut meta, os_bp) = {
+        let (mut meta, os_bp, space) = {
             let st = lock(&self.st);
-            (st.meta.clone(), st.bp)
+            (st.meta.clone(), st.bp, st.space)
         };
         if dirty.is_empty() && !os_bp.is_hole() {
             return Ok(os_bp);
         }
         let reader = &*self.reader;
+        let mut counting = Counting {
+            inner: w,
+            used: 0,
+            logical: 0,
+        };
+        let w = &mut counting;
         let mut changed = BTreeMap::new();
         for (&obj, d) in &dirty.objs {
             let old = self.synced_dnode(obj)?;
@@ -503,7 +629,13 @@ impl Objset {
             meta.size = meta.size.max(end);
             apply_blocks(reader, w, &mut meta, &blocks)?;
         }
-        let phys = encode_objset_phys(self.os_type, &meta);
+        // Everything beneath the object-set block is charged to it; the
+        // block itself (1 KiB, written every txg) is not.
+        let new_space = ObjsetSpace {
+            used: (space.used as i64 + w.used).max(0) as u64,
+            logical: (space.logical as i64 + w.logical).max(0) as u64,
+        };
+        let phys = encode_objset_phys(self.os_type, &meta, new_space);
         let new_bp = w.write_bp(
             &os_bp,
             &phys,
@@ -517,12 +649,40 @@ impl Objset {
             },
         )?;
         let mut st = lock(&self.st);
+        st.space = new_space;
         st.bp = new_bp;
         st.meta = meta;
         for (obj, dn) in changed {
             st.dnodes.insert(obj, dn);
         }
         Ok(new_bp)
+    }
+
+    /// Free every block of this object set (a destroyed dataset): each
+    /// object's tree, the meta-dnode's tree and the object-set block.
+    pub fn free_everything(&self, w: &mut dyn BlockWriter) -> Result<()> {
+        let (meta, bp) = {
+            let st = lock(&self.st);
+            (st.meta.clone(), st.bp)
+        };
+        if bp.is_hole() {
+            return Ok(());
+        }
+        let reader = &*self.reader;
+        let nblocks = meta.size.div_ceil(DNODE_BLOCK_SIZE as u64);
+        for blkid in 0..nblocks {
+            if let Some(block) = read_tree_block(reader, &meta, blkid)? {
+                for chunk in block.chunks_exact(DNODE_SIZE) {
+                    let dn = DnodePhys::decode(chunk)?;
+                    if !dn.is_free() {
+                        free_tree(reader, w, &dn)?;
+                    }
+                }
+            }
+        }
+        free_tree(reader, w, &meta)?;
+        w.free_bp(&bp);
+        Ok(())
     }
 
     /// A sync-context write (MOS passes after the first): read-modify-write
@@ -574,6 +734,43 @@ impl Objset {
     }
 }
 
+/// Counts the space a sync pass allocates and frees under one object set.
+struct Counting<'a> {
+    inner: &'a mut dyn BlockWriter,
+    used: i64,
+    logical: i64,
+}
+
+impl Counting<'_> {
+    fn charge(&mut self, old: &BlkPtr, new: &BlkPtr) {
+        self.used += new.asize() as i64 - old.asize() as i64;
+        self.logical += new.lsize as i64 - old.lsize as i64;
+    }
+}
+
+impl BlockWriter for Counting<'_> {
+    fn txg(&self) -> u64 {
+        self.inner.txg()
+    }
+    fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
+        let new = self.inner.write_bp(old, data, wp)?;
+        self.charge(old, &new);
+        Ok(new)
+    }
+    fn free_bp(&mut self, bp: &BlkPtr) {
+        self.used -= bp.asize() as i64;
+        self.logical -= bp.lsize as i64;
+        self.inner.free_bp(bp)
+    }
+    fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
+        let new = self.inner.write_batch(items, wp)?;
+        for ((old, _), n) in items.iter().zip(&new) {
+            self.charge(old, n);
+        }
+        Ok(new)
+    }
+}
+
 fn l0_params(dn: &DnodePhys) -> WriteParams {
     WriteParams {
         obj_type: dn.obj_type,
@@ -619,11 +816,26 @@ fn sync_object(
     if dn.is_free() {
         return Err(Error::invalid("sync of changes to a free object"));
     }
+    if let Some(bs) = d.blksz {
+        // The one old block (if any) is replaced by block 0 in `blocks`.
+        free_tree(reader, w, &dn)?;
+        dn.blkptr = [BlkPtr::HOLE; 3];
+        dn.nlevels = 1;
+        dn.used_bytes = 0;
+        dn.maxblkid = 0;
+        dn.datablksz = bs;
+    }
+    for &(start, end) in &d.frees {
+        free_range_tree(reader, w, &mut dn, start, end)?;
+    }
     if !d.blocks.is_empty() {
         apply_blocks(reader, w, &mut dn, &d.blocks)?;
     }
     if let Some(s) = d.size {
         dn.size = s;
+    }
+    if let Some(b) = d.bonus {
+        dn.bonus = b;
     }
     Ok(dn)
 }
@@ -762,6 +974,92 @@ fn sync_node(
     Ok(new)
 }
 
+/// Punch level-0 blocks `[start, end)` out of the tree under `dn`.
+fn free_range_tree(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    dn: &mut DnodePhys,
+    start: u64,
+    end: u64,
+) -> Result<()> {
+    let span = dn.capacity(dn.nlevels) / 3;
+    let snapshot = dn.clone();
+    let mut used = dn.used_bytes as i64;
+    for slot in 0..3u64 {
+        let base = slot * span;
+        if base >= end || base.saturating_add(span) <= start {
+            continue;
+        }
+        let old = dn.blkptr[slot as usize];
+        dn.blkptr[slot as usize] = free_node(
+            reader,
+            w,
+            &snapshot,
+            &old,
+            dn.nlevels - 1,
+            (base, span),
+            (start, end),
+            &mut used,
+        )?;
+    }
+    dn.used_bytes = used.max(0) as u64;
+    Ok(())
+}
+
+/// The subtree under `old` (covering `span` level-0 blocks from `base`) with
+/// the blocks in `range` punched out; a subtree left empty becomes a hole.
+#[allow(clippy::too_many_arguments)]
+fn free_node(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    dn: &DnodePhys,
+    old: &BlkPtr,
+    level: u8,
+    (base, span): (u64, u64),
+    (start, end): (u64, u64),
+    used: &mut i64,
+) -> Result<BlkPtr> {
+    if old.is_hole() {
+        return Ok(BlkPtr::HOLE);
+    }
+    if start <= base && base.saturating_add(span) <= end {
+        *used -= free_subtree(reader, w, old)? as i64;
+        return Ok(BlkPtr::HOLE);
+    }
+    debug_assert!(level > 0, "a level-0 block is either inside the range or not");
+    let mut children = decode_indirect(&reader.read_bp(old)?, level)?;
+    let child_span = span / dn.epb();
+    for (idx, child) in children.iter_mut().enumerate() {
+        let cbase = base + idx as u64 * child_span;
+        if cbase >= end || cbase + child_span <= start || child.is_hole() {
+            continue;
+        }
+        *child = free_node(
+            reader,
+            w,
+            dn,
+            child,
+            level - 1,
+            (cbase, child_span),
+            (start, end),
+            used,
+        )?;
+    }
+    if children.iter().all(|c| c.is_hole()) {
+        *used -= old.asize() as i64;
+        w.free_bp(old);
+        return Ok(BlkPtr::HOLE);
+    }
+    let fill = children.iter().map(|c| c.fill).sum();
+    let new = w.write_bp(
+        old,
+        &encode_indirect(&children),
+        indirect_params(dn, level, fill),
+    )?;
+    *used += new.asize() as i64 - old.asize() as i64;
+    Ok(new)
+}
+
 /// Free every block of an object.
 pub fn free_tree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, dn: &DnodePhys) -> Result<()> {
     for bp in dn.blkptr.iter().filter(|b| !b.is_hole()) {
@@ -770,16 +1068,18 @@ pub fn free_tree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, dn: &DnodePh
     Ok(())
 }
 
-fn free_subtree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, bp: &BlkPtr) -> Result<()> {
+/// Free `bp` and everything beneath it; returns the allocated bytes freed.
+fn free_subtree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, bp: &BlkPtr) -> Result<u64> {
+    let mut freed = 0;
     if bp.level > 0 {
         for c in decode_indirect(&reader.read_bp(bp)?, bp.level)? {
             if !c.is_hole() {
-                free_subtree(reader, w, &c)?;
+                freed += free_subtree(reader, w, &c)?;
             }
         }
     }
     w.free_bp(bp);
-    Ok(())
+    Ok(freed + bp.asize())
 }
 
 pub fn encode_indirect(children: &[BlkPtr]) -> Vec<u8> {
@@ -884,11 +1184,25 @@ pub fn decode_objset_phys(b: &[u8]) -> Result<(u64, DnodePhys)> {
     Ok((t, meta))
 }
 
-pub fn encode_objset_phys(os_type: u64, meta: &DnodePhys) -> Vec<u8> {
+/// The space counters of an object-set block (bytes 24..40).
+pub fn decode_objset_space(b: &[u8]) -> ObjsetSpace {
+    use super::blkptr::le64;
+    if b.len() < 40 {
+        return ObjsetSpace::default();
+    }
+    ObjsetSpace {
+        used: le64(b, 24),
+        logical: le64(b, 32),
+    }
+}
+
+pub fn encode_objset_phys(os_type: u64, meta: &DnodePhys, space: ObjsetSpace) -> Vec<u8> {
     let mut b = vec![0u8; OBJSET_PHYS_SIZE];
     b[0..8].copy_from_slice(&OBJSET_MAGIC.to_le_bytes());
     b[8..16].copy_from_slice(&OBJSET_VERSION.to_le_bytes());
     b[16..24].copy_from_slice(&os_type.to_le_bytes());
+    b[24..32].copy_from_slice(&space.used.to_le_bytes());
+    b[32..40].copy_from_slice(&space.logical.to_le_bytes());
     meta.encode(&mut b[64..64 + DNODE_SIZE]);
     b
 }

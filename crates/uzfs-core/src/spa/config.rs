@@ -158,6 +158,9 @@ pub struct ObjectDirectory {
     /// Scrub/resilver state (OpenZFS DMU_POOL_SCAN), created by the first scan.
     #[serde(default)]
     pub scan: u64,
+    /// The DSL record: every dataset but the root (see `dsl/mod.rs`).
+    #[serde(default)]
+    pub dsl: u64,
 }
 
 /// Settable pool properties persisted in the MOS.

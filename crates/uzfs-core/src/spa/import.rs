@@ -335,7 +335,24 @@ impl Pool {
             vallocs.push(va);
         }
         let root_bp = super::dataset_bp(&mos, dir.root_dataset)?;
-        let root = Objset::open(&root_bp, io.clone(), open_txg)?;
+        let root = Arc::new(Objset::open(&root_bp, io.clone(), open_txg)?);
+        let dsl: crate::dsl::DslDirPhys = if dir.dsl != 0 {
+            Pool::read_json(&mos, dir.dsl, "DSL directory")?
+        } else {
+            Default::default()
+        };
+        let mut children = Vec::new();
+        for d in dsl.datasets {
+            if d.id == dir.root_dataset || d.id == 0 {
+                return Err(Error::corrupt("DSL directory", "bad dataset id"));
+            }
+            let bp = super::dataset_bp(&mos, d.id)?;
+            let os = Arc::new(Objset::open(&bp, io.clone(), open_txg)?);
+            children.push(Arc::new(crate::dsl::Dataset {
+                phys: std::sync::RwLock::new(d),
+                os,
+            }));
+        }
         // Record where the devices are now and that the pool is in use.
         let spares = build_spares(&config, found);
         *io.spares.write().unwrap_or_else(|e| e.into_inner()) = spares.clone();
@@ -358,6 +375,13 @@ impl Pool {
         };
         let scan_obj = st.dir.scan;
         let pool = Pool::assemble(io, mos, root, st, open_txg, ub.txg, tun.clone());
+        pool.ensure_dsl_record()?;
+        {
+            let mut list = pool.dsl.list.write().unwrap_or_else(|e| e.into_inner());
+            for c in children {
+                list.insert(c.id(), c);
+            }
+        }
         if tun.sync_thread {
             txg::start_sync_thread(&pool);
         }

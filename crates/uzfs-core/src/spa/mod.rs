@@ -87,7 +87,10 @@ pub struct Pool {
     pub guid: u64,
     pub io: Arc<SpaIo>,
     pub mos: Objset,
-    pub root: Objset,
+    /// The root dataset's object set (also in `dsl`).
+    pub root: Arc<Objset>,
+    /// Every dataset (see `dsl/mod.rs`).
+    pub dsl: crate::dsl::Dsl,
     pub(crate) st: Mutex<SpaState>,
     pub(crate) txg: Mutex<TxgState>,
     /// Set when a sync failed: the pool takes no more writes. Its own lock,
@@ -323,7 +326,8 @@ impl Pool {
         let txg = 1;
         let io = Arc::new(SpaIo::new(tops.clone(), opts.tunables.cache_bytes));
         let mos = Objset::create(OS_TYPE_META, io.clone(), txg);
-        let root = Objset::create(OS_TYPE_DATASET, io.clone(), txg);
+        let root = Arc::new(Objset::create(OS_TYPE_DATASET, io.clone(), txg));
+        crate::zpl::Zpl::format(&root, txg, 0, 0, 0o755)?;
         let md = ObjProps::METADATA;
         let dir_obj = mos.create_object(ot::OBJECT_DIRECTORY, 4096, &md)?;
         debug_assert_eq!(dir_obj, 1);
@@ -333,6 +337,7 @@ impl Pool {
             props: mos.create_object(ot::POOL_PROPS, 4096, &md)?,
             root_dataset: mos.create_object(ot::DSL_DATASET, 512, &md)?,
             scan: 0,
+            dsl: mos.create_object(ot::DSL_DIR, 4096, &md)?,
         };
         let mut vallocs = Vec::new();
         for c in &mut cfgs {
@@ -364,6 +369,7 @@ impl Pool {
         let pool = Pool::assemble(io, mos, root, st, txg, 0, opts.tunables.clone());
         pool.write_json(dir_obj, &dir)?;
         pool.write_json(dir.props, &PoolProps::default())?;
+        pool.write_json(dir.dsl, &crate::dsl::DslDirPhys::default())?;
         pool.sync()?;
         if pool.tun.sync_thread {
             txg::start_sync_thread(&pool);
@@ -375,18 +381,31 @@ impl Pool {
     pub(crate) fn assemble(
         io: Arc<SpaIo>,
         mos: Objset,
-        root: Objset,
+        root: Arc<Objset>,
         st: SpaState,
         open_txg: u64,
         synced_txg: u64,
         tun: Tunables,
     ) -> Arc<Pool> {
+        let root_ds = Arc::new(crate::dsl::Dataset {
+            phys: std::sync::RwLock::new(crate::dsl::DsPhys {
+                id: st.dir.root_dataset,
+                ..Default::default()
+            }),
+            os: root.clone(),
+        });
+        let dsl = crate::dsl::Dsl::default();
+        dsl.list
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(st.dir.root_dataset, root_ds);
         let pool = Arc::new(Pool {
             name: st.config.name.clone(),
             guid: st.config.pool_guid,
             io,
             mos,
             root,
+            dsl,
             st: Mutex::new(st),
             txg: Mutex::new(TxgState {
                 open: open_txg,
@@ -630,6 +649,27 @@ fn create_space_maps(mos: &Objset, count: u64) -> Result<(u64, Vec<u64>)> {
     Ok((arr, sms))
 }
 
+/// The object-set pointers of every dataset as of the MOS `mos`, keyed by
+/// the scan bookmark's objset number (1 for the root dataset, the MOS id
+/// for the others), in that order.
+pub(crate) fn committed_datasets(
+    mos: &Objset,
+    dir: &ObjectDirectory,
+) -> Result<Vec<(u64, BlkPtr)>> {
+    let mut out = vec![(1, dataset_bp(mos, dir.root_dataset)?)];
+    if dir.dsl != 0 && mos.exists(dir.dsl)? {
+        let rec: crate::dsl::DslDirPhys = Pool::read_json(mos, dir.dsl, "DSL directory")?;
+        let mut ids: Vec<u64> = rec.datasets.iter().map(|d| d.id).collect();
+        ids.sort_unstable();
+        for id in ids {
+            if id > 1 && mos.exists(id)? {
+                out.push((id, dataset_bp(mos, id)?));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Decode the root dataset object: its first 128 bytes are the objset bp.
 pub(crate) fn dataset_bp(mos: &Objset, obj: u64) -> Result<BlkPtr> {
     let mut b = [0u8; 128];
@@ -661,14 +701,20 @@ impl Pool {
     /// Write through the throttle. Fails with `NoSpace` (losing nothing
     /// already written) when the pool cannot hold the data.
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let copies = self.root.stat(obj)?.copies as u64;
+        self.admit(data.len() as u64 * copies)?;
+        self.root.write(obj, offset, data)?;
+        Ok(())
+    }
+
+    /// Admit `bytes` of new dirty data into the open txg: refuse it when
+    /// the pool cannot hold it (nothing is lost), else throttle.
+    pub fn admit(&self, bytes: u64) -> Result<()> {
         self.scan_sig
             .fg_ops
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let copies = self.root.stat(obj)?.copies as u64;
-        self.check_writable(data.len() as u64 * copies)?;
-        self.throttle(data.len() as u64)?;
-        self.root.write(obj, offset, data)?;
-        Ok(())
+        self.check_writable(bytes)?;
+        self.throttle(bytes)
     }
 
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {

@@ -672,15 +672,15 @@ impl Pool {
 
     fn gather_with(&self, phys: &ScanPhys, cap: usize) -> Result<Batch> {
         // Hold frees from the tree we are about to read (see module docs).
-        let (ub, root_obj) = {
+        let (ub, dir) = {
             let mut st = lock(&self.st);
             st.alloc.set_scan_hold(true);
-            (st.ub, st.dir.root_dataset)
+            (st.ub, st.dir.clone())
         };
         let ub = ub.ok_or_else(|| Error::invalid("pool has no committed txg"))?;
         let reader: Arc<dyn BlockReader> = self.io.clone();
         let mos = Objset::open(&ub.rootbp, reader, ub.txg + 1)?;
-        let root_bp = super::dataset_bp(&mos, root_obj)?;
+        let datasets = super::committed_datasets(&mos, &dir)?;
         let mut g = Gather {
             io: &self.io,
             min_txg: phys.min_txg,
@@ -694,7 +694,9 @@ impl Pool {
             errors: 0,
         };
         g.objset(&ub.rootbp, 0);
-        g.objset(&root_bp, 1);
+        for (bookmark, bp) in datasets {
+            g.objset(&bp, bookmark);
+        }
         Ok(Batch {
             bps: g.out,
             examined: g.examined,

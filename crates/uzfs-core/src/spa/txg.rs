@@ -356,7 +356,11 @@ pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
 
 impl Pool {
     pub fn dirty_bytes(&self) -> u64 {
-        self.root.dirty_bytes() + self.mos.dirty_bytes()
+        self.datasets()
+            .iter()
+            .map(|d| d.os.dirty_bytes())
+            .sum::<u64>()
+            + self.mos.dirty_bytes()
     }
 
     fn over_sync_threshold(&self) -> bool {
@@ -374,7 +378,9 @@ impl Pool {
                 .chain(self.io.spares())
                 .any(|l| l.config_dirty.load(Ordering::Relaxed))
             || !st.history_pending.is_empty()
-            || !self.root.open_is_empty()
+            || self.datasets().iter().any(|d| !d.os.open_is_empty())
+            || *lock(&self.dsl.dirty)
+            || !lock(&self.dsl.doomed).is_empty()
             || !self.mos.open_is_empty()
     }
 
@@ -411,7 +417,18 @@ impl Pool {
             t.syncing = Some(txg);
             txg
         };
-        let root_dirty = self.root.freeze(txg + 1);
+        // Every dataset's open txg closes at once (the list cannot change:
+        // dataset creation and destruction hold sync_lock).
+        let frozen: Vec<_> = self
+            .datasets()
+            .into_iter()
+            .map(|d| {
+                let old = d.os.root_bp();
+                let dirty = d.os.freeze(txg + 1);
+                (d, old, dirty)
+            })
+            .collect();
+        let doomed = std::mem::take(&mut *lock(&self.dsl.doomed));
         let mos_dirty = self.mos.freeze(txg + 1);
         let mut st = lock(&self.st);
         let st = &mut *st;
@@ -440,9 +457,19 @@ impl Pool {
             pass: 1,
             used: BTreeSet::new(),
         };
-        let old_root = self.root.root_bp();
         let t_start = Instant::now();
-        let root_bp = self.root.sync_pass(&mut w, &root_dirty)?;
+        let mut new_bps = Vec::new();
+        let mut data_bytes = 0;
+        for (d, old, dirty) in &frozen {
+            let bp = d.os.sync_pass(&mut w, dirty)?;
+            data_bytes += dirty.bytes;
+            if bp != *old {
+                new_bps.push((d.id(), bp));
+            }
+        }
+        for os in &doomed {
+            os.free_everything(&mut w)?;
+        }
         let t_data = t_start.elapsed();
         let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
         // Features first used by this txg become active in its config.
@@ -466,13 +493,16 @@ impl Pool {
             w.pass = pass;
             let mut extra = TxgDirty::new(txg);
             if pass == 2 {
-                if root_bp != old_root {
-                    self.mos.write_in_sync(
-                        &mut extra,
-                        st.dir.root_dataset,
-                        0,
-                        &root_bp.to_bytes(),
-                    )?;
+                for (id, bp) in &new_bps {
+                    self.mos.write_in_sync(&mut extra, *id, 0, &bp.to_bytes())?;
+                }
+                if let Some(rec) = self.dsl_record() {
+                    let bytes =
+                        serde_json::to_vec(&rec).map_err(|e| Error::invalid(e.to_string()))?;
+                    self.mos.write_in_sync(&mut extra, st.dir.dsl, 0, &bytes)?;
+                    if let Some(o) = extra.objs.get_mut(&st.dir.dsl) {
+                        o.size = Some(bytes.len() as u64);
+                    }
                 }
                 if config_dirty {
                     let bytes = serde_json::to_vec(&st.config)
@@ -524,7 +554,7 @@ impl Pool {
         if std::env::var_os("UZFS_SYNC_TRACE").is_some() {
             eprintln!(
                 "txg {txg}: {} MiB dirty, data {:?}, mos {:?}, flush {:?}",
-                root_dirty.bytes >> 20,
+                data_bytes >> 20,
                 t_data,
                 t_flush0 - t_start - t_data,
                 t_flush0.elapsed()
@@ -573,7 +603,9 @@ impl Pool {
         self.snapshot_space(&st.alloc);
         st.config_dirty = false;
         st.ub = Some(ub);
-        self.root.sync_done();
+        for (d, _, _) in &frozen {
+            d.os.sync_done();
+        }
         self.mos.sync_done();
         let mut t = lock(&self.txg);
         t.synced = txg;

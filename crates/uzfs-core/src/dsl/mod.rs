@@ -1,0 +1,579 @@
+//! The dataset layer: the tree of filesystems in a pool, their properties
+//! and the space they use (OpenZFS dsl_dir / dsl_dataset / dsl_prop).
+//!
+//! # Theory of operation
+//!
+//! Every dataset is one object set. Its root block pointer lives in a MOS
+//! object of its own (type `DSL_DATASET`, 128 bytes: the pointer), whose
+//! number is the dataset's id. The pool's root dataset uses the MOS object
+//! directory's `root_dataset`; the others are listed, with their names
+//! (relative to the pool, so a pool renamed at import renames them all),
+//! parents and local properties, in one JSON record (`DSL_DIR`, named by
+//! the object directory's `dsl`), rewritten in the txg that changes it.
+//!
+//! Each txg syncs every dataset's object set and stores each new root
+//! pointer in its MOS object, all in the same txg as everything else, so a
+//! crash never separates a dataset from its record. A destroyed dataset
+//! leaves the list at once; its blocks are freed by the next sync.
+//!
+//! Space: each object set carries `used` (allocated bytes beneath it) and
+//! `logical` (uncompressed bytes) in its object-set block. A dataset's
+//! `used` adds its descendants'; `available` is the pool's writable space
+//! less other datasets' unused reservations, capped by every quota above.
+
+pub mod props;
+
+use crate::dmu::checksum::ChecksumType;
+use crate::dmu::compress::Compression;
+use crate::dmu::dnode::{ot, ObjProps};
+use crate::dmu::objset::{BlockReader, Objset, ObjsetSpace, OS_TYPE_DATASET};
+use crate::error::{Error, Result};
+use crate::spa::{lock, Pool};
+use crate::zpl::{self, DatasetCtx, ZplProps};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// One dataset's record in the DSL directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DsPhys {
+    /// MOS object holding the object-set pointer.
+    pub id: u64,
+    /// Name below the pool ("" for the root dataset, "a/b" for POOL/a/b).
+    pub rel: String,
+    pub parent: u64,
+    pub props: BTreeMap<String, String>,
+    pub creation: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DslDirPhys {
+    pub datasets: Vec<DsPhys>,
+}
+
+pub struct Dataset {
+    pub phys: RwLock<DsPhys>,
+    pub os: Arc<Objset>,
+}
+
+impl Dataset {
+    pub fn id(&self) -> u64 {
+        self.phys.read().unwrap_or_else(|e| e.into_inner()).id
+    }
+    pub fn rel(&self) -> String {
+        self.phys.read().unwrap_or_else(|e| e.into_inner()).rel.clone()
+    }
+}
+
+#[derive(Default)]
+pub struct Dsl {
+    pub list: RwLock<BTreeMap<u64, Arc<Dataset>>>,
+    /// The record changed: rewrite it in the next txg.
+    pub dirty: Mutex<bool>,
+    /// Destroyed datasets whose blocks the next sync frees.
+    pub doomed: Mutex<Vec<Arc<Objset>>>,
+}
+
+/// Where a property's value came from (the SOURCE column of `zfs get`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Local,
+    Default,
+    Inherited(String),
+    None,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Local => write!(f, "local"),
+            Source::Default => write!(f, "default"),
+            Source::Inherited(n) => write!(f, "inherited from {n}"),
+            Source::None => write!(f, "-"),
+        }
+    }
+}
+
+/// Check a dataset name's components (zfs(8): alphanumerics and `_-.:`).
+pub fn check_component(c: &str) -> Result<()> {
+    if c.is_empty()
+        || c.len() > 255
+        || c == "."
+        || c == ".."
+        || !c
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "_-.: ".contains(ch))
+        || c.contains(' ')
+    {
+        return Err(Error::invalid(format!(
+            "invalid dataset name component '{c}'"
+        )));
+    }
+    Ok(())
+}
+
+fn rlock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+fn wlock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pool {
+    /// Full name of a dataset.
+    pub fn ds_name(&self, rel: &str) -> String {
+        if rel.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{rel}", self.name)
+        }
+    }
+
+    fn rel_of(&self, name: &str) -> Result<String> {
+        let name = name.trim_end_matches('/');
+        if name == self.name {
+            return Ok(String::new());
+        }
+        match name.strip_prefix(&format!("{}/", self.name)) {
+            Some(r) => {
+                for c in r.split('/') {
+                    check_component(c)?;
+                }
+                Ok(r.to_string())
+            }
+            None => Err(Error::invalid(format!(
+                "dataset '{name}' is not in pool '{}'",
+                self.name
+            ))),
+        }
+    }
+
+    /// All datasets, root first then by name.
+    pub fn datasets(&self) -> Vec<Arc<Dataset>> {
+        let mut v: Vec<Arc<Dataset>> = rlock(&self.dsl.list).values().cloned().collect();
+        v.sort_by_key(|d| d.rel());
+        v
+    }
+
+    pub fn dataset(&self, name: &str) -> Result<Arc<Dataset>> {
+        let rel = self.rel_of(name)?;
+        self.datasets()
+            .into_iter()
+            .find(|d| d.rel() == rel)
+            .ok_or_else(|| Error::invalid(format!("dataset '{name}' does not exist")))
+    }
+
+    fn parent_of(&self, d: &Arc<Dataset>) -> Option<Arc<Dataset>> {
+        let p = rlock(&d.phys).parent;
+        if p == 0 {
+            return None;
+        }
+        rlock(&self.dsl.list).get(&p).cloned()
+    }
+
+    /// `zfs create`: a new filesystem (and with `parents`, its missing
+    /// ancestors). Properties are validated before anything changes.
+    pub fn create_dataset(
+        &self,
+        name: &str,
+        props: &[(String, String)],
+        parents: bool,
+    ) -> Result<()> {
+        let rel = self.rel_of(name)?;
+        if rel.is_empty() {
+            return Err(Error::invalid(format!("dataset '{name}' already exists")));
+        }
+        let mut local = BTreeMap::new();
+        for (k, v) in props {
+            local.insert(k.clone(), validate_settable(k, v)?);
+        }
+        let _g = lock(&self.sync_lock);
+        let parts: Vec<&str> = rel.split('/').collect();
+        for i in 1..=parts.len() {
+            let sub = parts[..i].join("/");
+            let exists = self.datasets().iter().any(|d| d.rel() == sub);
+            let last = i == parts.len();
+            if exists {
+                if last {
+                    return Err(Error::invalid(format!(
+                        "dataset '{}' already exists",
+                        self.ds_name(&sub)
+                    )));
+                }
+                continue;
+            }
+            if !last && !parents {
+                return Err(Error::invalid(format!(
+                    "parent '{}' does not exist (use -p to create it)",
+                    self.ds_name(&sub)
+                )));
+            }
+            let parent_rel = parts[..i - 1].join("/");
+            let parent = self
+                .datasets()
+                .into_iter()
+                .find(|d| d.rel() == parent_rel)
+                .ok_or_else(|| Error::invalid("parent vanished"))?;
+            let props = if last { local.clone() } else { BTreeMap::new() };
+            self.add_dataset(&sub, parent.id(), props)?;
+        }
+        Ok(())
+    }
+
+    fn add_dataset(&self, rel: &str, parent: u64, props: BTreeMap<String, String>) -> Result<()> {
+        let open = lock(&self.txg).open;
+        let id = self
+            .mos
+            .create_object(ot::DSL_DATASET, 512, &ObjProps::METADATA)?;
+        self.mos.write(id, 0, &[0u8; 128])?;
+        let reader: Arc<dyn BlockReader> = self.io.clone();
+        let os = Arc::new(Objset::create(OS_TYPE_DATASET, reader, open));
+        zpl::Zpl::format(&os, open, 0, 0, 0o755)?;
+        let ds = Arc::new(Dataset {
+            phys: RwLock::new(DsPhys {
+                id,
+                rel: rel.to_string(),
+                parent,
+                props,
+                creation: now_secs(),
+            }),
+            os,
+        });
+        wlock(&self.dsl.list).insert(id, ds);
+        *lock(&self.dsl.dirty) = true;
+        Ok(())
+    }
+
+    /// Descendants of `d` (not `d`), deepest first.
+    pub fn descendants(&self, d: &Arc<Dataset>) -> Vec<Arc<Dataset>> {
+        let rel = d.rel();
+        let mut v: Vec<Arc<Dataset>> = self
+            .datasets()
+            .into_iter()
+            .filter(|c| {
+                let r = c.rel();
+                if rel.is_empty() {
+                    !r.is_empty()
+                } else {
+                    r.starts_with(&format!("{rel}/"))
+                }
+            })
+            .collect();
+        v.sort_by_key(|c| std::cmp::Reverse(c.rel().len()));
+        v
+    }
+
+    /// `zfs destroy`: the caller has unmounted it (and its descendants).
+    pub fn destroy_dataset(&self, name: &str, recursive: bool) -> Result<Vec<String>> {
+        let d = self.dataset(name)?;
+        if d.rel().is_empty() {
+            return Err(Error::invalid(
+                "cannot destroy the pool's root dataset: use 'zpool destroy'",
+            ));
+        }
+        let kids = self.descendants(&d);
+        if !kids.is_empty() && !recursive {
+            return Err(Error::invalid(format!(
+                "cannot destroy '{name}': filesystem has children (use -r to destroy them too)"
+            )));
+        }
+        let _g = lock(&self.sync_lock);
+        let mut gone = Vec::new();
+        for x in kids.iter().chain(std::iter::once(&d)) {
+            let id = x.id();
+            wlock(&self.dsl.list).remove(&id);
+            self.mos.free_object(id)?;
+            lock(&self.dsl.doomed).push(x.os.clone());
+            gone.push(self.ds_name(&x.rel()));
+        }
+        *lock(&self.dsl.dirty) = true;
+        Ok(gone)
+    }
+
+    /// `zfs rename`: within the pool; the new parent must exist.
+    pub fn rename_dataset(&self, from: &str, to: &str) -> Result<()> {
+        let d = self.dataset(from)?;
+        let old = d.rel();
+        let new = self.rel_of(to)?;
+        if old.is_empty() || new.is_empty() {
+            return Err(Error::invalid("cannot rename the pool's root dataset"));
+        }
+        if new == old {
+            return Ok(());
+        }
+        if new.starts_with(&format!("{old}/")) {
+            return Err(Error::invalid(format!(
+                "cannot rename '{from}' to a descendant of itself"
+            )));
+        }
+        if self.dataset(to).is_ok() {
+            return Err(Error::invalid(format!("dataset '{to}' already exists")));
+        }
+        let parent_rel = new.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
+        let parent = self.dataset(&self.ds_name(parent_rel)).map_err(|_| {
+            Error::invalid(format!(
+                "parent '{}' does not exist",
+                self.ds_name(parent_rel)
+            ))
+        })?;
+        let _g = lock(&self.sync_lock);
+        for x in self.descendants(&d) {
+            let mut p = wlock(&x.phys);
+            p.rel = format!("{new}{}", &p.rel[old.len()..]);
+        }
+        {
+            let mut p = wlock(&d.phys);
+            p.rel = new;
+            p.parent = parent.id();
+        }
+        *lock(&self.dsl.dirty) = true;
+        Ok(())
+    }
+
+    /// Property value and source, resolving inheritance and defaults.
+    pub fn get_prop(&self, d: &Arc<Dataset>, name: &str) -> Result<(String, Source)> {
+        if let Some(v) = self.computed_prop(d, name) {
+            return Ok((v, Source::None));
+        }
+        let def = props::def(name)
+            .ok_or_else(|| Error::invalid(format!("invalid property '{name}'")))?;
+        if let Some(v) = rlock(&d.phys).props.get(name) {
+            return Ok((v.clone(), Source::Local));
+        }
+        if def.inherit {
+            let mut cur = self.parent_of(d);
+            let mut suffix = vec![d.rel().rsplit('/').next().unwrap_or("").to_string()];
+            while let Some(p) = cur {
+                if let Some(v) = rlock(&p.phys).props.get(name) {
+                    let from = self.ds_name(&p.rel());
+                    let v = if name == "mountpoint" && v != "none" && v != "legacy" {
+                        suffix.reverse();
+                        format!("{}/{}", v.trim_end_matches('/'), suffix.join("/"))
+                    } else {
+                        v.clone()
+                    };
+                    return Ok((v, Source::Inherited(from)));
+                }
+                suffix.push(p.rel().rsplit('/').next().unwrap_or("").to_string());
+                cur = self.parent_of(&p);
+            }
+        }
+        if name == "mountpoint" {
+            return Ok((format!("/{}", self.ds_name(&d.rel())), Source::Default));
+        }
+        Ok((def.default.to_string(), Source::Default))
+    }
+
+    pub fn set_prop(&self, d: &Arc<Dataset>, name: &str, value: &str) -> Result<()> {
+        let v = validate_settable(name, value)?;
+        let _g = lock(&self.sync_lock);
+        wlock(&d.phys).props.insert(name.to_string(), v);
+        *lock(&self.dsl.dirty) = true;
+        Ok(())
+    }
+
+    pub fn inherit_prop(&self, d: &Arc<Dataset>, name: &str) -> Result<()> {
+        if props::def(name).is_none() {
+            return Err(Error::invalid(format!(
+                "'{name}' is not an inheritable property"
+            )));
+        }
+        let _g = lock(&self.sync_lock);
+        wlock(&d.phys).props.remove(name);
+        *lock(&self.dsl.dirty) = true;
+        Ok(())
+    }
+
+    /// (referenced, used incl. descendants, logical incl. descendants).
+    pub fn ds_space(&self, d: &Arc<Dataset>) -> (ObjsetSpace, u64, u64) {
+        let own = d.os.space();
+        let mut used = own.used;
+        let mut logical = own.logical;
+        for k in self.descendants(d) {
+            let s = k.os.space();
+            used += s.used;
+            logical += s.logical;
+        }
+        (own, used, logical)
+    }
+
+    fn size_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<u64> {
+        let (v, _) = self.get_prop(d, name).ok()?;
+        v.parse().ok()
+    }
+
+    /// Bytes `d` may still write: pool space less others' unused
+    /// reservations, capped by each quota on the way up.
+    pub fn ds_available(&self, d: &Arc<Dataset>) -> u64 {
+        let mut avail = self.writable_space();
+        let mine: Vec<u64> = std::iter::once(d.id())
+            .chain(self.ancestors(d).iter().map(|a| a.id()))
+            .collect();
+        for o in self.datasets() {
+            if mine.contains(&o.id()) {
+                continue;
+            }
+            if let Some(r) = self.size_prop(&o, "reservation") {
+                let (_, used, _) = self.ds_space(&o);
+                avail = avail.saturating_sub(r.saturating_sub(used));
+            }
+        }
+        for a in std::iter::once(d.clone()).chain(self.ancestors(d)) {
+            if let Some(q) = self.size_prop(&a, "quota") {
+                let (_, used, _) = self.ds_space(&a);
+                let dirty: u64 = std::iter::once(a.clone())
+                    .chain(self.descendants(&a))
+                    .map(|x| x.os.dirty_bytes())
+                    .sum();
+                avail = avail.min(q.saturating_sub(used + dirty));
+            }
+        }
+        avail
+    }
+
+    pub fn ancestors(&self, d: &Arc<Dataset>) -> Vec<Arc<Dataset>> {
+        let mut v = Vec::new();
+        let mut cur = self.parent_of(d);
+        while let Some(p) = cur {
+            cur = self.parent_of(&p);
+            v.push(p);
+        }
+        v
+    }
+
+    fn computed_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<String> {
+        let (own, used, logical) = self.ds_space(d);
+        Some(match name {
+            "name" => self.ds_name(&d.rel()),
+            "type" => "filesystem".into(),
+            "creation" => rlock(&d.phys).creation.to_string(),
+            "used" => used.to_string(),
+            "usedbydataset" => own.used.to_string(),
+            "usedbychildren" => (used - own.used).to_string(),
+            "referenced" => own.used.to_string(),
+            "available" => self.ds_available(d).to_string(),
+            "logicalused" => logical.to_string(),
+            "logicalreferenced" => own.logical.to_string(),
+            "compressratio" => {
+                let r = if own.used == 0 {
+                    1.0
+                } else {
+                    (own.logical as f64 / own.used as f64).max(1.0)
+                };
+                format!("{r:.2}x")
+            }
+            _ => return None,
+        })
+    }
+
+    /// The ZPL properties of `d` now.
+    pub fn zpl_props(&self, d: &Arc<Dataset>) -> ZplProps {
+        let get = |n: &str| self.get_prop(d, n).map(|(v, _)| v).unwrap_or_default();
+        ZplProps {
+            recordsize: props::parse_size(&get("recordsize")).unwrap_or(128 << 10) as u32,
+            obj: ObjProps {
+                checksum: props::checksum_of(&get("checksum")).unwrap_or(ChecksumType::Fletcher4),
+                compress: props::compression_of(&get("compression")).unwrap_or(Compression::Lz4),
+                copies: get("copies").parse().unwrap_or(1),
+            },
+            atime: get("atime") == "on",
+            readonly: get("readonly") == "on",
+        }
+    }
+
+    /// Pools made before datasets existed get an empty DSL record.
+    pub(crate) fn ensure_dsl_record(&self) -> Result<()> {
+        let mut dir = lock(&self.st).dir.clone();
+        if dir.dsl != 0 {
+            return Ok(());
+        }
+        dir.dsl = self
+            .mos
+            .create_object(ot::DSL_DIR, 4096, &ObjProps::METADATA)?;
+        self.write_json(dir.dsl, &DslDirPhys::default())?;
+        self.write_json(1, &dir)?;
+        lock(&self.st).dir = dir;
+        Ok(())
+    }
+
+    /// The DSL record to write in this txg, if it changed (sync context).
+    pub(crate) fn dsl_record(&self) -> Option<DslDirPhys> {
+        let mut dirty = lock(&self.dsl.dirty);
+        if !*dirty {
+            return None;
+        }
+        *dirty = false;
+        Some(DslDirPhys {
+            datasets: self
+                .datasets()
+                .iter()
+                .filter(|d| !d.rel().is_empty())
+                .map(|d| rlock(&d.phys).clone())
+                .collect(),
+        })
+    }
+}
+
+fn validate_settable(name: &str, value: &str) -> Result<String> {
+    if props::READONLY.contains(&name) {
+        return Err(Error::invalid(format!("property '{name}' is read-only")));
+    }
+    props::validate(name, value)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// What a mounted filesystem asks of its dataset and pool.
+pub struct DsCtx {
+    pub pool: Arc<Pool>,
+    pub ds: Arc<Dataset>,
+    /// Cached properties, refreshed by `zfs set` through `refresh`.
+    props: RwLock<ZplProps>,
+}
+
+impl DsCtx {
+    pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> Arc<DsCtx> {
+        let p = pool.zpl_props(&ds);
+        Arc::new(DsCtx {
+            pool,
+            ds,
+            props: RwLock::new(p),
+        })
+    }
+    pub fn refresh(&self) {
+        *wlock(&self.props) = self.pool.zpl_props(&self.ds);
+    }
+}
+
+impl DatasetCtx for DsCtx {
+    fn admit(&self, bytes: u64) -> zpl::fs::ZResult<()> {
+        let pool = &self.pool;
+        let mut d: Option<Arc<Dataset>> = Some(self.ds.clone());
+        while let Some(x) = d {
+            if pool.size_prop(&x, "quota").is_some() && pool.ds_available(&x) < bytes {
+                return Err(libc::EDQUOT);
+            }
+            d = pool.parent_of(&x);
+        }
+        pool.admit(bytes).map_err(zpl::fs::errno)
+    }
+    fn commit(&self, _obj: u64) -> zpl::fs::ZResult<()> {
+        self.pool.txg_wait_synced().map(|_| ()).map_err(zpl::fs::errno)
+    }
+    fn props(&self) -> ZplProps {
+        *rlock(&self.props)
+    }
+    fn space(&self) -> (u64, u64) {
+        let avail = self.pool.ds_available(&self.ds);
+        let (_, used, _) = self.pool.ds_space(&self.ds);
+        (used + avail, avail)
+    }
+    fn txg(&self) -> u64 {
+        lock(&self.pool.txg).open
+    }
+}

@@ -1,0 +1,1008 @@
+//! File system operations over one dataset's object set, in the terms the
+//! kernel's VFS (through FUSE) asks for them: every function returns an
+//! errno on failure. See the module docs of [`crate::zpl`] for the layout
+//! and the locking rules.
+
+use super::zap::{self, Zap};
+use super::znode::Znode;
+use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
+use crate::dmu::objset::Objset;
+use crate::error::Error;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub type Errno = i32;
+pub type ZResult<T> = std::result::Result<T, Errno>;
+
+const MASTER_MAGIC: u64 = 0x4c50_5a55_7a66_7321; // "!sfzUZPL"
+const MASTER_OBJ: u64 = 1;
+const STRIPES: usize = 64;
+/// Largest extended attribute value (as Linux's XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 65536;
+const XATTR_TOTAL_MAX: usize = 1 << 20;
+/// Largest file: what eight levels of 128 KiB indirect blocks address at
+/// the smallest block size stays beyond 2^63, so the limit is the offset type.
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+/// What a filesystem needs from the dataset and pool it lives in.
+pub trait DatasetCtx: Send + Sync {
+    /// Admit `bytes` of new dirty data (throttle, pool space, quota).
+    fn admit(&self, bytes: u64) -> ZResult<()>;
+    /// Make everything this filesystem has written durable before returning.
+    /// This is where the intent log plugs in: today it commits the open txg.
+    fn commit(&self, obj: u64) -> ZResult<()>;
+    fn props(&self) -> ZplProps;
+    /// (total bytes, available bytes) as `statfs` should report them.
+    fn space(&self) -> (u64, u64);
+    /// The open txg (stamped into new znodes as their generation).
+    fn txg(&self) -> u64;
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ZplProps {
+    pub recordsize: u32,
+    pub obj: ObjProps,
+    pub atime: bool,
+    pub readonly: bool,
+}
+
+impl Default for ZplProps {
+    fn default() -> Self {
+        ZplProps {
+            recordsize: 128 << 10,
+            obj: ObjProps::default(),
+            atime: true,
+            readonly: false,
+        }
+    }
+}
+
+/// What `stat` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub size: u64,
+    /// 512-byte units allocated (compressed, all copies).
+    pub blocks: u64,
+    pub blksize: u32,
+    pub z: Znode,
+}
+
+/// A `setattr` request; `None` leaves the attribute alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<i64>,
+    pub mtime: Option<i64>,
+}
+
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub fn errno(e: Error) -> Errno {
+    match e {
+        Error::NoSpace => libc::ENOSPC,
+        Error::Invalid(ref m) if m.contains("suspended") => libc::EIO,
+        Error::Invalid(ref m) if m.contains("does not exist") => libc::ENOENT,
+        Error::Invalid(ref m) if m.contains("largest object size") => libc::EFBIG,
+        Error::Invalid(_) => libc::EINVAL,
+        Error::Unsupported(_) => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
+}
+
+fn io<T>(r: crate::Result<T>) -> ZResult<T> {
+    r.map_err(errno)
+}
+
+fn dtype(mode: u32) -> u8 {
+    ((mode & libc::S_IFMT) >> 12) as u8
+}
+
+fn check_name(name: &[u8]) -> ZResult<()> {
+    if name.len() > zap::MAX_NAME {
+        return Err(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+pub struct Zpl {
+    pub os: Arc<Objset>,
+    ctx: Arc<dyn DatasetCtx>,
+    pub root: u64,
+    unlinked: u64,
+    ns: Mutex<()>,
+    stripes: Vec<Mutex<()>>,
+    /// Open handles per object (unlinked files live until the last close).
+    opens: Mutex<HashMap<u64, u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Zpl {
+    /// Lay out an empty filesystem in `os` (a new dataset): master node,
+    /// root directory owned by `uid:gid` with `mode`, unlinked set.
+    pub fn format(os: &Objset, txg: u64, uid: u32, gid: u32, mode: u32) -> crate::Result<()> {
+        let meta = ObjProps::METADATA;
+        let master = os.create_object(ot::MASTER_NODE, 512, &meta)?;
+        if master != MASTER_OBJ {
+            return Err(Error::invalid("filesystem objset is not empty"));
+        }
+        let root = Zap::create(os, ot::DIRECTORY, &meta, zap::new_salt(2))?.obj;
+        let t = now_ns();
+        let z = Znode {
+            mode: libc::S_IFDIR | (mode & 0o7777),
+            uid,
+            gid,
+            nlink: 2,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            parent: root,
+            gen: txg,
+            ..Default::default()
+        };
+        os.set_bonus(root, &z.encode())?;
+        let unlinked = Zap::create(os, ot::UNLINKED_SET, &meta, zap::new_salt(3))?.obj;
+        let mut b = vec![0u8; 32];
+        b[0..8].copy_from_slice(&MASTER_MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&1u64.to_le_bytes());
+        b[16..24].copy_from_slice(&root.to_le_bytes());
+        b[24..32].copy_from_slice(&unlinked.to_le_bytes());
+        os.write(master, 0, &b)?;
+        Ok(())
+    }
+
+    /// Open the filesystem in `os`; frees what the unlinked set holds (files
+    /// unlinked while open when the pool last went down).
+    pub fn mount(os: Arc<Objset>, ctx: Arc<dyn DatasetCtx>) -> crate::Result<Zpl> {
+        let mut b = [0u8; 32];
+        os.read(MASTER_OBJ, 0, &mut b)?;
+        let word = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(x)
+        };
+        if word(0) != MASTER_MAGIC || word(1) != 1 {
+            return Err(Error::corrupt("master node", "bad magic or version"));
+        }
+        let zpl = Zpl {
+            os,
+            ctx,
+            root: word(2),
+            unlinked: word(3),
+            ns: Mutex::new(()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            opens: Mutex::new(HashMap::new()),
+        };
+        zpl.getattr(zpl.root)
+            .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
+        if !zpl.ctx.props().readonly {
+            for e in Zap::open(&zpl.os, zpl.unlinked).all()? {
+                let _ = zpl.destroy(e.value);
+            }
+        }
+        Ok(zpl)
+    }
+
+    pub fn ctx(&self) -> &Arc<dyn DatasetCtx> {
+        &self.ctx
+    }
+
+    fn lock_objs(&self, objs: &[u64]) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = objs.iter().map(|o| (*o as usize) % STRIPES).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| lock(&self.stripes[i])).collect()
+    }
+
+    fn load(&self, obj: u64) -> ZResult<(DnodePhys, Znode)> {
+        if obj == MASTER_OBJ || obj == self.unlinked {
+            return Err(libc::ENOENT);
+        }
+        let dn = io(self.os.dnode(obj))?.ok_or(libc::ENOENT)?;
+        if !matches!(dn.obj_type, ot::PLAIN_FILE | ot::DIRECTORY | ot::SYMLINK) {
+            return Err(libc::ENOENT);
+        }
+        Ok((dn.clone(), Znode::decode(&dn.bonus)))
+    }
+
+    fn store(&self, obj: u64, z: &Znode) -> ZResult<()> {
+        io(self.os.set_bonus(obj, &z.encode()))
+    }
+
+    fn attr_of(&self, obj: u64, dn: &DnodePhys, z: Znode) -> Attr {
+        let size = if z.is_dir() {
+            Zap::open(&self.os, obj).count().unwrap_or(0) + 2
+        } else {
+            dn.size
+        };
+        Attr {
+            ino: obj,
+            size,
+            blocks: dn.used_bytes.div_ceil(512),
+            blksize: if z.is_dir() {
+                512
+            } else {
+                dn.datablksz.max(4096)
+            },
+            z,
+        }
+    }
+
+    pub fn getattr(&self, obj: u64) -> ZResult<Attr> {
+        let (dn, z) = self.load(obj)?;
+        Ok(self.attr_of(obj, &dn, z))
+    }
+
+    fn writable(&self) -> ZResult<()> {
+        if self.ctx.props().readonly {
+            return Err(libc::EROFS);
+        }
+        Ok(())
+    }
+
+    fn dir(&self, obj: u64) -> ZResult<Znode> {
+        let (_, z) = self.load(obj)?;
+        if !z.is_dir() {
+            return Err(libc::ENOTDIR);
+        }
+        Ok(z)
+    }
+
+    pub fn lookup(&self, dir: u64, name: &[u8]) -> ZResult<Attr> {
+        let z = self.dir(dir)?;
+        if name.len() > zap::MAX_NAME {
+            return Err(libc::ENAMETOOLONG);
+        }
+        let obj = match name {
+            b"." => dir,
+            b".." => z.parent,
+            _ => {
+                io(Zap::open(&self.os, dir).lookup(name))?
+                    .ok_or(libc::ENOENT)?
+                    .value
+            }
+        };
+        self.getattr(obj)
+    }
+
+    /// Create a file, directory, symlink (`target`) or device node in `dir`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+        target: Option<&[u8]>,
+    ) -> ZResult<Attr> {
+        check_name(name)?;
+        self.writable()?;
+        if name == b"." || name == b".." {
+            return Err(libc::EEXIST);
+        }
+        let kind = mode & libc::S_IFMT;
+        let kind = if kind == 0 { libc::S_IFREG } else { kind };
+        if let Some(t) = target {
+            if t.is_empty() {
+                return Err(libc::ENOENT);
+            }
+            if t.len() >= 4096 {
+                return Err(libc::ENAMETOOLONG);
+            }
+        }
+        let _ns = lock(&self.ns);
+        let _g = self.lock_objs(&[dir]);
+        let mut pz = self.dir(dir)?;
+        if pz.nlink == 0 {
+            return Err(libc::ENOENT);
+        }
+        let zdir = Zap::open(&self.os, dir);
+        if io(zdir.lookup(name))?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        self.ctx.admit(4096)?;
+        let props = self.ctx.props();
+        let obj = match kind {
+            libc::S_IFDIR => io(Zap::create(
+                &self.os,
+                ot::DIRECTORY,
+                &ObjProps::METADATA,
+                zap::new_salt(dir),
+            ))?
+            .obj,
+            libc::S_IFLNK => io(self.os.create_object(ot::SYMLINK, 512, &props.obj))?,
+            _ => io(self.os.create_object(ot::PLAIN_FILE, 512, &props.obj))?,
+        };
+        let t = now_ns();
+        let mut perm = mode & 0o7777;
+        let mut gid = gid;
+        if pz.mode & libc::S_ISGID != 0 {
+            gid = pz.gid;
+            if kind == libc::S_IFDIR {
+                perm |= libc::S_ISGID;
+            }
+        }
+        let z = Znode {
+            mode: kind | if kind == libc::S_IFLNK { 0o777 } else { perm },
+            uid,
+            gid,
+            nlink: if kind == libc::S_IFDIR { 2 } else { 1 },
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            rdev,
+            parent: dir,
+            gen: self.ctx.txg(),
+            ..Default::default()
+        };
+        self.store(obj, &z)?;
+        if let Some(target) = target {
+            io(self.os.grow_blocksize(obj, (target.len() as u32).div_ceil(512) * 512))?;
+            io(self.os.write(obj, 0, target))?;
+        }
+        if let Err(e) = zdir.insert(name, obj, dtype(z.mode)) {
+            let _ = self.os.free_object(obj);
+            return Err(errno(e));
+        }
+        if kind == libc::S_IFDIR {
+            pz.nlink += 1;
+        }
+        pz.mtime = t;
+        pz.ctime = t;
+        self.store(dir, &pz)?;
+        self.getattr(obj)
+    }
+
+    pub fn readlink(&self, obj: u64) -> ZResult<Vec<u8>> {
+        let (dn, z) = self.load(obj)?;
+        if z.kind() != libc::S_IFLNK {
+            return Err(libc::EINVAL);
+        }
+        let mut b = vec![0u8; dn.size as usize];
+        io(self.os.read(obj, 0, &mut b))?;
+        Ok(b)
+    }
+
+    /// Drop one link of `obj` (its znode already loaded in `z`); frees the
+    /// object or parks it in the unlinked set when the count reaches zero.
+    fn drop_link(&self, obj: u64, mut z: Znode, t: i64) -> ZResult<()> {
+        z.nlink = if z.is_dir() {
+            0
+        } else {
+            z.nlink.saturating_sub(1)
+        };
+        z.ctime = t;
+        self.store(obj, &z)?;
+        if z.nlink == 0 {
+            let open = lock(&self.opens).get(&obj).copied().unwrap_or(0) > 0;
+            if open {
+                io(Zap::open(&self.os, self.unlinked)
+                    .insert(format!("{obj:x}").as_bytes(), obj, 0)
+                    .map(|_| ()))?;
+            } else {
+                self.destroy(obj)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Free an object with no links (and its xattrs).
+    fn destroy(&self, obj: u64) -> ZResult<()> {
+        if let Ok((_, z)) = self.load(obj) {
+            if z.xattr != 0 {
+                let _ = self.os.free_object(z.xattr);
+            }
+            io(self.os.free_object(obj))?;
+        }
+        let _ = Zap::open(&self.os, self.unlinked).remove(format!("{obj:x}").as_bytes());
+        Ok(())
+    }
+
+    pub fn unlink(&self, dir: u64, name: &[u8]) -> ZResult<()> {
+        self.remove(dir, name, false)
+    }
+
+    pub fn rmdir(&self, dir: u64, name: &[u8]) -> ZResult<()> {
+        match name {
+            b"." => return Err(libc::EINVAL),
+            b".." => return Err(libc::ENOTEMPTY),
+            _ => {}
+        }
+        self.remove(dir, name, true)
+    }
+
+    fn remove(&self, dir: u64, name: &[u8], want_dir: bool) -> ZResult<()> {
+        if name.len() > zap::MAX_NAME {
+            return Err(libc::ENAMETOOLONG);
+        }
+        self.writable()?;
+        let _ns = lock(&self.ns);
+        self.dir(dir)?;
+        let zdir = Zap::open(&self.os, dir);
+        let e = io(zdir.lookup(name))?.ok_or(libc::ENOENT)?;
+        let _g = self.lock_objs(&[dir, e.value]);
+        let (_, z) = self.load(e.value)?;
+        match (want_dir, z.is_dir()) {
+            (false, true) => return Err(libc::EISDIR),
+            (true, false) => return Err(libc::ENOTDIR),
+            (true, true) if io(Zap::open(&self.os, e.value).count())? > 0 => {
+                return Err(libc::ENOTEMPTY)
+            }
+            _ => {}
+        }
+        io(zdir.remove(name))?;
+        let t = now_ns();
+        let mut pz = self.dir(dir)?;
+        if z.is_dir() {
+            pz.nlink = pz.nlink.saturating_sub(1);
+        }
+        pz.mtime = t;
+        pz.ctime = t;
+        self.store(dir, &pz)?;
+        self.drop_link(e.value, z, t)
+    }
+
+    /// Is `obj` the directory `anc` or beneath it?
+    fn is_descendant(&self, mut obj: u64, anc: u64) -> ZResult<bool> {
+        for _ in 0..100_000 {
+            if obj == anc {
+                return Ok(true);
+            }
+            if obj == self.root {
+                return Ok(false);
+            }
+            obj = self.load(obj)?.1.parent;
+        }
+        Err(libc::ELOOP)
+    }
+
+    /// rename(2) and renameat2's RENAME_NOREPLACE / RENAME_EXCHANGE.
+    pub fn rename(
+        &self,
+        sdir: u64,
+        sname: &[u8],
+        ddir: u64,
+        dname: &[u8],
+        flags: u32,
+    ) -> ZResult<()> {
+        const NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+        const EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+        if flags & !(NOREPLACE | EXCHANGE) != 0 || flags == NOREPLACE | EXCHANGE {
+            return Err(libc::EINVAL);
+        }
+        check_name(dname)?;
+        if sname.len() > zap::MAX_NAME {
+            return Err(libc::ENAMETOOLONG);
+        }
+        for n in [sname, dname] {
+            if n == b"." || n == b".." {
+                return Err(libc::EBUSY);
+            }
+        }
+        self.writable()?;
+        let _ns = lock(&self.ns);
+        self.dir(sdir)?;
+        let dz = self.dir(ddir)?;
+        if dz.nlink == 0 {
+            return Err(libc::ENOENT);
+        }
+        let szap = Zap::open(&self.os, sdir);
+        let dzap = Zap::open(&self.os, ddir);
+        let src = io(szap.lookup(sname))?.ok_or(libc::ENOENT)?;
+        let dst = io(dzap.lookup(dname))?;
+        let mut objs = vec![sdir, ddir, src.value];
+        if let Some(d) = &dst {
+            objs.push(d.value);
+        }
+        let _g = self.lock_objs(&objs);
+        let (_, sz) = self.load(src.value)?;
+        if sz.is_dir() && sdir != ddir && self.is_descendant(ddir, src.value)? {
+            return Err(libc::EINVAL);
+        }
+        let t = now_ns();
+        if flags & EXCHANGE != 0 {
+            let dst = dst.ok_or(libc::ENOENT)?;
+            let (_, mut dzn) = self.load(dst.value)?;
+            if dzn.is_dir() && sdir != ddir && self.is_descendant(sdir, dst.value)? {
+                return Err(libc::EINVAL);
+            }
+            let mut szn = sz;
+            io(szap.update(sname, dst.value, dst.vtype))?;
+            io(dzap.update(dname, src.value, src.vtype))?;
+            if sdir != ddir {
+                if szn.is_dir() {
+                    szn.parent = ddir;
+                }
+                if dzn.is_dir() {
+                    dzn.parent = sdir;
+                }
+                let delta = szn.is_dir() as i64 - dzn.is_dir() as i64;
+                self.adjust_dir(sdir, -delta, t)?;
+                self.adjust_dir(ddir, delta, t)?;
+            } else {
+                self.adjust_dir(sdir, 0, t)?;
+            }
+            szn.ctime = t;
+            dzn.ctime = t;
+            self.store(src.value, &szn)?;
+            self.store(dst.value, &dzn)?;
+            return Ok(());
+        }
+        if let Some(d) = &dst {
+            if flags & NOREPLACE != 0 {
+                return Err(libc::EEXIST);
+            }
+            if d.value == src.value {
+                return Ok(());
+            }
+            let (_, dzn) = self.load(d.value)?;
+            match (sz.is_dir(), dzn.is_dir()) {
+                (true, false) => return Err(libc::ENOTDIR),
+                (false, true) => return Err(libc::EISDIR),
+                (true, true) if io(Zap::open(&self.os, d.value).count())? > 0 => {
+                    return Err(libc::ENOTEMPTY)
+                }
+                _ => {}
+            }
+            io(dzap.remove(dname))?;
+            if dzn.is_dir() {
+                self.adjust_dir(ddir, -1, t)?;
+            }
+            self.drop_link(d.value, dzn, t)?;
+        }
+        io(szap.remove(sname))?;
+        io(dzap.insert(dname, src.value, src.vtype).map(|_| ()))?;
+        let mut sz = self.load(src.value)?.1;
+        sz.ctime = t;
+        if sz.is_dir() && sdir != ddir {
+            sz.parent = ddir;
+            self.adjust_dir(sdir, -1, t)?;
+            self.adjust_dir(ddir, 1, t)?;
+        } else {
+            self.adjust_dir(sdir, 0, t)?;
+            if sdir != ddir {
+                self.adjust_dir(ddir, 0, t)?;
+            }
+        }
+        self.store(src.value, &sz)
+    }
+
+    fn adjust_dir(&self, dir: u64, links: i64, t: i64) -> ZResult<()> {
+        let mut z = self.dir(dir)?;
+        z.nlink = (z.nlink as i64 + links).max(0) as u32;
+        z.mtime = t;
+        z.ctime = t;
+        self.store(dir, &z)
+    }
+
+    pub fn link(&self, obj: u64, ddir: u64, dname: &[u8]) -> ZResult<Attr> {
+        check_name(dname)?;
+        self.writable()?;
+        let _ns = lock(&self.ns);
+        let mut dz = self.dir(ddir)?;
+        if dz.nlink == 0 {
+            return Err(libc::ENOENT);
+        }
+        let _g = self.lock_objs(&[obj, ddir]);
+        let (_, mut z) = self.load(obj)?;
+        if z.is_dir() {
+            return Err(libc::EPERM);
+        }
+        if z.nlink == 0 {
+            return Err(libc::ENOENT);
+        }
+        if z.nlink >= 65000 {
+            return Err(libc::EMLINK);
+        }
+        let dzap = Zap::open(&self.os, ddir);
+        if io(dzap.lookup(dname))?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        self.ctx.admit(512)?;
+        io(dzap.insert(dname, obj, dtype(z.mode)).map(|_| ()))?;
+        let t = now_ns();
+        z.nlink += 1;
+        z.ctime = t;
+        self.store(obj, &z)?;
+        dz.mtime = t;
+        dz.ctime = t;
+        self.store(ddir, &dz)?;
+        self.getattr(obj)
+    }
+
+    /// Up to `max` entries after `cookie` (0 = from the start): (next
+    /// cookie, object, dirent type, name), starting with "." and "..".
+    pub fn readdir(
+        &self,
+        dir: u64,
+        cookie: u64,
+        max: usize,
+    ) -> ZResult<Vec<(u64, u64, u8, Vec<u8>)>> {
+        let z = self.dir(dir)?;
+        let mut out = Vec::new();
+        if cookie == 0 {
+            out.push((1, dir, dtype(libc::S_IFDIR), b".".to_vec()));
+        }
+        if cookie <= 1 {
+            out.push((2, z.parent, dtype(libc::S_IFDIR), b"..".to_vec()));
+        }
+        let from = if cookie <= 2 { 0 } else { cookie };
+        let want = max.saturating_sub(out.len());
+        for e in io(Zap::open(&self.os, dir).list_from(from, want))? {
+            out.push((e.key + 1, e.value, e.vtype, e.name));
+        }
+        Ok(out)
+    }
+
+    pub fn setattr(&self, obj: u64, a: &SetAttr) -> ZResult<Attr> {
+        self.writable()?;
+        let _g = self.lock_objs(&[obj]);
+        let (_, mut z) = self.load(obj)?;
+        let t = now_ns();
+        if let Some(size) = a.size {
+            if z.is_dir() {
+                return Err(libc::EISDIR);
+            }
+            if z.kind() != libc::S_IFREG {
+                return Err(libc::EINVAL);
+            }
+            self.truncate_locked(obj, size)?;
+            z.mtime = t;
+        }
+        if let Some(m) = a.mode {
+            z.mode = (z.mode & libc::S_IFMT) | (m & 0o7777);
+        }
+        if let Some(u) = a.uid {
+            z.uid = u;
+        }
+        if let Some(g) = a.gid {
+            z.gid = g;
+        }
+        if let Some(at) = a.atime {
+            z.atime = at;
+        }
+        if let Some(mt) = a.mtime {
+            z.mtime = mt;
+        }
+        z.ctime = t;
+        self.store(obj, &z)?;
+        self.getattr(obj)
+    }
+
+    fn truncate_locked(&self, obj: u64, size: u64) -> ZResult<()> {
+        if size > MAX_FILE_SIZE {
+            return Err(libc::EFBIG);
+        }
+        let dn = io(self.os.stat(obj))?;
+        let bs = dn.datablksz as u64;
+        if size < dn.size {
+            // Zero the tail of the block the new end falls in, punch the rest.
+            let tail = size % bs;
+            let first_free = size.div_ceil(bs);
+            if tail != 0 && io(self.os.read_block(obj, size / bs))?.is_some() {
+                self.ctx.admit(bs)?;
+                let zeros = vec![0u8; (bs - tail) as usize];
+                io(self.os.write(obj, size, &zeros))?;
+            }
+            let last = dn.size.div_ceil(bs);
+            io(self.os.free_range(obj, first_free, last.max(first_free)))?;
+        } else if size > bs && dn.size <= bs && bs < self.ctx.props().recordsize as u64 {
+            self.grow(obj, &dn, size)?;
+        }
+        io(self.os.set_size(obj, size))
+    }
+
+    /// Grow a single-block file's block size towards the record size.
+    fn grow(&self, obj: u64, dn: &DnodePhys, end: u64) -> ZResult<()> {
+        let rs = self.ctx.props().recordsize.max(512) as u64;
+        if dn.size > dn.datablksz as u64 || dn.datablksz as u64 >= rs {
+            return Ok(());
+        }
+        let want = if end >= rs { rs } else { end.div_ceil(512) * 512 };
+        if want > dn.datablksz as u64 {
+            self.ctx.admit(want)?;
+            io(self.os.grow_blocksize(obj, want as u32))?;
+        }
+        Ok(())
+    }
+
+    pub fn open(&self, obj: u64) -> ZResult<()> {
+        self.load(obj)?;
+        *lock(&self.opens).entry(obj).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// The last close of an unlinked file frees it.
+    pub fn release(&self, obj: u64) -> ZResult<()> {
+        let _ns = lock(&self.ns);
+        let last = {
+            let mut o = lock(&self.opens);
+            match o.get_mut(&obj) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    o.remove(&obj);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last && !self.ctx.props().readonly {
+            if let Ok((_, z)) = self.load(obj) {
+                if z.nlink == 0 {
+                    let _g = self.lock_objs(&[obj]);
+                    self.destroy(obj)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, obj: u64, offset: u64, len: usize) -> ZResult<Vec<u8>> {
+        let (dn, z) = self.load(obj)?;
+        if z.is_dir() {
+            return Err(libc::EISDIR);
+        }
+        if offset >= dn.size {
+            return Ok(Vec::new());
+        }
+        let n = (dn.size - offset).min(len as u64) as usize;
+        let mut buf = vec![0u8; n];
+        io(self.os.read(obj, offset, &mut buf))?;
+        let props = self.ctx.props();
+        if props.atime && !props.readonly {
+            // relatime: only when the access time is older than the last
+            // change or a day old, so reads do not dirty every txg.
+            let t = now_ns();
+            if z.atime <= z.mtime || z.atime <= z.ctime || t - z.atime > 86_400_000_000_000 {
+                let _g = self.lock_objs(&[obj]);
+                if let Ok((_, mut z)) = self.load(obj) {
+                    z.atime = t;
+                    let _ = self.store(obj, &z);
+                }
+            }
+        }
+        Ok(buf)
+    }
+
+    pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> ZResult<usize> {
+        self.writable()?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= MAX_FILE_SIZE)
+            .ok_or(libc::EFBIG)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let _g = self.lock_objs(&[obj]);
+        let (dn, mut z) = self.load(obj)?;
+        if z.is_dir() {
+            return Err(libc::EISDIR);
+        }
+        self.grow(obj, &dn, end)?;
+        self.ctx.admit(data.len() as u64)?;
+        io(self.os.write(obj, offset, data))?;
+        let t = now_ns();
+        z.mtime = t;
+        z.ctime = t;
+        self.store(obj, &z)?;
+        Ok(data.len())
+    }
+
+    /// fallocate(2): mode 0 (extend), KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE,
+    /// ZERO_RANGE. Space is not reserved (copy-on-write cannot promise it).
+    pub fn fallocate(&self, obj: u64, mode: i32, offset: u64, len: u64) -> ZResult<()> {
+        self.writable()?;
+        let end = offset.checked_add(len).ok_or(libc::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(libc::EFBIG);
+        }
+        let _g = self.lock_objs(&[obj]);
+        let (dn, mut z) = self.load(obj)?;
+        if z.kind() != libc::S_IFREG {
+            return Err(libc::ENODEV);
+        }
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE)
+            != 0
+            || (punch && !keep)
+        {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let t = now_ns();
+        if punch || zero {
+            let stop = end.min(dn.size);
+            if offset < stop {
+                self.punch(obj, &dn, offset, stop)?;
+            }
+            z.mtime = t;
+        }
+        if !keep && end > dn.size {
+            if dn.size <= dn.datablksz as u64 {
+                self.grow(obj, &dn, end)?;
+            }
+            io(self.os.set_size(obj, end))?;
+        }
+        z.ctime = t;
+        self.store(obj, &z)
+    }
+
+    /// Zero `[start, end)`: partial blocks by writing zeros, whole blocks by
+    /// punching them out (they become holes).
+    fn punch(&self, obj: u64, dn: &DnodePhys, start: u64, end: u64) -> ZResult<()> {
+        let bs = dn.datablksz as u64;
+        let first_whole = start.div_ceil(bs);
+        let last_whole = end / bs; // exclusive
+        let zero = |from: u64, to: u64| -> ZResult<()> {
+            if from < to && io(self.os.read_block(obj, from / bs))?.is_some() {
+                self.ctx.admit(bs)?;
+                io(self.os.write(obj, from, &vec![0u8; (to - from) as usize]))?;
+            }
+            Ok(())
+        };
+        if first_whole >= last_whole {
+            return zero(start, end);
+        }
+        zero(start, first_whole * bs)?;
+        io(self.os.free_range(obj, first_whole, last_whole))?;
+        zero(last_whole * bs, end)
+    }
+
+    /// lseek(2) SEEK_DATA / SEEK_HOLE at block granularity.
+    pub fn seek_data(&self, obj: u64, offset: u64, data: bool) -> ZResult<u64> {
+        let (dn, _) = self.load(obj)?;
+        if offset >= dn.size {
+            return Err(libc::ENXIO);
+        }
+        let bs = dn.datablksz as u64;
+        let mut blk = offset / bs;
+        let last = dn.size.div_ceil(bs);
+        while blk < last {
+            let present = io(self.os.read_block(obj, blk))?.is_some();
+            if present == data {
+                return Ok((blk * bs).max(offset));
+            }
+            blk += 1;
+        }
+        if data {
+            Err(libc::ENXIO)
+        } else {
+            Ok(dn.size)
+        }
+    }
+
+    pub fn fsync(&self, obj: u64) -> ZResult<()> {
+        self.ctx.commit(obj)
+    }
+
+    /// (total, free, available) bytes and (files, free files).
+    pub fn statfs(&self) -> (u64, u64, u64, u64) {
+        let (total, avail) = self.ctx.space();
+        let files = self.os.dnode_count_estimate();
+        (total, avail, files, avail / 512)
+    }
+
+    // ---- extended attributes ----------------------------------------------
+
+    fn xattrs(&self, z: &Znode) -> ZResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        if z.xattr == 0 {
+            return Ok(Vec::new());
+        }
+        let dn = io(self.os.stat(z.xattr))?;
+        let mut b = vec![0u8; dn.size as usize];
+        io(self.os.read(z.xattr, 0, &mut b))?;
+        decode_xattrs(&b).ok_or(libc::EIO)
+    }
+
+    pub fn getxattr(&self, obj: u64, name: &[u8]) -> ZResult<Vec<u8>> {
+        let (_, z) = self.load(obj)?;
+        self.xattrs(&z)?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or(libc::ENODATA)
+    }
+
+    pub fn listxattr(&self, obj: u64) -> ZResult<Vec<Vec<u8>>> {
+        let (_, z) = self.load(obj)?;
+        Ok(self.xattrs(&z)?.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// `flags`: XATTR_CREATE / XATTR_REPLACE. `value` `None` removes.
+    pub fn setxattr(&self, obj: u64, name: &[u8], value: Option<&[u8]>, flags: i32) -> ZResult<()> {
+        self.writable()?;
+        if name.is_empty() || name.len() > 255 {
+            return Err(if name.is_empty() {
+                libc::EINVAL
+            } else {
+                libc::ERANGE
+            });
+        }
+        if value.is_some_and(|v| v.len() > XATTR_SIZE_MAX) {
+            return Err(libc::E2BIG);
+        }
+        let _g = self.lock_objs(&[obj]);
+        let (_, mut z) = self.load(obj)?;
+        let mut all = self.xattrs(&z)?;
+        let pos = all.iter().position(|(n, _)| n == name);
+        match (value, pos) {
+            (None, None) => return Err(libc::ENODATA),
+            (None, Some(i)) => {
+                all.remove(i);
+            }
+            (Some(_), Some(_)) if flags & libc::XATTR_CREATE != 0 => return Err(libc::EEXIST),
+            (Some(_), None) if flags & libc::XATTR_REPLACE != 0 => return Err(libc::ENODATA),
+            (Some(v), Some(i)) => all[i].1 = v.to_vec(),
+            (Some(v), None) => all.push((name.to_vec(), v.to_vec())),
+        }
+        let b = encode_xattrs(&all);
+        if b.len() > XATTR_TOTAL_MAX {
+            return Err(libc::ENOSPC);
+        }
+        self.ctx.admit(b.len() as u64)?;
+        if z.xattr == 0 {
+            z.xattr = io(self.os.create_object(ot::XATTR, 512, &ObjProps::METADATA))?;
+        } else {
+            // Rewrite from scratch: a fresh object sized for the new list.
+            let _ = self.os.free_object(z.xattr);
+            z.xattr = io(self.os.create_object(ot::XATTR, 512, &ObjProps::METADATA))?;
+        }
+        let bs = if b.len() <= 128 << 10 {
+            (b.len().max(1) as u32).div_ceil(512) * 512
+        } else {
+            128 << 10
+        };
+        io(self.os.grow_blocksize(z.xattr, bs))?;
+        io(self.os.write(z.xattr, 0, &b))?;
+        io(self.os.set_size(z.xattr, b.len() as u64))?;
+        z.ctime = now_ns();
+        self.store(obj, &z)
+    }
+}
+
+fn encode_xattrs(all: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in all {
+        b.push(n.len() as u8);
+        b.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        b.extend_from_slice(n);
+        b.extend_from_slice(v);
+    }
+    b
+}
+
+fn decode_xattrs(b: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < b.len() {
+        let nl = *b.get(at)? as usize;
+        let vl = u32::from_le_bytes(b.get(at + 1..at + 5)?.try_into().ok()?) as usize;
+        let n = b.get(at + 5..at + 5 + nl)?;
+        let v = b.get(at + 5 + nl..at + 5 + nl + vl)?;
+        out.push((n.to_vec(), v.to_vec()));
+        at += 5 + nl + vl;
+    }
+    Some(out)
+}
