@@ -481,6 +481,17 @@ impl Pool {
         }
     }
 
+    /// Lay out a filesystem in the root dataset if it has none (`zpool
+    /// create` does this; pools used only through the object interface, as
+    /// the engine tests do, never get one).
+    pub fn format_root_fs(&self) -> Result<()> {
+        if self.root.exists(1)? {
+            return Ok(());
+        }
+        let open = lock(&self.txg).open;
+        zpl::Zpl::format(&self.root, open, 0, 0, 0o755)
+    }
+
     /// Pools made before datasets existed get an empty DSL record.
     pub(crate) fn ensure_dsl_record(&self) -> Result<()> {
         let mut dir = lock(&self.st).dir.clone();

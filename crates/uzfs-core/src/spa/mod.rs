@@ -327,7 +327,6 @@ impl Pool {
         let io = Arc::new(SpaIo::new(tops.clone(), opts.tunables.cache_bytes));
         let mos = Objset::create(OS_TYPE_META, io.clone(), txg);
         let root = Arc::new(Objset::create(OS_TYPE_DATASET, io.clone(), txg));
-        crate::zpl::Zpl::format(&root, txg, 0, 0, 0o755)?;
         let md = ObjProps::METADATA;
         let dir_obj = mos.create_object(ot::OBJECT_DIRECTORY, 4096, &md)?;
         debug_assert_eq!(dir_obj, 1);
