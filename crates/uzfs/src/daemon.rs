@@ -24,6 +24,9 @@ pub struct CacheEntry {
     pub name: String,
     pub guid: u64,
     pub paths: Vec<String>,
+    /// `-R altroot` the pool was created or imported with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altroot: Option<String>,
 }
 
 pub struct Daemon {
@@ -33,6 +36,8 @@ pub struct Daemon {
     /// import, export, destroy), so two of them cannot both claim a name.
     pub admin: Mutex<()>,
     pub shutdown: Mutex<bool>,
+    /// Mounted datasets (see `mounts.rs`).
+    pub mounts: Mutex<crate::mounts::Mounts>,
 }
 
 pub fn prepare_rundir(dir: &Path) -> std::io::Result<()> {
@@ -97,12 +102,19 @@ impl Daemon {
 
     /// Rewrite the cache from the imported pools (atomically: temp + rename).
     pub fn write_cache(&self) {
+        let alt = self
+            .mounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .altroot
+            .clone();
         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         let entries: Vec<CacheEntry> = pools
             .values()
             .map(|p| CacheEntry {
                 name: p.name.clone(),
                 guid: p.guid,
+                altroot: alt.get(&p.name).cloned(),
                 paths: p
                     .io
                     .tops()
@@ -168,6 +180,9 @@ impl Daemon {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name, pool.clone());
+        for e in crate::mounts::mount_all(self, &pool) {
+            crate::err(&format!("uzfsd: {e}\n"));
+        }
         Ok(pool)
     }
 
@@ -176,6 +191,13 @@ impl Daemon {
             let found = discover(open_paths(&e.paths))
                 .into_iter()
                 .find(|f| f.config.pool_guid == e.guid);
+            if let Some(a) = &e.altroot {
+                self.mounts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .altroot
+                    .insert(e.name.clone(), a.clone());
+            }
             match found {
                 Some(f) => match self.import(&f, Some(&e.name)) {
                     Ok(_) => crate::err(&format!("uzfsd: imported '{}' from the cache\n", e.name)),
@@ -194,6 +216,10 @@ impl Daemon {
     }
 
     pub fn close_all(&self) {
+        let names: Vec<String> = crate::mounts::list(self).into_iter().map(|(n, _)| n).collect();
+        if let Err(e) = crate::mounts::unmount_many(self, names, true) {
+            crate::err(&format!("uzfsd: {e}\n"));
+        }
         let pools: Vec<Arc<Pool>> = self
             .pools
             .lock()
@@ -290,6 +316,7 @@ pub fn run(rundir: &Path) -> i32 {
         pools: Mutex::new(BTreeMap::new()),
         admin: Mutex::new(()),
         shutdown: Mutex::new(false),
+        mounts: Mutex::new(Default::default()),
     });
     d.reimport_cached();
     // Devices change without a command (a replacement finishing, a spare

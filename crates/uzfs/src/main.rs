@@ -6,6 +6,8 @@
 mod client;
 mod daemon;
 mod fmt;
+mod fuse;
+mod mounts;
 mod iostat;
 mod status;
 mod vdevs;

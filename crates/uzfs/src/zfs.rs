@@ -1,31 +1,571 @@
-//! `zfs` subcommands. Datasets, snapshots and mounts arrive with issue #4;
-//! until then every pool has exactly its root dataset, which `zfs list`
-//! shows, and the other verbs say plainly that they are not there yet.
+//! `zfs` subcommands: create, destroy, list, get, set, inherit, mount,
+//! unmount, rename (zfs(8); output layouts as OpenZFS prints them).
 
 use crate::client::Response;
 use crate::daemon::Daemon;
 use crate::fmt::{nicenum, Table};
+use crate::mounts;
+use crate::zpool::{err, getopt, has, values};
+use std::sync::Arc;
+use uzfs_core::dsl::{props, Dataset};
+use uzfs_core::spa::Pool;
+
+const USAGE: &str = "usage: zfs command args ...
+\tcreate [-p] [-o property=value] ... <filesystem>
+\tdestroy [-fr] <filesystem>
+\tlist [-rHp] [-o property[,...]] [-t type[,...]] [filesystem] ...
+\tget [-rHp] [-o field[,...]] <\"all\" | property[,...]> [filesystem] ...
+\tset <property=value> ... <filesystem> ...
+\tinherit [-r] <property> <filesystem> ...
+\tmount [-a] [filesystem]
+\tunmount [-f] <-a | filesystem | mountpoint>
+\trename <filesystem> <filesystem>
+";
+
+fn usage_err(msg: &str) -> Response {
+    Response::err(2, format!("{msg}\n{USAGE}"))
+}
+
+fn pools(d: &Daemon) -> Vec<Arc<Pool>> {
+    d.pools
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .cloned()
+        .collect()
+}
+
+/// The pool and dataset a name refers to.
+fn lookup(d: &Daemon, name: &str) -> Result<(Arc<Pool>, Arc<Dataset>), Response> {
+    let pool_name = name.split('/').next().unwrap_or("");
+    let pool = pools(d).into_iter().find(|p| p.name == pool_name);
+    let missing = || err(format!("cannot open '{name}': dataset does not exist"));
+    let pool = pool.ok_or_else(missing)?;
+    let ds = pool.dataset(name).map_err(|_| missing())?;
+    Ok((pool, ds))
+}
 
 pub fn run(d: &Daemon, args: &[String]) -> Response {
-    match args.first().map(String::as_str) {
-        Some("list") => {
-            let scripted = args.iter().any(|a| a == "-H");
-            let pools: Vec<_> = d.pools.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
-            if pools.is_empty() {
-                return Response::ok("no datasets available\n".into());
-            }
-            let mut t = Table::new(&["NAME", "USED", "AVAIL", "REFER", "MOUNTPOINT"], &[false, true, true, true, false]);
-            for p in pools {
-                let (_, alloc, _) = p.space();
-                let avail = p.writable_space();
-                t.rows.push(vec![p.name.clone(), nicenum(alloc), nicenum(avail), nicenum(alloc), "-".into()]);
-            }
-            Response::ok(t.render(scripted))
+    let Some(cmd) = args.first() else {
+        return usage_err("missing command");
+    };
+    let rest = &args[1..];
+    match cmd.as_str() {
+        "create" => create(d, rest),
+        "destroy" => destroy(d, rest),
+        "list" => list(d, rest),
+        "get" => get(d, rest),
+        "set" => set(d, rest),
+        "inherit" => inherit(d, rest),
+        "mount" => mount(d, rest),
+        "unmount" | "umount" => unmount(d, rest),
+        "rename" => rename(d, rest),
+        "snapshot" | "snap" | "clone" | "rollback" | "send" | "receive" | "recv" | "promote" => {
+            err(format!("zfs {cmd}: snapshots are not implemented yet"))
         }
-        Some(other) => Response::err(
-            1,
-            format!("zfs {other}: datasets, snapshots and mounts are not implemented yet (issue #4); 'zfs list' shows each pool's root dataset"),
-        ),
-        None => Response::err(2, "usage: zfs command args ...\n\tlist [-H]\n"),
+        other => usage_err(&format!("unrecognized command '{other}'")),
+    }
+}
+
+fn create(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "po:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [name] = rest.as_slice() else {
+        return usage_err("expected one filesystem name");
+    };
+    let mut props = Vec::new();
+    for kv in values(&o, 'o') {
+        let Some((k, v)) = kv.split_once('=') else {
+            return usage_err(&format!("bad property '{kv}': expected property=value"));
+        };
+        props.push((k.to_string(), v.to_string()));
+    }
+    let pool_name = name.split('/').next().unwrap_or("");
+    let Some(pool) = pools(d).into_iter().find(|p| p.name == pool_name) else {
+        return err(format!("cannot create '{name}': no such pool '{pool_name}'"));
+    };
+    if let Err(e) = pool.create_dataset(name, &props, has(&o, 'p')) {
+        return err(format!("cannot create '{name}': {e}"));
+    }
+    pool.log_history(&format!("zfs create {}", args.join(" ")));
+    if let Err(e) = pool.txg_wait_synced() {
+        return err(format!("cannot create '{name}': {e}"));
+    }
+    let errs = mounts::mount_all(d, &pool);
+    if !errs.is_empty() {
+        return err(format!(
+            "filesystem successfully created, but not mounted\n{}",
+            errs.join("\n")
+        ));
+    }
+    Response::ok(String::new())
+}
+
+fn destroy(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "rfRnv") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [name] = rest.as_slice() else {
+        return usage_err("expected one filesystem name");
+    };
+    let (pool, ds) = match lookup(d, name) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let recursive = has(&o, 'r') || has(&o, 'R');
+    let kids = pool.descendants(&ds);
+    if !kids.is_empty() && !recursive {
+        let mut m = format!(
+            "cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n"
+        );
+        for k in kids.iter().rev() {
+            m.push_str(&pool.ds_name(&k.rel()));
+            m.push('\n');
+        }
+        return err(m);
+    }
+    let mut names: Vec<String> = kids.iter().map(|k| pool.ds_name(&k.rel())).collect();
+    names.push(name.clone());
+    if let Err(e) = mounts::unmount_many(d, names, has(&o, 'f')) {
+        return err(e);
+    }
+    match pool.destroy_dataset(name, recursive) {
+        Ok(_) => {
+            pool.log_history(&format!("zfs destroy {}", args.join(" ")));
+            match pool.txg_wait_synced() {
+                Ok(_) => Response::ok(String::new()),
+                Err(e) => err(format!("cannot destroy '{name}': {e}")),
+            }
+        }
+        Err(e) => err(format!("cannot destroy '{name}': {e}")),
+    }
+}
+
+/// Datasets named by `names` (with their descendants if `recursive`), or
+/// all datasets of all pools.
+fn targets(
+    d: &Daemon,
+    names: &[String],
+    recursive: bool,
+) -> Result<Vec<(Arc<Pool>, Arc<Dataset>)>, Response> {
+    let mut out = Vec::new();
+    if names.is_empty() {
+        for p in pools(d) {
+            for ds in p.datasets() {
+                out.push((p.clone(), ds));
+            }
+        }
+        return Ok(out);
+    }
+    for n in names {
+        let (p, ds) = lookup(d, n.trim_end_matches('/'))?;
+        out.push((p.clone(), ds.clone()));
+        if recursive {
+            let mut kids = p.descendants(&ds);
+            kids.sort_by_key(|k| k.rel());
+            out.extend(kids.into_iter().map(|k| (p.clone(), k)));
+        }
+    }
+    Ok(out)
+}
+
+/// A property's display value (`-p`: exact numbers).
+fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> (String, String) {
+    if prop == "mounted" {
+        let m = mounts::is_mounted(d, &pool.ds_name(&ds.rel())).is_some();
+        return (if m { "yes" } else { "no" }.into(), "-".into());
+    }
+    let (v, src) = match pool.get_prop(ds, prop) {
+        Ok(x) => x,
+        Err(_) => return ("-".into(), "-".into()),
+    };
+    let numeric = matches!(
+        prop,
+        "used"
+            | "available"
+            | "referenced"
+            | "logicalused"
+            | "logicalreferenced"
+            | "usedbychildren"
+            | "usedbydataset"
+            | "quota"
+            | "reservation"
+    );
+    let shown = if prop == "mountpoint" {
+        match mounts::mountpoint_of(d, pool, ds) {
+            Ok(p) => p.display().to_string(),
+            Err(_) => v,
+        }
+    } else if numeric && !exact {
+        match v.parse::<u64>() {
+            Ok(0) if prop == "quota" || prop == "reservation" => "none".into(),
+            Ok(n) => nicenum(n),
+            Err(_) => v,
+        }
+    } else if prop == "recordsize" && exact {
+        props::parse_size(&v).map(|n| n.to_string()).unwrap_or(v)
+    } else if prop == "creation" && !exact {
+        v.parse::<u64>()
+            .map(crate::zpool::format_time)
+            .unwrap_or(v)
+    } else {
+        v
+    };
+    (shown, src.to_string())
+}
+
+const ALIASES: &[(&str, &str)] = &[
+    ("avail", "available"),
+    ("refer", "referenced"),
+    ("compress", "compression"),
+    ("recsize", "recordsize"),
+    ("ratio", "compressratio"),
+    ("lused", "logicalused"),
+    ("lrefer", "logicalreferenced"),
+    ("rdonly", "readonly"),
+    ("reserv", "reservation"),
+];
+
+fn canon(p: &str) -> String {
+    ALIASES
+        .iter()
+        .find(|(a, _)| *a == p)
+        .map(|(_, c)| c.to_string())
+        .unwrap_or_else(|| p.to_string())
+}
+
+fn known(p: &str) -> bool {
+    props::def(p).is_some() || props::READONLY.contains(&p)
+}
+
+fn list(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "rHpo:t:d:s:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    if let Some(t) = values(&o, 't').last() {
+        if !t.split(',').all(|x| matches!(x, "filesystem" | "all" | "fs")) {
+            if t.split(',').any(|x| matches!(x, "snapshot" | "snap" | "volume" | "bookmark")) {
+                return Response::ok(String::new());
+            }
+            return usage_err(&format!("invalid type '{t}'"));
+        }
+    }
+    let cols: Vec<String> = values(&o, 'o')
+        .last()
+        .map(|s| s.split(',').map(canon).collect())
+        .unwrap_or_else(|| {
+            ["name", "used", "available", "referenced", "mountpoint"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+    for c in &cols {
+        if !known(c) {
+            return usage_err(&format!("invalid property '{c}'"));
+        }
+    }
+    let ts = match targets(d, &rest, has(&o, 'r')) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    if ts.is_empty() {
+        return Response::ok("no datasets available\n".into());
+    }
+    let header: Vec<String> = cols
+        .iter()
+        .map(|c| match c.as_str() {
+            "available" => "AVAIL".into(),
+            "referenced" => "REFER".into(),
+            _ => c.to_uppercase(),
+        })
+        .collect();
+    let h: Vec<&str> = header.iter().map(String::as_str).collect();
+    let right: Vec<bool> = cols
+        .iter()
+        .map(|c| !matches!(c.as_str(), "name" | "mountpoint" | "type" | "compression" | "checksum"))
+        .collect();
+    let mut t = Table::new(&h, &right);
+    for (p, ds) in ts {
+        t.rows.push(
+            cols.iter()
+                .map(|c| show(d, &p, &ds, c, has(&o, 'p')).0)
+                .collect(),
+        );
+    }
+    Response::ok(t.render(has(&o, 'H')))
+}
+
+fn get(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "rHpo:s:t:d:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let Some(which) = rest.first() else {
+        return usage_err("missing property argument");
+    };
+    let props_wanted: Vec<String> = if which == "all" {
+        let mut v: Vec<String> = props::READONLY
+            .iter()
+            .filter(|p| **p != "name")
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(props::SETTABLE.iter().map(|d| d.name.to_string()));
+        v
+    } else {
+        which.split(',').map(canon).collect()
+    };
+    for p in &props_wanted {
+        if !known(p) {
+            return usage_err(&format!("bad property list: invalid property '{p}'"));
+        }
+    }
+    let fields: Vec<String> = values(&o, 'o')
+        .last()
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|| vec!["name".into(), "property".into(), "value".into(), "source".into()]);
+    let ts = match targets(d, &rest[1..], has(&o, 'r')) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
+    let h: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = Table::new(&h, &vec![false; fields.len()]);
+    for (p, ds) in ts {
+        let name = p.ds_name(&ds.rel());
+        for prop in &props_wanted {
+            let (v, src) = show(d, &p, &ds, prop, has(&o, 'p'));
+            t.rows.push(
+                fields
+                    .iter()
+                    .map(|f| match f.as_str() {
+                        "name" => name.clone(),
+                        "property" => prop.clone(),
+                        "value" => v.clone(),
+                        "source" => src.clone(),
+                        _ => "-".into(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Response::ok(t.render(has(&o, 'H')))
+}
+
+/// Re-mount what a property change moved (mountpoint, canmount, readonly).
+fn remount(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
+    let mut errs = Vec::new();
+    for ds in pool.datasets() {
+        let name = pool.ds_name(&ds.rel());
+        let now = mounts::is_mounted(d, &name);
+        let want = mounts::mountpoint_of(d, pool, &ds).ok().filter(|_| {
+            pool.get_prop(&ds, "canmount")
+                .map(|(v, _)| v != "off")
+                .unwrap_or(false)
+        });
+        if now.is_some() && now != want {
+            if let Err(e) = mounts::unmount(d, &name, false) {
+                errs.push(e);
+            }
+        }
+    }
+    errs.extend(mounts::mount_all(d, pool));
+    errs
+}
+
+fn set(d: &Daemon, args: &[String]) -> Response {
+    let (kvs, names): (Vec<&String>, Vec<&String>) = args.iter().partition(|a| a.contains('='));
+    if kvs.is_empty() || names.is_empty() {
+        return usage_err("expected property=value and a filesystem");
+    }
+    for n in names {
+        let (pool, ds) = match lookup(d, n) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let mut moved = false;
+        for kv in &kvs {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let k = canon(k);
+            if let Err(e) = pool.set_prop(&ds, &k, v) {
+                return err(format!("cannot set property for '{n}': {e}"));
+            }
+            moved |= matches!(k.as_str(), "mountpoint" | "canmount" | "readonly");
+        }
+        pool.log_history(&format!("zfs set {}", args.join(" ")));
+        if let Err(e) = pool.txg_wait_synced() {
+            return err(format!("cannot set property for '{n}': {e}"));
+        }
+        mounts::refresh(d, &pool.name);
+        if moved {
+            let errs = remount(d, &pool);
+            if !errs.is_empty() {
+                return err(errs.join("\n"));
+            }
+        }
+    }
+    Response::ok(String::new())
+}
+
+fn inherit(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "rS") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [prop, names @ ..] = rest.as_slice() else {
+        return usage_err("missing property argument");
+    };
+    if names.is_empty() {
+        return usage_err("missing filesystem argument");
+    }
+    let prop = canon(prop);
+    for n in names {
+        let ts = match targets(d, std::slice::from_ref(n), has(&o, 'r')) {
+            Ok(t) => t,
+            Err(r) => return r,
+        };
+        for (pool, ds) in &ts {
+            if let Err(e) = pool.inherit_prop(ds, &prop) {
+                return err(format!("cannot inherit '{prop}' for '{n}': {e}"));
+            }
+        }
+        if let Some((pool, _)) = ts.first() {
+            let _ = pool.txg_wait_synced();
+            mounts::refresh(d, &pool.name);
+            let errs = remount(d, pool);
+            if !errs.is_empty() {
+                return err(errs.join("\n"));
+            }
+        }
+    }
+    Response::ok(String::new())
+}
+
+fn mount(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "aOo:lv") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    if has(&o, 'a') {
+        let mut errs = Vec::new();
+        for p in pools(d) {
+            errs.extend(mounts::mount_all(d, &p));
+        }
+        return if errs.is_empty() {
+            Response::ok(String::new())
+        } else {
+            err(errs.join("\n"))
+        };
+    }
+    if rest.is_empty() {
+        let mut out = String::new();
+        for (n, p) in mounts::list(d) {
+            out.push_str(&format!("{n:<30} {}\n", p.display()));
+        }
+        return Response::ok(out);
+    }
+    for n in &rest {
+        let (pool, ds) = match lookup(d, n) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        if let Err(e) = mounts::mount(d, &pool, &ds) {
+            return err(e);
+        }
+    }
+    Response::ok(String::new())
+}
+
+fn unmount(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "afu") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let force = has(&o, 'f');
+    if has(&o, 'a') {
+        let names = mounts::list(d).into_iter().map(|(n, _)| n).collect();
+        return match mounts::unmount_many(d, names, force) {
+            Ok(()) => Response::ok(String::new()),
+            Err(e) => err(e),
+        };
+    }
+    if rest.is_empty() {
+        return usage_err("missing filesystem argument");
+    }
+    for n in &rest {
+        // A mountpoint names the dataset mounted there.
+        let name = mounts::list(d)
+            .into_iter()
+            .find(|(ds, p)| ds == n || p.as_os_str() == n.as_str())
+            .map(|(ds, _)| ds);
+        let Some(name) = name else {
+            return err(format!("cannot unmount '{n}': not currently mounted"));
+        };
+        if let Err(e) = mounts::unmount(d, &name, force) {
+            return err(e);
+        }
+    }
+    Response::ok(String::new())
+}
+
+fn rename(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "pfu") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [from, to] = rest.as_slice() else {
+        return usage_err("expected two filesystem names");
+    };
+    let (pool, ds) = match lookup(d, from) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if to.split('/').next() != Some(pool.name.as_str()) {
+        return err(format!(
+            "cannot rename to '{to}': datasets must stay within pool '{}'",
+            pool.name
+        ));
+    }
+    if has(&o, 'p') {
+        if let Some((parent, _)) = to.rsplit_once('/') {
+            if pool.dataset(parent).is_err() {
+                if let Err(e) = pool.create_dataset(parent, &[], true) {
+                    return err(format!("cannot rename to '{to}': {e}"));
+                }
+            }
+        }
+    }
+    let mut names: Vec<String> = pool
+        .descendants(&ds)
+        .iter()
+        .map(|k| pool.ds_name(&k.rel()))
+        .collect();
+    names.push(from.clone());
+    let was_mounted: Vec<String> = names
+        .iter()
+        .filter(|n| mounts::is_mounted(d, n).is_some())
+        .cloned()
+        .collect();
+    if let Err(e) = mounts::unmount_many(d, was_mounted, has(&o, 'f')) {
+        return err(e);
+    }
+    if let Err(e) = pool.rename_dataset(from, to) {
+        let _ = mounts::mount_all(d, &pool);
+        return err(format!("cannot rename '{from}': {e}"));
+    }
+    pool.log_history(&format!("zfs rename {from} {to}"));
+    if let Err(e) = pool.txg_wait_synced() {
+        return err(format!("cannot rename '{from}': {e}"));
+    }
+    let errs = mounts::mount_all(d, &pool);
+    if errs.is_empty() {
+        Response::ok(String::new())
+    } else {
+        err(errs.join("\n"))
     }
 }

@@ -288,7 +288,7 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
 }
 
 fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
-    let (o, rest) = match getopt(args, "fo:O:m:n") {
+    let (o, rest) = match getopt(args, "fo:O:m:nR:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -347,9 +347,23 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             }
         }
     }
-    if !values(&o, 'O').is_empty() || has(&o, 'm') {
-        return err("dataset properties (-O, -m) arrive with filesystems (issue #4)");
+    let mut ds_props: Vec<(String, String)> = Vec::new();
+    for kv in values(&o, 'O') {
+        let Some((k, v)) = kv.split_once('=') else {
+            return usage_err(&format!("bad property '{kv}': expected property=value"));
+        };
+        if let Err(e) = uzfs_core::dsl::props::validate(k, v) {
+            return err(format!("cannot create '{name}': {e}"));
+        }
+        ds_props.push((k.to_string(), v.to_string()));
     }
+    if let Some(m) = values(&o, 'm').last() {
+        if let Err(e) = uzfs_core::dsl::props::validate("mountpoint", m) {
+            return err(format!("cannot create '{name}': {e}"));
+        }
+        ds_props.push(("mountpoint".into(), m.to_string()));
+    }
+    let altroot = values(&o, 'R').last().map(|s| s.to_string());
     let VdevSpec {
         tops: specs,
         spares,
@@ -399,14 +413,35 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         }
     }
     pool.log_history(full);
+    if let Err(e) = pool.format_root_fs() {
+        return err(format!("cannot create '{name}': {e}"));
+    }
+    if let Ok(root) = pool.dataset(name) {
+        for (k, v) in &ds_props {
+            if let Err(e) = pool.set_prop(&root, k, v) {
+                return err(format!("cannot create '{name}': {e}"));
+            }
+        }
+    }
     if let Err(e) = pool.txg_wait_synced() {
         return err(format!("cannot create '{name}': {e}"));
+    }
+    if let Some(a) = altroot {
+        d.mounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .altroot
+            .insert(name.clone(), a);
     }
     d.pools
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(name.clone(), pool);
+        .insert(name.clone(), pool.clone());
     d.write_cache();
+    let errs = crate::mounts::mount_all(d, &pool);
+    if !errs.is_empty() {
+        return Response::err(1, errs.join("\n"));
+    }
     Response::ok(String::new())
 }
 
@@ -627,7 +662,7 @@ fn found_tree(f: &FoundPool) -> String {
 }
 
 fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
-    let (o, rest) = match getopt(args, "d:faNDo:") {
+    let (o, rest) = match getopt(args, "d:faNDo:R:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -724,6 +759,14 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         if let Err(r) = check_host(f) {
             return r;
         }
+        if let Some(a) = values(&o, 'R').last() {
+            let n = new_name.unwrap_or(&f.config.name).to_string();
+            d.mounts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .altroot
+                .insert(n, a.to_string());
+        }
         if let Err(e) = d.import(f, new_name) {
             return err(e);
         }
@@ -745,6 +788,9 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
             Ok(p) => p,
             Err(r) => return r,
         };
+        if let Err(e) = crate::mounts::unmount_pool(d, name, has(&_o, 'f')) {
+            return err(e);
+        }
         pool.log_history(&format!(
             "zpool {} {name}",
             if destroy { "destroy" } else { "export" }

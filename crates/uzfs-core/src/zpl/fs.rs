@@ -609,7 +609,7 @@ impl Zpl {
         if z.nlink == 0 {
             return Err(libc::ENOENT);
         }
-        if z.nlink >= 65000 {
+        if z.nlink >= u32::MAX - 1 {
             return Err(libc::EMLINK);
         }
         let dzap = Zap::open(&self.os, ddir);

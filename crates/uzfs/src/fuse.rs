@@ -1,0 +1,590 @@
+//! The FUSE front end: one session per mounted dataset, translating kernel
+//! requests into [`Zpl`] calls.
+//!
+//! Kernel features used (and why they are safe here): the daemon is the only
+//! writer of its datasets, so attributes and entries may be cached (1 s);
+//! the writeback cache lets the kernel merge small writes into pages and
+//! send them in large requests (up to 1 MiB, `max_write`); several request
+//! threads, each with its own cloned /dev/fuse descriptor; parallel
+//! directory operations (the ZPL serializes namespace changes itself);
+//! `default_permissions`, so the kernel checks modes, ownership, the sticky
+//! bit and setattr rights exactly as for a local filesystem.
+
+use fuser::{
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use uzfs_core::zpl::fs::ZResult;
+use uzfs_core::zpl::{Attr, SetAttr, Zpl};
+
+const TTL: Duration = Duration::from_secs(1);
+const ROOT: u64 = 1;
+
+pub struct FuseFs {
+    pub zpl: Arc<Zpl>,
+}
+
+fn ts(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn ns_of(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+fn kind(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn dt_kind(dt: u8) -> FileType {
+    kind((dt as u32) << 12)
+}
+
+fn err(e: i32) -> Errno {
+    Errno::from_i32(e)
+}
+
+impl FuseFs {
+    fn obj(&self, ino: INodeNo) -> u64 {
+        if ino.0 == ROOT {
+            self.zpl.root
+        } else {
+            ino.0
+        }
+    }
+
+    fn ino(&self, obj: u64) -> INodeNo {
+        INodeNo(if obj == self.zpl.root { ROOT } else { obj })
+    }
+
+    fn fattr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: self.ino(a.ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: ts(a.z.atime),
+            mtime: ts(a.z.mtime),
+            ctime: ts(a.z.ctime),
+            crtime: ts(a.z.crtime),
+            kind: kind(a.z.mode),
+            perm: (a.z.mode & 0o7777) as u16,
+            nlink: a.z.nlink,
+            uid: a.z.uid,
+            gid: a.z.gid,
+            rdev: a.z.rdev as u32,
+            blksize: a.blksize,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, r: ZResult<Attr>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&TTL, &self.fattr(&a), Generation(a.z.gen)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
+
+fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(s) => ns_of(s),
+        TimeOrNow::Now => uzfs_core::zpl::fs::now_ns(),
+    })
+}
+
+impl Filesystem for FuseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let want = InitFlags::FUSE_WRITEBACK_CACHE
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_MAX_PAGES;
+        let _ = config.add_capabilities(want);
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.zpl.lookup(self.obj(parent), name.as_bytes()), reply)
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.zpl.getattr(self.obj(ino)) {
+            Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time_ns(atime),
+            mtime: time_ns(mtime),
+        };
+        match self.zpl.setattr(self.obj(ino), &a) {
+            Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.zpl.readlink(self.obj(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.zpl.mknod(
+            self.obj(parent),
+            name.as_bytes(),
+            mode & !(umask & 0o777),
+            rdev as u64,
+            req.uid(),
+            req.gid(),
+            None,
+        );
+        self.entry(r, reply)
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.zpl.mknod(
+            self.obj(parent),
+            name.as_bytes(),
+            libc::S_IFDIR | (mode & !umask & 0o7777),
+            0,
+            req.uid(),
+            req.gid(),
+            None,
+        );
+        self.entry(r, reply)
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.zpl.unlink(self.obj(parent), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.zpl.rmdir(self.obj(parent), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.zpl.mknod(
+            self.obj(parent),
+            link_name.as_bytes(),
+            libc::S_IFLNK | 0o777,
+            0,
+            req.uid(),
+            req.gid(),
+            Some(target.as_os_str().as_bytes()),
+        );
+        self.entry(r, reply)
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.zpl.rename(
+            self.obj(parent),
+            name.as_bytes(),
+            self.obj(newparent),
+            newname.as_bytes(),
+            flags.bits(),
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .zpl
+            .link(self.obj(ino), self.obj(newparent), newname.as_bytes());
+        self.entry(r, reply)
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.zpl.open(self.obj(ino)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.zpl.read(self.obj(ino), offset, size as usize) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.zpl.write(self.obj(ino), offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok()
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.zpl.release(self.obj(ino)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.zpl.fsync(self.obj(ino)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.zpl.readdir(self.obj(ino), offset, 256) {
+            Ok(entries) => {
+                for (next, obj, dt, name) in entries {
+                    if reply.add(self.ino(obj), next, dt_kind(dt), OsStr::from_bytes(&name)) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.zpl.fsync(self.obj(ino)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (total, avail, files, ffree) = self.zpl.statfs();
+        let bs = 4096u64;
+        reply.statfs(
+            total / bs,
+            avail / bs,
+            avail / bs,
+            files + ffree,
+            ffree,
+            bs as u32,
+            255,
+            bs as u32,
+        )
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self
+            .zpl
+            .setxattr(self.obj(ino), name.as_bytes(), Some(value), flags)
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.zpl.getxattr(self.obj(ino), name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.zpl.listxattr(self.obj(ino)) {
+            Ok(names) => {
+                let mut b = Vec::new();
+                for n in names {
+                    b.extend_from_slice(&n);
+                    b.push(0);
+                }
+                if size == 0 {
+                    reply.size(b.len() as u32)
+                } else if b.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&b)
+                }
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .zpl
+            .setxattr(self.obj(ino), name.as_bytes(), None, 0)
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.zpl.mknod(
+            self.obj(parent),
+            name.as_bytes(),
+            libc::S_IFREG | (mode & !umask & 0o7777),
+            0,
+            req.uid(),
+            req.gid(),
+            None,
+        );
+        match r.and_then(|a| self.zpl.open(a.ino).map(|_| a)) {
+            Ok(a) => reply.created(
+                &TTL,
+                &self.fattr(&a),
+                Generation(a.z.gen),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.zpl.fallocate(self.obj(ino), mode, offset, length) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let r = match whence {
+            libc::SEEK_DATA | libc::SEEK_HOLE if offset >= 0 => {
+                self.zpl
+                    .seek_data(self.obj(ino), offset as u64, whence == libc::SEEK_DATA)
+            }
+            _ => Err(libc::EINVAL),
+        };
+        match r {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
+
+/// Mount `zpl` at `mountpoint`; returns the running session (dropping it
+/// unmounts).
+pub fn mount(
+    zpl: Arc<Zpl>,
+    mountpoint: &Path,
+    fsname: &str,
+    readonly: bool,
+) -> std::io::Result<fuser::BackgroundSession> {
+    std::fs::create_dir_all(mountpoint)?;
+    let mut opts = vec![
+        MountOption::FSName(fsname.to_string()),
+        MountOption::Subtype("uzfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    if readonly {
+        opts.push(MountOption::RO);
+    }
+    let mut config = Config::default();
+    config.mount_options = opts;
+    config.acl = SessionACL::All;
+    config.n_threads = Some(fuse_threads());
+    config.clone_fd = true;
+    let session = fuser::Session::new(FuseFs { zpl }, mountpoint, &config)?;
+    session.spawn()
+}
+
+fn fuse_threads() -> usize {
+    std::env::var("UZFS_FUSE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
+        .clamp(1, 64)
+}

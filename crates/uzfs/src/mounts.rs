@@ -1,0 +1,205 @@
+//! Mounted datasets: which dataset is mounted where, mounting on create,
+//! import and daemon start, unmounting on export, destroy and shutdown.
+
+use crate::daemon::Daemon;
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use uzfs_core::dsl::{Dataset, DsCtx};
+use uzfs_core::spa::Pool;
+use uzfs_core::zpl::Zpl;
+
+pub struct Mounted {
+    pub pool: String,
+    pub path: PathBuf,
+    pub ctx: Arc<DsCtx>,
+    session: Option<fuser::BackgroundSession>,
+}
+
+#[derive(Default)]
+pub struct Mounts {
+    /// Keyed by dataset name.
+    pub by_name: BTreeMap<String, Mounted>,
+    /// Pool name -> altroot (`zpool create/import -R`).
+    pub altroot: BTreeMap<String, String>,
+}
+
+fn lock(d: &Daemon) -> std::sync::MutexGuard<'_, Mounts> {
+    d.mounts.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn umount2(path: &Path, flags: i32) -> std::io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    let r = unsafe { libc::umount2(c.as_ptr(), flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Where `ds` mounts (altroot applied), or why it does not.
+pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathBuf, String> {
+    let (mp, _) = pool.get_prop(ds, "mountpoint").map_err(|e| e.to_string())?;
+    if mp == "none" || mp == "legacy" {
+        return Err(format!("mountpoint is '{mp}'"));
+    }
+    let alt = lock(d).altroot.get(&pool.name).cloned();
+    Ok(match alt {
+        Some(a) if mp == "/" => PathBuf::from(a),
+        Some(a) => PathBuf::from(format!("{}{mp}", a.trim_end_matches('/'))),
+        None => PathBuf::from(mp),
+    })
+}
+
+pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), String> {
+    let name = pool.ds_name(&ds.rel());
+    if lock(d).by_name.contains_key(&name) {
+        return Err(format!("cannot mount '{name}': filesystem already mounted"));
+    }
+    let (canmount, _) = pool.get_prop(ds, "canmount").map_err(|e| e.to_string())?;
+    if canmount == "off" {
+        return Err(format!("cannot mount '{name}': 'canmount' property is set to 'off'"));
+    }
+    let path = mountpoint_of(d, pool, ds).map_err(|e| format!("cannot mount '{name}': {e}"))?;
+    // A daemon that died leaves a dead FUSE mount ("transport endpoint is
+    // not connected"): clear it.
+    if let Err(e) = std::fs::metadata(&path) {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            let _ = umount2(&path, libc::MNT_DETACH);
+        }
+    }
+    let ctx = DsCtx::new(pool.clone(), ds.clone());
+    let zpl = Arc::new(
+        Zpl::mount(ds.os.clone(), ctx.clone())
+            .map_err(|e| format!("cannot mount '{name}': not a filesystem: {e}"))?,
+    );
+    let readonly = pool
+        .get_prop(ds, "readonly")
+        .map(|(v, _)| v == "on")
+        .unwrap_or(false);
+    let session = crate::fuse::mount(zpl.clone(), &path, &name, readonly)
+        .map_err(|e| format!("cannot mount '{name}' on {}: {e}", path.display()))?;
+    lock(d).by_name.insert(
+        name,
+        Mounted {
+            pool: pool.name.clone(),
+            path,
+            ctx,
+            session: Some(session),
+        },
+    );
+    Ok(())
+}
+
+/// Mount every dataset of `pool` that should be (parents first). Errors are
+/// collected, not fatal: one bad mountpoint must not keep the rest down.
+pub fn mount_all(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
+    let mut errs = Vec::new();
+    let mut dss: Vec<(PathBuf, Arc<Dataset>)> = pool
+        .datasets()
+        .into_iter()
+        .filter(|ds| {
+            pool.get_prop(ds, "canmount")
+                .map(|(v, _)| v == "on")
+                .unwrap_or(false)
+        })
+        .filter_map(|ds| mountpoint_of(d, pool, &ds).ok().map(|p| (p, ds)))
+        .collect();
+    dss.sort_by_key(|(p, _)| p.as_os_str().len());
+    for (_, ds) in dss {
+        if lock(d).by_name.contains_key(&pool.ds_name(&ds.rel())) {
+            continue;
+        }
+        if ds.rel().is_empty() && !ds.os.exists(1).unwrap_or(false) {
+            continue; // a pool made before filesystems existed
+        }
+        if let Err(e) = mount(d, pool, &ds) {
+            errs.push(e);
+        }
+    }
+    errs
+}
+
+/// Unmount one dataset. Busy mounts fail unless `force` (lazy detach).
+pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
+    let path = match lock(d).by_name.get(name) {
+        Some(m) => m.path.clone(),
+        None => return Err(format!("cannot unmount '{name}': not currently mounted")),
+    };
+    let flags = if force { libc::MNT_DETACH } else { 0 };
+    if let Err(e) = umount2(&path, flags) {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            return Err(format!(
+                "cannot unmount '{}': pool or dataset is busy",
+                path.display()
+            ));
+        }
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(format!("cannot unmount '{}': {e}", path.display()));
+        }
+        // EINVAL: not mounted any more (someone ran umount); just reap.
+    }
+    let m = lock(d).by_name.remove(name);
+    if let Some(mut m) = m {
+        if let Some(s) = m.session.take() {
+            let _ = s.join();
+        }
+    }
+    Ok(())
+}
+
+/// Unmount `names` deepest mountpoint first; stops at the first failure.
+pub fn unmount_many(d: &Daemon, mut names: Vec<String>, force: bool) -> Result<(), String> {
+    names.sort_by_key(|n| {
+        std::cmp::Reverse(
+            lock(d)
+                .by_name
+                .get(n)
+                .map_or(0, |m| m.path.as_os_str().len()),
+        )
+    });
+    for n in names {
+        if lock(d).by_name.contains_key(&n) {
+            unmount(d, &n, force)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn mounted_in_pool(d: &Daemon, pool: &str) -> Vec<String> {
+    lock(d)
+        .by_name
+        .iter()
+        .filter(|(_, m)| m.pool == pool)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+pub fn unmount_pool(d: &Daemon, pool: &str, force: bool) -> Result<(), String> {
+    unmount_many(d, mounted_in_pool(d, pool), force)
+}
+
+/// Properties changed: refresh the cached ones of mounted datasets.
+pub fn refresh(d: &Daemon, pool: &str) {
+    for m in lock(d).by_name.values().filter(|m| m.pool == pool) {
+        m.ctx.refresh();
+    }
+}
+
+pub fn is_mounted(d: &Daemon, name: &str) -> Option<PathBuf> {
+    lock(d).by_name.get(name).map(|m| m.path.clone())
+}
+
+/// (dataset, mountpoint) of every mount.
+pub fn list(d: &Daemon) -> Vec<(String, PathBuf)> {
+    lock(d)
+        .by_name
+        .iter()
+        .map(|(n, m)| (n.clone(), m.path.clone()))
+        .collect()
+}
