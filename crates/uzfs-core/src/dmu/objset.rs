@@ -491,17 +491,30 @@ impl Objset {
         if dn.size > dn.datablksz as u64 {
             return Err(Error::invalid("block size change of a multi-block object"));
         }
-        let mut block = vec![0u8; new_bs as usize];
-        if let Some(old) = self.read_block(obj, 0)? {
-            block[..old.len()].copy_from_slice(&old);
-        }
+        // Block 0 carries over at the new size; a hole stays a hole.
+        let block = self.read_block(obj, 0)?.map(|old| {
+            let mut b = vec![0u8; new_bs as usize];
+            let n = old.len().min(b.len());
+            b[..n].copy_from_slice(&old[..n]);
+            b
+        });
         let mut st = lock(&self.st);
         let d = st.open.objs.entry(obj).or_default();
         let had = d.blocks.len() as u64 * dn.datablksz as u64;
         d.blocks.clear();
-        d.blocks.insert(0, Arc::new(block));
         d.blksz = Some(new_bs);
-        st.open.bytes = st.open.bytes - had.min(st.open.bytes) + new_bs as u64;
+        let added = match block {
+            Some(b) => {
+                d.blocks.insert(0, Arc::new(b));
+                new_bs as u64
+            }
+            None => {
+                // Older layers must not show their block 0 through the hole.
+                d.frees.push((0, 1));
+                0
+            }
+        };
+        st.open.bytes = st.open.bytes - had.min(st.open.bytes) + added;
         Ok(())
     }
 
