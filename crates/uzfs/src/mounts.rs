@@ -48,7 +48,13 @@ pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathB
     if mp == "none" || mp == "legacy" {
         return Err(format!("mountpoint is '{mp}'"));
     }
-    let alt = lock(d).altroot.get(&pool.name).cloned();
+    // `UZFS_ALTROOT` in the daemon's environment is the altroot of pools
+    // given none (a container or a test keeps every mount under one dir).
+    let alt = lock(d)
+        .altroot
+        .get(&pool.name)
+        .cloned()
+        .or_else(|| std::env::var("UZFS_ALTROOT").ok().filter(|a| a.starts_with('/')));
     Ok(match alt {
         Some(a) if mp == "/" => PathBuf::from(a),
         Some(a) => PathBuf::from(format!("{}{mp}", a.trim_end_matches('/'))),

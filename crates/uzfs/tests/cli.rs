@@ -166,7 +166,16 @@ fn bad_command_lines_get_clear_errors() {
         "member of the imported pool",
     );
     e.fails(&["zdb", "-Q"], 2, "invalid option");
-    e.fails(&["zfs", "create", "tank/x"], 1, "not implemented yet");
+    e.fails(&["zfs", "create", "tank/x/y"], 1, "does not exist (use -p");
+    e.fails(&["zfs", "create", "nopool/x"], 1, "no such pool");
+    e.fails(&["zfs", "create", "-o", "recordsize=3K", "tank/x"], 1, "power of 2");
+    e.fails(&["zfs", "create", "-o", "bogus=1", "tank/x"], 1, "invalid property");
+    e.fails(&["zfs", "create", "tank/bad@name"], 1, "invalid dataset name");
+    e.fails(&["zfs", "set", "used=5", "tank"], 1, "read-only");
+    e.fails(&["zfs", "get", "nosuch", "tank"], 2, "invalid property");
+    e.fails(&["zfs", "destroy", "tank"], 1, "root dataset");
+    e.fails(&["zfs", "frobnicate"], 2, "unrecognized command");
+    e.fails(&["zfs", "snapshot", "tank@a"], 1, "not implemented yet");
     // Garbage where a device should be: no pool, and a clear message.
     let g = e.dir.path().join("g");
     std::fs::create_dir(&g).expect("mkdir");

@@ -32,6 +32,7 @@ impl Env {
             .args(args)
             .env("UZFS_RUNDIR", &self.rundir)
             .env("UZFS_TXG_TIMEOUT", "1")
+            .env("UZFS_ALTROOT", self.dir.path().join("mnt"))
             .current_dir(self.dir.path())
             .output()
             .expect("run uzfs")
