@@ -34,11 +34,7 @@ fn dir_of(fs: &Zpl, d: &str) -> Option<u64> {
     fs.lookup(fs.root, d.as_bytes()).ok().map(|a| a.ino)
 }
 
-fn step(
-    fss: &[(String, Zpl)],
-    rng: &mut SimRng,
-    model: &mut Model,
-) -> Result<(), i32> {
+fn step(fss: &[(String, Zpl)], rng: &mut SimRng, model: &mut Model) -> Result<(), i32> {
     let (fname, fs) = &fss[rng.below(fss.len() as u64) as usize];
     let d = DIRS[rng.below(3) as usize];
     let dkey = format!("{fname}/{d}/");
@@ -75,8 +71,17 @@ fn step(
         50..=57 if exists => {
             let a = fs.lookup(dino, name.as_bytes())?;
             let size = rng.below(500_000);
-            fs.setattr(a.ino, &SetAttr { size: Some(size), ..Default::default() })?;
-            model.get_mut(&key).ok_or(libc::EIO)?.resize(size as usize, 0);
+            fs.setattr(
+                a.ino,
+                &SetAttr {
+                    size: Some(size),
+                    ..Default::default()
+                },
+            )?;
+            model
+                .get_mut(&key)
+                .ok_or(libc::EIO)?
+                .resize(size as usize, 0);
         }
         58..=63 if exists => {
             let a = fs.lookup(dino, name.as_bytes())?;
@@ -158,7 +163,11 @@ fn run_seed(seed: u64) -> usize {
     let disks: Vec<_> = (0..if mirror { 2 } else { 1 })
         .map(|i| world.disk(&format!("d{i}"), 96 << 20))
         .collect();
-    let kind = if mirror { TopKind::Mirror } else { TopKind::Disk };
+    let kind = if mirror {
+        TopKind::Mirror
+    } else {
+        TopKind::Disk
+    };
     let pool = Pool::create("crash", vec![spec(kind, &disks)], opts(seed))
         .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     pool.format_root_fs().expect("format");
@@ -220,7 +229,10 @@ fn run_seed(seed: u64) -> usize {
     let txg = pool.last_txg();
     let expect = match committed.get(&txg) {
         Some(m) => {
-            assert_eq!(txg, last, "seed {seed}: imported {txg}, but {last} committed");
+            assert_eq!(
+                txg, last,
+                "seed {seed}: imported {txg}, but {last} committed"
+            );
             m
         }
         None => match &in_flight {

@@ -9,8 +9,8 @@ use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
-use uzfs_core::zpl::{SetAttr, Zpl};
 use uzfs_core::zdb;
+use uzfs_core::zpl::{SetAttr, Zpl};
 
 fn pool(world: &SimWorld, size: u64) -> (Vec<uzfs_core::vdev::sim::SimDevice>, Arc<Pool>) {
     let disks = vec![world.disk("d0", size)];
@@ -40,22 +40,29 @@ fn files_dirs_and_links_survive_import() {
     let fs = mount(&p, "tank");
     let r = fs.root;
     let d = fs.mknod(r, b"dir", DIR, 0, 0, 0, None).expect("mkdir");
-    let f = fs.mknod(d.ino, b"file", REG, 0, 1000, 1000, None).expect("create");
+    let f = fs
+        .mknod(d.ino, b"file", REG, 0, 1000, 1000, None)
+        .expect("create");
     let data = pattern(1, 300_000);
     fs.write(f.ino, 0, &data).expect("write");
     fs.link(f.ino, r, b"hard").expect("link");
     fs.mknod(r, b"sym", libc::S_IFLNK, 0, 0, 0, Some(b"dir/file"))
         .expect("symlink");
-    assert_eq!(fs.mknod(r, b"dir", DIR, 0, 0, 0, None).err(), Some(libc::EEXIST));
+    assert_eq!(
+        fs.mknod(r, b"dir", DIR, 0, 0, 0, None).err(),
+        Some(libc::EEXIST)
+    );
     assert_eq!(fs.rmdir(r, b"dir").err(), Some(libc::ENOTEMPTY));
     assert_eq!(fs.unlink(r, b"dir").err(), Some(libc::EISDIR));
     assert_eq!(fs.lookup(r, &[b'x'; 256]).err(), Some(libc::ENAMETOOLONG));
     assert_eq!(fs.getattr(d.ino).expect("attr").z.nlink, 2);
     assert_eq!(fs.getattr(r).expect("attr").z.nlink, 3);
     assert_eq!(fs.getattr(f.ino).expect("attr").z.nlink, 2);
-    fs.setxattr(f.ino, b"user.k", Some(b"v1"), 0).expect("setxattr");
+    fs.setxattr(f.ino, b"user.k", Some(b"v1"), 0)
+        .expect("setxattr");
     assert_eq!(
-        fs.setxattr(f.ino, b"user.k", Some(b"v2"), libc::XATTR_CREATE).err(),
+        fs.setxattr(f.ino, b"user.k", Some(b"v2"), libc::XATTR_CREATE)
+            .err(),
         Some(libc::EEXIST)
     );
     p.sync().expect("sync");
@@ -68,7 +75,11 @@ fn files_dirs_and_links_survive_import() {
     assert_eq!(f2.ino, f.ino);
     assert_eq!(f2.size, data.len() as u64);
     assert_eq!(fs.read(f.ino, 0, data.len()).expect("read"), data);
-    assert_eq!(fs.readlink(fs.lookup(fs.root, b"sym").expect("l").ino).expect("rl"), b"dir/file");
+    assert_eq!(
+        fs.readlink(fs.lookup(fs.root, b"sym").expect("l").ino)
+            .expect("rl"),
+        b"dir/file"
+    );
     assert_eq!(fs.getxattr(f.ino, b"user.k").expect("x"), b"v1");
     p.close().expect("close");
     zdb_clean(&world, &disks);
@@ -79,13 +90,22 @@ fn holes_read_zero_and_take_no_space() {
     let world = SimWorld::new();
     let (disks, p) = pool(&world, DISK);
     let fs = mount(&p, "tank");
-    let f = fs.mknod(fs.root, b"sparse", REG, 0, 0, 0, None).expect("create");
+    let f = fs
+        .mknod(fs.root, b"sparse", REG, 0, 0, 0, None)
+        .expect("create");
     fs.write(f.ino, 10 << 20, b"end").expect("write");
     p.sync().expect("sync");
     let a = fs.getattr(f.ino).expect("attr");
     assert_eq!(a.size, (10 << 20) + 3);
-    assert!(a.blocks * 512 < 1 << 20, "sparse file uses {} blocks", a.blocks);
-    assert_eq!(fs.read(f.ino, 5 << 20, 4096).expect("read"), vec![0u8; 4096]);
+    assert!(
+        a.blocks * 512 < 1 << 20,
+        "sparse file uses {} blocks",
+        a.blocks
+    );
+    assert_eq!(
+        fs.read(f.ino, 5 << 20, 4096).expect("read"),
+        vec![0u8; 4096]
+    );
     // Fill, then punch a hole in the middle: space goes back.
     fs.write(f.ino, 0, &pattern(3, 4 << 20)).expect("fill");
     p.sync().expect("sync");
@@ -99,15 +119,46 @@ fn holes_read_zero_and_take_no_space() {
     .expect("punch");
     p.sync().expect("sync");
     let punched = fs.getattr(f.ino).expect("attr").blocks;
-    assert!(punched * 512 + (2 << 20) < full * 512, "{punched} vs {full}");
+    assert!(
+        punched * 512 + (2 << 20) < full * 512,
+        "{punched} vs {full}"
+    );
     let back = fs.read(f.ino, 0, 4 << 20).expect("read");
     let orig = pattern(3, 4 << 20);
     assert_eq!(&back[..1000], &orig[..1000]);
     assert!(back[1000..1000 + (3 << 20)].iter().all(|&b| b == 0));
     assert_eq!(&back[1000 + (3 << 20)..], &orig[1000 + (3 << 20)..]);
+    // A punch that starts in a hole block and ends inside a data block
+    // zeroes the data part (found by the mount exerciser).
+    let g = fs.mknod(fs.root, b"g", REG, 0, 0, 0, None).expect("create");
+    fs.write(g.ino, 200 << 10, &pattern(5, 10 << 10))
+        .expect("write");
+    fs.fallocate(
+        g.ino,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        100 << 10,
+        110 << 10,
+    )
+    .expect("punch");
+    let b = fs.read(g.ino, 0, 210 << 10).expect("read");
+    assert!(b.iter().all(|&x| x == 0), "punch across a hole left data");
     // Truncate down then up: the tail reads as zeros.
-    fs.setattr(f.ino, &SetAttr { size: Some(10), ..Default::default() }).expect("trunc");
-    fs.setattr(f.ino, &SetAttr { size: Some(5000), ..Default::default() }).expect("grow");
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(10),
+            ..Default::default()
+        },
+    )
+    .expect("trunc");
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(5000),
+            ..Default::default()
+        },
+    )
+    .expect("grow");
     let b = fs.read(f.ino, 0, 5000).expect("read");
     assert_eq!(&b[..10], &orig[..10]);
     assert!(b[10..].iter().all(|&x| x == 0));
@@ -120,7 +171,9 @@ fn unlinked_open_file_lives_until_close_and_is_reaped_after_crash() {
     let world = SimWorld::new();
     let (disks, p) = pool(&world, DISK);
     let fs = mount(&p, "tank");
-    let f = fs.mknod(fs.root, b"tmp", REG, 0, 0, 0, None).expect("create");
+    let f = fs
+        .mknod(fs.root, b"tmp", REG, 0, 0, 0, None)
+        .expect("create");
     fs.write(f.ino, 0, &pattern(4, 1 << 20)).expect("write");
     fs.open(f.ino).expect("open");
     fs.unlink(fs.root, b"tmp").expect("unlink");
@@ -171,7 +224,8 @@ fn rename_forms() {
     assert_eq!(fs.getattr(r).expect("r").z.nlink, 3);
     // Exchange.
     let h = fs.mknod(b.ino, b"h", REG, 0, 0, 0, None).expect("h");
-    fs.rename(r, b"g", b.ino, b"h", libc::RENAME_EXCHANGE).expect("exchange");
+    fs.rename(r, b"g", b.ino, b"h", libc::RENAME_EXCHANGE)
+        .expect("exchange");
     assert_eq!(fs.lookup(r, b"g").expect("g").ino, h.ino);
     assert_eq!(fs.lookup(b.ino, b"h").expect("h").ino, f.ino);
     p.close().expect("close");
@@ -186,7 +240,9 @@ fn big_directory_lists_every_name_once() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let d = fs.mknod(fs.root, b"big", DIR, 0, 0, 0, None).expect("mkdir");
+    let d = fs
+        .mknod(fs.root, b"big", DIR, 0, 0, 0, None)
+        .expect("mkdir");
     let f = fs.mknod(fs.root, b"target", REG, 0, 0, 0, None).expect("f");
     for i in 0..n {
         fs.link(f.ino, d.ino, format!("entry-{i:08}").as_bytes())
@@ -232,7 +288,10 @@ fn datasets_properties_quota_and_destroy() {
     p.set_prop(&a, "recordsize", "16K").expect("set");
     p.set_prop(&a, "mountpoint", "/mnt/x").expect("set");
     let (v, src) = p.get_prop(&b, "recordsize").expect("get");
-    assert_eq!((v.as_str(), src.to_string().as_str()), ("16K", "inherited from tank/a"));
+    assert_eq!(
+        (v.as_str(), src.to_string().as_str()),
+        ("16K", "inherited from tank/a")
+    );
     let (v, _) = p.get_prop(&b, "mountpoint").expect("get");
     assert_eq!(v, "/mnt/x/b");
     let (v, src) = p.get_prop(&b, "compression").expect("get");
@@ -265,7 +324,10 @@ fn datasets_properties_quota_and_destroy() {
     drop(p);
     let p = reimport(&world, images(&disks)).expect("import");
     let c = p.dataset("tank/c").expect("c after import");
-    assert_eq!(p.get_prop(&c, "quota").expect("q").0, (2u64 << 20).to_string());
+    assert_eq!(
+        p.get_prop(&c, "quota").expect("q").0,
+        (2u64 << 20).to_string()
+    );
     let fs = mount(&p, "tank/c");
     assert!(fs.lookup(fs.root, b"f").is_ok());
     drop(fs);

@@ -216,7 +216,10 @@ impl Daemon {
     }
 
     pub fn close_all(&self) {
-        let names: Vec<String> = crate::mounts::list(self).into_iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = crate::mounts::list(self)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         if let Err(e) = crate::mounts::unmount_many(self, names, true) {
             crate::err(&format!("uzfsd: {e}\n"));
         }

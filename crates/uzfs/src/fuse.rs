@@ -474,10 +474,7 @@ impl Filesystem for FuseFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .zpl
-            .setxattr(self.obj(ino), name.as_bytes(), None, 0)
-        {
+        match self.zpl.setxattr(self.obj(ino), name.as_bytes(), None, 0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }

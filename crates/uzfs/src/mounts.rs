@@ -50,11 +50,11 @@ pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathB
     }
     // `UZFS_ALTROOT` in the daemon's environment is the altroot of pools
     // given none (a container or a test keeps every mount under one dir).
-    let alt = lock(d)
-        .altroot
-        .get(&pool.name)
-        .cloned()
-        .or_else(|| std::env::var("UZFS_ALTROOT").ok().filter(|a| a.starts_with('/')));
+    let alt = lock(d).altroot.get(&pool.name).cloned().or_else(|| {
+        std::env::var("UZFS_ALTROOT")
+            .ok()
+            .filter(|a| a.starts_with('/'))
+    });
     Ok(match alt {
         Some(a) if mp == "/" => PathBuf::from(a),
         Some(a) => PathBuf::from(format!("{}{mp}", a.trim_end_matches('/'))),
@@ -69,7 +69,9 @@ pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), Stri
     }
     let (canmount, _) = pool.get_prop(ds, "canmount").map_err(|e| e.to_string())?;
     if canmount == "off" {
-        return Err(format!("cannot mount '{name}': 'canmount' property is set to 'off'"));
+        return Err(format!(
+            "cannot mount '{name}': 'canmount' property is set to 'off'"
+        ));
     }
     let path = mountpoint_of(d, pool, ds).map_err(|e| format!("cannot mount '{name}': {e}"))?;
     // A daemon that died leaves a dead FUSE mount ("transport endpoint is

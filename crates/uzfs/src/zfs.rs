@@ -84,7 +84,9 @@ fn create(d: &Daemon, args: &[String]) -> Response {
     }
     let pool_name = name.split('/').next().unwrap_or("");
     let Some(pool) = pools(d).into_iter().find(|p| p.name == pool_name) else {
-        return err(format!("cannot create '{name}': no such pool '{pool_name}'"));
+        return err(format!(
+            "cannot create '{name}': no such pool '{pool_name}'"
+        ));
     };
     if let Err(e) = pool.create_dataset(name, &props, has(&o, 'p')) {
         return err(format!("cannot create '{name}': {e}"));
@@ -208,9 +210,7 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
     } else if prop == "recordsize" && exact {
         props::parse_size(&v).map(|n| n.to_string()).unwrap_or(v)
     } else if prop == "creation" && !exact {
-        v.parse::<u64>()
-            .map(crate::zpool::format_time)
-            .unwrap_or(v)
+        v.parse::<u64>().map(crate::zpool::format_time).unwrap_or(v)
     } else {
         v
     };
@@ -247,8 +247,13 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         Err(e) => return usage_err(&e),
     };
     if let Some(t) = values(&o, 't').last() {
-        if !t.split(',').all(|x| matches!(x, "filesystem" | "all" | "fs")) {
-            if t.split(',').any(|x| matches!(x, "snapshot" | "snap" | "volume" | "bookmark")) {
+        if !t
+            .split(',')
+            .all(|x| matches!(x, "filesystem" | "all" | "fs"))
+        {
+            if t.split(',')
+                .any(|x| matches!(x, "snapshot" | "snap" | "volume" | "bookmark"))
+            {
                 return Response::ok(String::new());
             }
             return usage_err(&format!("invalid type '{t}'"));
@@ -286,7 +291,12 @@ fn list(d: &Daemon, args: &[String]) -> Response {
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
     let right: Vec<bool> = cols
         .iter()
-        .map(|c| !matches!(c.as_str(), "name" | "mountpoint" | "type" | "compression" | "checksum"))
+        .map(|c| {
+            !matches!(
+                c.as_str(),
+                "name" | "mountpoint" | "type" | "compression" | "checksum"
+            )
+        })
         .collect();
     let mut t = Table::new(&h, &right);
     for (p, ds) in ts {
@@ -326,7 +336,14 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     let fields: Vec<String> = values(&o, 'o')
         .last()
         .map(|s| s.split(',').map(str::to_string).collect())
-        .unwrap_or_else(|| vec!["name".into(), "property".into(), "value".into(), "source".into()]);
+        .unwrap_or_else(|| {
+            vec![
+                "name".into(),
+                "property".into(),
+                "value".into(),
+                "source".into(),
+            ]
+        });
     let ts = match targets(d, &rest[1..], has(&o, 'r')) {
         Ok(t) => t,
         Err(r) => return r,
@@ -358,6 +375,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
 /// Re-mount what a property change moved (mountpoint, canmount, readonly).
 fn remount(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     let mut errs = Vec::new();
+    let mut moving: Vec<std::path::PathBuf> = Vec::new();
     for ds in pool.datasets() {
         let name = pool.ds_name(&ds.rel());
         let now = mounts::is_mounted(d, &name);
@@ -366,11 +384,18 @@ fn remount(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
                 .map(|(v, _)| v != "off")
                 .unwrap_or(false)
         });
-        if now.is_some() && now != want {
-            if let Err(e) = mounts::unmount(d, &name, false) {
-                errs.push(e);
-            }
+        if let Some(p) = now.filter(|p| Some(p) != want.as_ref()) {
+            moving.push(p);
         }
+    }
+    // Whatever is mounted beneath a moving mount comes down first.
+    let down: Vec<String> = mounts::list(d)
+        .into_iter()
+        .filter(|(_, p)| moving.iter().any(|m| p.starts_with(m)))
+        .map(|(n, _)| n)
+        .collect();
+    if let Err(e) = mounts::unmount_many(d, down, false) {
+        errs.push(e);
     }
     errs.extend(mounts::mount_all(d, pool));
     errs

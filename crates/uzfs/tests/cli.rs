@@ -168,9 +168,21 @@ fn bad_command_lines_get_clear_errors() {
     e.fails(&["zdb", "-Q"], 2, "invalid option");
     e.fails(&["zfs", "create", "tank/x/y"], 1, "does not exist (use -p");
     e.fails(&["zfs", "create", "nopool/x"], 1, "no such pool");
-    e.fails(&["zfs", "create", "-o", "recordsize=3K", "tank/x"], 1, "power of 2");
-    e.fails(&["zfs", "create", "-o", "bogus=1", "tank/x"], 1, "invalid property");
-    e.fails(&["zfs", "create", "tank/bad@name"], 1, "invalid dataset name");
+    e.fails(
+        &["zfs", "create", "-o", "recordsize=3K", "tank/x"],
+        1,
+        "power of 2",
+    );
+    e.fails(
+        &["zfs", "create", "-o", "bogus=1", "tank/x"],
+        1,
+        "invalid property",
+    );
+    e.fails(
+        &["zfs", "create", "tank/bad@name"],
+        1,
+        "invalid dataset name",
+    );
     e.fails(&["zfs", "set", "used=5", "tank"], 1, "read-only");
     e.fails(&["zfs", "get", "nosuch", "tank"], 2, "invalid property");
     e.fails(&["zfs", "destroy", "tank"], 1, "root dataset");

@@ -374,9 +374,11 @@ impl Objset {
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(buf.len() - pos);
             match self.read_block(obj, blkid)? {
-                Some(b) => buf[pos..pos + n].copy_from_slice(b.get(boff..boff + n).ok_or_else(
-                    || Error::corrupt("data block", format!("object {obj} block {blkid} short")),
-                )?),
+                Some(b) => {
+                    buf[pos..pos + n].copy_from_slice(b.get(boff..boff + n).ok_or_else(|| {
+                        Error::corrupt("data block", format!("object {obj} block {blkid} short"))
+                    })?)
+                }
                 None => buf[pos..pos + n].fill(0),
             }
             pos += n;
@@ -1039,7 +1041,10 @@ fn free_node(
         *used -= free_subtree(reader, w, old)? as i64;
         return Ok(BlkPtr::HOLE);
     }
-    debug_assert!(level > 0, "a level-0 block is either inside the range or not");
+    debug_assert!(
+        level > 0,
+        "a level-0 block is either inside the range or not"
+    );
     let mut children = decode_indirect(&reader.read_bp(old)?, level)?;
     let child_span = span / dn.epb();
     for (idx, child) in children.iter_mut().enumerate() {

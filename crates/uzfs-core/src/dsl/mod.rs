@@ -61,7 +61,11 @@ impl Dataset {
         self.phys.read().unwrap_or_else(|e| e.into_inner()).id
     }
     pub fn rel(&self) -> String {
-        self.phys.read().unwrap_or_else(|e| e.into_inner()).rel.clone()
+        self.phys
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .rel
+            .clone()
     }
 }
 
@@ -335,8 +339,8 @@ impl Pool {
         if let Some(v) = self.computed_prop(d, name) {
             return Ok((v, Source::None));
         }
-        let def = props::def(name)
-            .ok_or_else(|| Error::invalid(format!("invalid property '{name}'")))?;
+        let def =
+            props::def(name).ok_or_else(|| Error::invalid(format!("invalid property '{name}'")))?;
         if let Some(v) = rlock(&d.phys).props.get(name) {
             return Ok((v.clone(), Source::Local));
         }
@@ -574,7 +578,10 @@ impl DatasetCtx for DsCtx {
         pool.admit(bytes).map_err(zpl::fs::errno)
     }
     fn commit(&self, _obj: u64) -> zpl::fs::ZResult<()> {
-        self.pool.txg_wait_synced().map(|_| ()).map_err(zpl::fs::errno)
+        self.pool
+            .txg_wait_synced()
+            .map(|_| ())
+            .map_err(zpl::fs::errno)
     }
     fn props(&self) -> ZplProps {
         *rlock(&self.props)

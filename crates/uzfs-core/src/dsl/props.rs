@@ -14,16 +14,56 @@ pub struct PropDef {
 
 /// Settable properties. `mountpoint`'s default is computed (`/` + name).
 pub const SETTABLE: &[PropDef] = &[
-    PropDef { name: "mountpoint", default: "", inherit: true },
-    PropDef { name: "canmount", default: "on", inherit: false },
-    PropDef { name: "readonly", default: "off", inherit: true },
-    PropDef { name: "atime", default: "on", inherit: true },
-    PropDef { name: "recordsize", default: "128K", inherit: true },
-    PropDef { name: "compression", default: "on", inherit: true },
-    PropDef { name: "checksum", default: "on", inherit: true },
-    PropDef { name: "copies", default: "1", inherit: true },
-    PropDef { name: "quota", default: "none", inherit: false },
-    PropDef { name: "reservation", default: "none", inherit: false },
+    PropDef {
+        name: "mountpoint",
+        default: "",
+        inherit: true,
+    },
+    PropDef {
+        name: "canmount",
+        default: "on",
+        inherit: false,
+    },
+    PropDef {
+        name: "readonly",
+        default: "off",
+        inherit: true,
+    },
+    PropDef {
+        name: "atime",
+        default: "on",
+        inherit: true,
+    },
+    PropDef {
+        name: "recordsize",
+        default: "128K",
+        inherit: true,
+    },
+    PropDef {
+        name: "compression",
+        default: "on",
+        inherit: true,
+    },
+    PropDef {
+        name: "checksum",
+        default: "on",
+        inherit: true,
+    },
+    PropDef {
+        name: "copies",
+        default: "1",
+        inherit: true,
+    },
+    PropDef {
+        name: "quota",
+        default: "none",
+        inherit: false,
+    },
+    PropDef {
+        name: "reservation",
+        default: "none",
+        inherit: false,
+    },
 ];
 
 /// Read-only properties (computed).
@@ -86,7 +126,13 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
     match name {
         "mountpoint" => {
             if v == "none" || v == "legacy" || (v.starts_with('/') && !v.contains('\0')) {
-                Ok(v.trim_end_matches('/').to_string()).map(|s| if s.is_empty() { "/".into() } else { s })
+                Ok(v.trim_end_matches('/').to_string()).map(|s| {
+                    if s.is_empty() {
+                        "/".into()
+                    } else {
+                        s
+                    }
+                })
             } else {
                 bad("must be an absolute path, 'none' or 'legacy'")
             }
@@ -208,12 +254,18 @@ mod tests {
     fn validation() {
         assert!(validate("recordsize", "3K").is_err());
         assert!(validate("recordsize", "2M").is_err());
-        assert_eq!(validate("recordsize", "1048576").ok().as_deref(), Some("1M"));
+        assert_eq!(
+            validate("recordsize", "1048576").ok().as_deref(),
+            Some("1M")
+        );
         assert!(validate("compression", "zstd-3").is_ok());
         assert!(validate("compression", "zstd-30").is_err());
         assert!(validate("checksum", "off").is_err());
         assert!(validate("mountpoint", "rel/path").is_err());
-        assert_eq!(validate("mountpoint", "/a/b/").ok().as_deref(), Some("/a/b"));
+        assert_eq!(
+            validate("mountpoint", "/a/b/").ok().as_deref(),
+            Some("/a/b")
+        );
         assert!(validate("copies", "4").is_err());
         assert!(validate("nosuch", "x").is_err());
     }

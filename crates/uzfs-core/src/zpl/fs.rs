@@ -320,13 +320,15 @@ impl Zpl {
         self.ctx.admit(4096)?;
         let props = self.ctx.props();
         let obj = match kind {
-            libc::S_IFDIR => io(Zap::create(
-                &self.os,
-                ot::DIRECTORY,
-                &ObjProps::METADATA,
-                zap::new_salt(dir),
-            ))?
-            .obj,
+            libc::S_IFDIR => {
+                io(Zap::create(
+                    &self.os,
+                    ot::DIRECTORY,
+                    &ObjProps::METADATA,
+                    zap::new_salt(dir),
+                ))?
+                .obj
+            }
             libc::S_IFLNK => io(self.os.create_object(ot::SYMLINK, 512, &props.obj))?,
             _ => io(self.os.create_object(ot::PLAIN_FILE, 512, &props.obj))?,
         };
@@ -355,7 +357,9 @@ impl Zpl {
         };
         self.store(obj, &z)?;
         if let Some(target) = target {
-            io(self.os.grow_blocksize(obj, (target.len() as u32).div_ceil(512) * 512))?;
+            io(self
+                .os
+                .grow_blocksize(obj, (target.len() as u32).div_ceil(512) * 512))?;
             io(self.os.write(obj, 0, target))?;
         }
         if let Err(e) = zdir.insert(name, obj, dtype(z.mode)) {
@@ -716,7 +720,11 @@ impl Zpl {
         if dn.size > dn.datablksz as u64 || dn.datablksz as u64 >= rs {
             return Ok(());
         }
-        let want = if end >= rs { rs } else { end.div_ceil(512) * 512 };
+        let want = if end >= rs {
+            rs
+        } else {
+            end.div_ceil(512) * 512
+        };
         if want > dn.datablksz as u64 {
             self.ctx.admit(want)?;
             io(self.os.grow_blocksize(obj, want as u32))?;
@@ -825,7 +833,8 @@ impl Zpl {
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
-        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE)
+        if mode
+            & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE)
             != 0
             || (punch && !keep)
         {
@@ -853,21 +862,25 @@ impl Zpl {
     /// punching them out (they become holes).
     fn punch(&self, obj: u64, dn: &DnodePhys, start: u64, end: u64) -> ZResult<()> {
         let bs = dn.datablksz as u64;
-        let first_whole = start.div_ceil(bs);
-        let last_whole = end / bs; // exclusive
-        let zero = |from: u64, to: u64| -> ZResult<()> {
-            if from < to && io(self.os.read_block(obj, from / bs))?.is_some() {
-                self.ctx.admit(bs)?;
-                io(self.os.write(obj, from, &vec![0u8; (to - from) as usize]))?;
+        let mut at = start;
+        while at < end {
+            let blk = at / bs;
+            let (bstart, bend) = (blk * bs, (blk + 1) * bs);
+            if at == bstart && bend <= end {
+                // Whole blocks from here: punch them all at once.
+                let last = end / bs;
+                io(self.os.free_range(obj, blk, last))?;
+                at = last * bs;
+                continue;
             }
-            Ok(())
-        };
-        if first_whole >= last_whole {
-            return zero(start, end);
+            let to = bend.min(end);
+            if io(self.os.read_block(obj, blk))?.is_some() {
+                self.ctx.admit(bs)?;
+                io(self.os.write(obj, at, &vec![0u8; (to - at) as usize]))?;
+            }
+            at = to;
         }
-        zero(start, first_whole * bs)?;
-        io(self.os.free_range(obj, first_whole, last_whole))?;
-        zero(last_whole * bs, end)
+        Ok(())
     }
 
     /// lseek(2) SEEK_DATA / SEEK_HOLE at block granularity.

@@ -364,7 +364,11 @@ pub fn new_salt(obj_hint: u64) -> u64 {
 
 /// For tests that need repeatable layouts.
 pub fn keys_of(os: &Objset, obj: u64) -> Result<Vec<u64>> {
-    Ok(Zap::open(os, obj).all()?.into_iter().map(|e| e.key).collect())
+    Ok(Zap::open(os, obj)
+        .all()?
+        .into_iter()
+        .map(|e| e.key)
+        .collect())
 }
 
 #[allow(dead_code)]

@@ -1,0 +1,537 @@
+//! Filesystems through the real FUSE mount: the POSIX suite as root and as
+//! an unprivileged user, a random-operation exerciser checked against a
+//! model (with remounts), and real programs (tar, git, make/cc, sqlite3)
+//! whose files hash the same after export and import.
+//!
+//! Needs root and /dev/fuse (CI has both); elsewhere each test says it is
+//! skipped and why.
+
+mod common;
+use common::Env;
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+/// A pool "tank" on a 2-way mirror of 768 MiB files, mounted under the
+/// test's altroot.
+fn pool(e: &Env) -> PathBuf {
+    let a = e.disk("a", 768);
+    let b = e.disk("b", 768);
+    e.ok(&["zpool", "create", "tank", "mirror", &a, &b]);
+    let m = e.dir.path().join("mnt/tank");
+    assert!(
+        m.join(".").exists(),
+        "root dataset not mounted at {}",
+        m.display()
+    );
+    m
+}
+
+fn sh(dir: &Path, script: &str) -> String {
+    let o = Command::new("sh")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .expect("sh");
+    assert!(
+        o.status.success(),
+        "script failed in {}:\n{script}\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn posix_suite_as_root_and_unprivileged() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    e.ok(&["zfs", "create", "tank/other"]);
+    e.ok(&["zfs", "create", "-o", "quota=48M", "tank/q"]);
+    let suite = env!("CARGO_BIN_EXE_uzfs-posix");
+    let run = |cmd: &mut Command| {
+        let o = cmd.output().expect("uzfs-posix");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "POSIX suite failed:\n{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    let out = run(Command::new(suite)
+        .arg(&m)
+        .arg("--other")
+        .arg(m.join("other"))
+        .arg("--quota")
+        .arg(m.join("q")));
+    assert!(
+        out.contains("0 failures") && out.matches("ok ").count() >= 15,
+        "{out}"
+    );
+    // The unprivileged run needs a path it may walk and a directory it may
+    // write (the test's temp dir is private to root).
+    std::fs::set_permissions(
+        e.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(
+        e.dir.path().join("mnt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&m, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .expect("chmod");
+    std::fs::set_permissions(
+        m.join("other"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .expect("chmod");
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", suite])
+        .arg(&m)
+        .arg("--other")
+        .arg(m.join("other")));
+    assert!(out.contains("0 failures"), "{out}");
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+}
+
+/// xorshift, so seeds replay.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+}
+
+/// The model: name -> inode; inode -> contents (hard links share).
+#[derive(Default)]
+struct Model {
+    names: BTreeMap<String, u64>,
+    inodes: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+fn exercise(e: &Env, root: &Path, seed: u64, ops: usize) {
+    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut m = Model::default();
+    let dirs = ["d0", "d1"];
+    for d in dirs {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    let pick = |r: &mut Rng| format!("{}/f{}", dirs[r.below(2) as usize], r.below(8));
+    let mut log: Vec<String> = Vec::new();
+    for step in 0..ops {
+        let name = pick(&mut r);
+        let p = root.join(&name);
+        let op = r.below(100);
+        let peek = Rng(r.0).below(700_000);
+        log.push(format!(
+            "{step}:{op}:{name}:{:?}:next{peek}",
+            m.names.get(&name).map(|i| (i, m.inodes[i].len()))
+        ));
+        let ctx = format!(
+            "seed {seed} step {step} {name} (recent ops {:?})",
+            &log[log.len().saturating_sub(12)..]
+        );
+        match op {
+            0..=29 => {
+                // write
+                let off = r.below(700_000) as usize;
+                let cap = if r.below(4) == 0 { 400_000 } else { 9000 };
+                let len = 1 + r.below(cap) as usize;
+                let data = r.bytes(len);
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(false)
+                    .open(&p)
+                    .expect(&ctx);
+                f.write_all_at(&data, off as u64).expect(&ctx);
+                log.push(format!("  write {off}+{len}"));
+                let ino = *m.names.entry(name.clone()).or_insert_with(|| {
+                    m.next += 1;
+                    m.next
+                });
+                let v = m.inodes.entry(ino).or_default();
+                if v.len() < off + len {
+                    v.resize(off + len, 0);
+                }
+                v[off..off + len].copy_from_slice(&data);
+            }
+            30..=41 => {
+                // read and compare
+                match m.names.get(&name) {
+                    Some(ino) => {
+                        let got = std::fs::read(&p).expect(&ctx);
+                        let want = &m.inodes[ino];
+                        if got != *want {
+                            let first = got.iter().zip(want.iter()).position(|(a, b)| a != b);
+                            let last = got.iter().zip(want.iter()).rposition(|(a, b)| a != b);
+                            let hist: Vec<&String> = log
+                                .iter()
+                                .filter(|l| {
+                                    l.starts_with("  ") || l.contains(&name) || l.contains(":99:")
+                                })
+                                .collect();
+                            panic!("{ctx}: contents differ from the model: len {} vs {}, differ {first:?}..{last:?}\n{hist:#?}", got.len(), want.len());
+                        }
+                    }
+                    None => assert!(!p.exists(), "{ctx}: exists but the model removed it"),
+                }
+            }
+            42..=49 => {
+                if let Some(ino) = m.names.get(&name) {
+                    let size = r.below(800_000);
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&p)
+                        .expect(&ctx);
+                    f.set_len(size).expect(&ctx);
+                    log.push(format!("  trunc {size}"));
+                    m.inodes
+                        .get_mut(ino)
+                        .expect("inode")
+                        .resize(size as usize, 0);
+                }
+            }
+            50..=55 => {
+                // punch a hole
+                if let Some(ino) = m.names.get(&name) {
+                    let v = m.inodes.get_mut(ino).expect("inode");
+                    let off = r.below(v.len() as u64 + 1);
+                    let len = 1 + r.below(300_000);
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&p)
+                        .expect(&ctx);
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: fd is open for the call's duration.
+                    let rc = unsafe {
+                        libc::fallocate(
+                            f.as_raw_fd(),
+                            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                            off as i64,
+                            len as i64,
+                        )
+                    };
+                    assert_eq!(rc, 0, "{ctx}: punch");
+                    log.push(format!("  punch {off}+{len}"));
+                    let end = ((off + len) as usize).min(v.len());
+                    if (off as usize) < end {
+                        v[off as usize..end].fill(0);
+                    }
+                }
+            }
+            56..=61 => {
+                // mmap: write a range through a shared mapping
+                if let Some(ino) = m.names.get(&name) {
+                    let v = m.inodes.get_mut(ino).expect("inode");
+                    if v.is_empty() {
+                        continue;
+                    }
+                    let f = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&p)
+                        .expect(&ctx);
+                    let off = r.below(v.len() as u64) as usize;
+                    let len = (1 + r.below(20_000) as usize).min(v.len() - off);
+                    let data = r.bytes(len);
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: the mapping covers the file's current size and
+                    // is unmapped before the file is closed.
+                    unsafe {
+                        let ptr = libc::mmap(
+                            std::ptr::null_mut(),
+                            v.len(),
+                            libc::PROT_READ | libc::PROT_WRITE,
+                            libc::MAP_SHARED,
+                            f.as_raw_fd(),
+                            0,
+                        );
+                        assert_ne!(ptr, libc::MAP_FAILED, "{ctx}: mmap");
+                        let sl = std::slice::from_raw_parts_mut(ptr as *mut u8, v.len());
+                        assert!(sl[..] == v[..], "{ctx}: mmap read differs");
+                        sl[off..off + len].copy_from_slice(&data);
+                        libc::msync(ptr, v.len(), libc::MS_SYNC);
+                        libc::munmap(ptr, v.len());
+                    }
+                    v[off..off + len].copy_from_slice(&data);
+                    log.push(format!("  mmap {off}+{len}"));
+                }
+            }
+            62..=71 => {
+                if m.names.contains_key(&name) {
+                    let to = pick(&mut r);
+                    std::fs::rename(&p, root.join(&to)).expect(&ctx);
+                    if to != name {
+                        let ino = m.names.remove(&name).expect("name");
+                        if let Some(old) = m.names.insert(to, ino) {
+                            if !m.names.values().any(|i| *i == old) {
+                                m.inodes.remove(&old);
+                            }
+                        }
+                    }
+                }
+            }
+            72..=77 => {
+                let to = pick(&mut r);
+                if let (Some(&ino), false) = (m.names.get(&name), m.names.contains_key(&to)) {
+                    std::fs::hard_link(&p, root.join(&to)).expect(&ctx);
+                    m.names.insert(to, ino);
+                }
+            }
+            78..=85 => {
+                if let Some(ino) = m.names.remove(&name) {
+                    std::fs::remove_file(&p).expect(&ctx);
+                    if !m.names.values().any(|i| *i == ino) {
+                        m.inodes.remove(&ino);
+                    }
+                }
+            }
+            86..=93 => {
+                if m.names.contains_key(&name) {
+                    std::fs::File::open(&p).expect(&ctx).sync_all().expect(&ctx);
+                }
+            }
+            _ => {
+                // remount the dataset
+                e.ok(&["zfs", "unmount", "tank/ex"]);
+                assert!(!root.join("d0").exists(), "{ctx}: still mounted");
+                e.ok(&["zfs", "mount", "tank/ex"]);
+            }
+        }
+    }
+    // Everything, by listing.
+    for d in dirs {
+        let mut listed: Vec<String> = std::fs::read_dir(root.join(d))
+            .expect("readdir")
+            .map(|x| format!("{d}/{}", x.expect("entry").file_name().to_string_lossy()))
+            .collect();
+        listed.sort();
+        let want: Vec<String> = m
+            .names
+            .keys()
+            .filter(|k| k.starts_with(d))
+            .cloned()
+            .collect();
+        assert_eq!(listed, want, "seed {seed}: directory {d}");
+    }
+    for (name, ino) in &m.names {
+        let got = std::fs::read(root.join(name)).expect("read");
+        assert!(
+            got == m.inodes[ino],
+            "seed {seed}: {name} differs at the end"
+        );
+        let nlink = m.names.values().filter(|i| *i == ino).count() as u64;
+        let st = std::fs::metadata(root.join(name)).expect("stat");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::nlink(&st),
+            nlink,
+            "seed {seed}: {name} nlink"
+        );
+    }
+    for d in dirs {
+        std::fs::remove_dir_all(root.join(d)).expect("cleanup");
+    }
+}
+
+#[test]
+fn random_operations_match_a_model() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    e.ok(&["zfs", "create", "-o", "recordsize=32K", "tank/ex"]);
+    let seeds: u64 = std::env::var("UZFS_FS_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let base: u64 = std::env::var("UZFS_FS_SEED_BASE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for seed in base..base + seeds {
+        exercise(&e, &m.join("ex"), seed, 300);
+    }
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+}
+
+#[test]
+fn real_programs_and_hashes_after_export_import() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    e.ok(&["zfs", "create", "tank/src"]);
+    let w = m.join("src");
+    // tar: the project's own sources.
+    let tarball = e.dir.path().join("src.tar.gz");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    sh(
+        &repo,
+        &format!(
+            "tar czf {} --exclude=target --exclude=.git crates docs scripts",
+            tarball.display()
+        ),
+    );
+    sh(
+        &w,
+        &format!("mkdir tree && tar xzf {} -C tree", tarball.display()),
+    );
+    // git: init, add, commit, fsck.
+    sh(
+        &w.join("tree"),
+        "git init -q . && git add -A && git -c user.name=t -c user.email=t@e commit -qm import && git fsck --full && git log --oneline | wc -l",
+    );
+    // make + cc.
+    sh(
+        &w,
+        r#"mkdir build && cd build
+cat > a.c <<'EOF'
+int f(int x);
+int main(void) { return f(2) == 4 ? 0 : 1; }
+EOF
+cat > b.c <<'EOF'
+int f(int x) { return x * x; }
+EOF
+printf 'prog: a.o b.o\n\tcc -o prog a.o b.o\n%%.o: %%.c\n\tcc -O2 -c $<\n' > Makefile
+make -s && ./prog"#,
+    );
+    // sqlite3: a few thousand transactions, then integrity_check.
+    let out = sh(
+        &w,
+        r#"{ echo 'PRAGMA journal_mode=DELETE; CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);'
+  i=0; while [ $i -lt 3000 ]; do echo "BEGIN; INSERT INTO t(v) VALUES(hex(randomblob(64))); COMMIT;"; i=$((i+1)); done
+  echo 'DELETE FROM t WHERE k % 3 = 0; VACUUM; PRAGMA integrity_check; SELECT count(*) FROM t;'
+} | sqlite3 db.sqlite"#,
+    );
+    assert!(out.contains("ok\n2000"), "sqlite3: {out}");
+    let hash = "find . -type f -print0 | sort -z | xargs -0 sha256sum";
+    let before = sh(&w, hash);
+    assert!(before.lines().count() > 50, "too few files hashed");
+    e.ok(&["zpool", "export", "tank"]);
+    assert!(!w.join("db.sqlite").exists(), "still mounted after export");
+    e.ok(&["zpool", "import", "-d", ".", "tank"]);
+    let after = sh(&w, hash);
+    assert!(before == after, "file hashes changed across export/import");
+    let out = sh(&w, "echo 'PRAGMA integrity_check;' | sqlite3 db.sqlite");
+    assert_eq!(out.trim(), "ok");
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+}
+
+#[test]
+fn datasets_mount_inherit_and_unmount() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    e.ok(&["zfs", "create", "-p", "-o", "compression=zstd", "tank/a/b"]);
+    assert!(m.join("a/b").exists());
+    let l = e.ok(&["zfs", "list", "-H", "-o", "name,mountpoint", "-r", "tank/a"]);
+    let alt = e.dir.path().join("mnt");
+    assert_eq!(
+        l,
+        format!(
+            "tank/a\t{0}/tank/a\ntank/a/b\t{0}/tank/a/b\n",
+            alt.display()
+        )
+    );
+    let g = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "name,value,source",
+        "compression,recordsize",
+        "tank/a/b",
+    ]);
+    assert_eq!(g, "tank/a/b\tzstd\tlocal\ntank/a/b\t128K\tdefault\n");
+    e.ok(&["zfs", "set", "recordsize=16K", "tank/a"]);
+    let g = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value,source",
+        "recordsize",
+        "tank/a/b",
+    ]);
+    assert_eq!(g, "16K\tinherited from tank/a\n");
+    e.ok(&["zfs", "inherit", "recordsize", "tank/a"]);
+    let g = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value,source",
+        "recordsize",
+        "tank/a/b",
+    ]);
+    assert_eq!(g, "128K\tdefault\n");
+    // mountpoint moves the mount (and the child's, which inherits it).
+    // (under the altroot, as zpool create -R would put it)
+    e.ok(&["zfs", "set", "mountpoint=/elsewhere", "tank/a"]);
+    std::fs::write(alt.join("elsewhere/b/x"), b"x").expect("write at new mountpoint");
+    // readonly
+    e.ok(&["zfs", "set", "readonly=on", "tank/a/b"]);
+    let err = std::fs::write(alt.join("elsewhere/b/y"), b"y").expect_err("readonly");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    e.ok(&["zfs", "set", "readonly=off", "tank/a/b"]);
+    // A busy mount is not unmounted (rename needs to remount).
+    let f = std::fs::File::open(alt.join("elsewhere/b/x")).expect("open");
+    e.fails(&["zfs", "rename", "tank/a/b", "tank/c"], 1, "busy");
+    drop(f);
+    e.fails(&["zfs", "destroy", "tank/a"], 1, "has children");
+    e.ok(&["zfs", "rename", "tank/a/b", "tank/c"]);
+    assert!(
+        m.join("c/x").exists(),
+        "renamed dataset remounted at its new default path"
+    );
+    e.ok(&["zfs", "destroy", "tank/a"]);
+    e.ok(&["zfs", "destroy", "-r", "tank/c"]);
+    let l = e.ok(&["zfs", "list", "-H", "-o", "name"]);
+    assert_eq!(l, "tank\n");
+    e.ok(&["zpool", "export", "tank"]);
+}
