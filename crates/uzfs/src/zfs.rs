@@ -146,13 +146,11 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     }
 }
 
+type Target = (Arc<Pool>, Arc<Dataset>);
+
 /// Datasets named by `names` (with their descendants if `recursive`), or
 /// all datasets of all pools.
-fn targets(
-    d: &Daemon,
-    names: &[String],
-    recursive: bool,
-) -> Result<Vec<(Arc<Pool>, Arc<Dataset>)>, Response> {
+fn targets(d: &Daemon, names: &[String], recursive: bool) -> Result<Vec<Target>, Response> {
     let mut out = Vec::new();
     if names.is_empty() {
         for p in pools(d) {

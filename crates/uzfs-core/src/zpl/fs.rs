@@ -57,6 +57,9 @@ impl Default for ZplProps {
     }
 }
 
+/// One `readdir` entry: (cookie of the next entry, object, dirent type, name).
+pub type DirEntry = (u64, u64, u8, Vec<u8>);
+
 /// What `stat` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr {
@@ -634,12 +637,7 @@ impl Zpl {
 
     /// Up to `max` entries after `cookie` (0 = from the start): (next
     /// cookie, object, dirent type, name), starting with "." and "..".
-    pub fn readdir(
-        &self,
-        dir: u64,
-        cookie: u64,
-        max: usize,
-    ) -> ZResult<Vec<(u64, u64, u8, Vec<u8>)>> {
+    pub fn readdir(&self, dir: u64, cookie: u64, max: usize) -> ZResult<Vec<DirEntry>> {
         let z = self.dir(dir)?;
         let mut out = Vec::new();
         if cookie == 0 {
