@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-pkgs=(build-essential pkg-config curl ca-certificates fio e2fsprogs util-linux fuse3 procps python3 coreutils)
+# fuse3: fusermount3 and the kernel module helpers; git, sqlite3, make, gcc:
+# the real-program tests on a mounted filesystem.
+pkgs=(build-essential pkg-config curl ca-certificates fio e2fsprogs util-linux fuse3 procps python3 coreutils git sqlite3 make gcc tar)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

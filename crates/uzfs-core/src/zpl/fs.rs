@@ -119,8 +119,74 @@ fn check_name(name: &[u8]) -> ZResult<()> {
     Ok(())
 }
 
+/// Sequential-read detection and prefetch (OpenZFS dmu_zfetch, reduced to
+/// one stream per file): a read that starts where the previous one ended
+/// grows a window of blocks read ahead into the ARC by background threads.
+struct Prefetch {
+    /// obj -> (end of the last read, first block not yet prefetched, window)
+    streams: Mutex<HashMap<u64, (u64, u64, u64)>>,
+    tx: Mutex<Option<std::sync::mpsc::Sender<(u64, u64, u64)>>>,
+}
+
+const PREFETCH_MAX: u64 = 16 << 20;
+
+impl Prefetch {
+    fn start(os: &Arc<Objset>) -> Prefetch {
+        let (tx, rx) = std::sync::mpsc::channel::<(u64, u64, u64)>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..2 {
+            let rx = rx.clone();
+            let os = Arc::downgrade(os);
+            let _ = std::thread::Builder::new()
+                .name(format!("zfetch-{i}"))
+                .spawn(move || loop {
+                    let job = lock(&rx).recv();
+                    let Ok((obj, from, to)) = job else { return };
+                    let Some(os) = os.upgrade() else { return };
+                    for blk in from..to {
+                        if os.read_block(obj, blk).is_err() {
+                            break;
+                        }
+                    }
+                });
+        }
+        Prefetch {
+            streams: Mutex::new(HashMap::new()),
+            tx: Mutex::new(Some(tx)),
+        }
+    }
+
+    /// A read of `[offset, end)` of `obj` (block size `bs`, file size
+    /// `size`) happened: maybe read further ahead.
+    fn note(&self, obj: u64, offset: u64, end: u64, bs: u64, size: u64) {
+        let job = {
+            let mut st = lock(&self.streams);
+            if st.len() > 4096 {
+                st.clear();
+            }
+            let e = st.entry(obj).or_insert((u64::MAX, 0, 0));
+            if e.0 != offset {
+                // Not sequential: restart the stream here.
+                *e = (end, 0, 0);
+                return;
+            }
+            let window = (e.2 * 2).clamp(1 << 20, PREFETCH_MAX);
+            let from = e.1.max(end.div_ceil(bs));
+            let to = (end + window).min(size).div_ceil(bs);
+            *e = (end, to.max(e.1), window);
+            (from < to).then_some((obj, from, to))
+        };
+        if let Some(j) = job {
+            if let Some(tx) = lock(&self.tx).as_ref() {
+                let _ = tx.send(j);
+            }
+        }
+    }
+}
+
 pub struct Zpl {
     pub os: Arc<Objset>,
+    prefetch: Prefetch,
     ctx: Arc<dyn DatasetCtx>,
     pub root: u64,
     unlinked: u64,
@@ -183,6 +249,7 @@ impl Zpl {
             return Err(Error::corrupt("master node", "bad magic or version"));
         }
         let zpl = Zpl {
+            prefetch: Prefetch::start(&os),
             os,
             ctx,
             root: word(2),
@@ -738,7 +805,10 @@ impl Zpl {
 
     /// The last close of an unlinked file frees it.
     pub fn release(&self, obj: u64) -> ZResult<()> {
-        let _ns = lock(&self.ns);
+        // No namespace lock on the common path. The count drops before the
+        // link count is read, and unlink stores the link count before it
+        // reads the open count, so one of the two always sees the other:
+        // either unlink frees the file at once or this last close does.
         let last = {
             let mut o = lock(&self.opens);
             match o.get_mut(&obj) {
@@ -756,8 +826,12 @@ impl Zpl {
         if last && !self.ctx.props().readonly {
             if let Ok((_, z)) = self.load(obj) {
                 if z.nlink == 0 {
+                    let _ns = lock(&self.ns);
+                    let still_closed = !lock(&self.opens).contains_key(&obj);
                     let _g = self.lock_objs(&[obj]);
-                    self.destroy(obj)?;
+                    if still_closed && self.load(obj).is_ok_and(|(_, z)| z.nlink == 0) {
+                        self.destroy(obj)?;
+                    }
                 }
             }
         }
@@ -773,6 +847,8 @@ impl Zpl {
             return Ok(Vec::new());
         }
         let n = (dn.size - offset).min(len as u64) as usize;
+        self.prefetch
+            .note(obj, offset, offset + n as u64, dn.datablksz as u64, dn.size);
         let mut buf = vec![0u8; n];
         io(self.os.read(obj, offset, &mut buf))?;
         let props = self.ctx.props();
@@ -799,6 +875,18 @@ impl Zpl {
             .ok_or(libc::EFBIG)?;
         if data.is_empty() {
             return Ok(0);
+        }
+        // Partial-block writes read the old block; do that before taking
+        // the object's lock, so concurrent writers to one file wait on each
+        // other's memcpy, not on each other's disk reads.
+        if let Ok(dn) = self.os.stat(obj) {
+            let bs = dn.datablksz as u64;
+            if offset % bs != 0 && offset < dn.size {
+                let _ = self.os.read_block(obj, offset / bs);
+            }
+            if end % bs != 0 && end / bs != offset / bs && end < dn.size {
+                let _ = self.os.read_block(obj, end / bs);
+            }
         }
         let _g = self.lock_objs(&[obj]);
         let (dn, mut z) = self.load(obj)?;
