@@ -881,10 +881,10 @@ impl Zpl {
         // other's memcpy, not on each other's disk reads.
         if let Ok(dn) = self.os.stat(obj) {
             let bs = dn.datablksz as u64;
-            if offset % bs != 0 && offset < dn.size {
+            if !offset.is_multiple_of(bs) && offset < dn.size {
                 let _ = self.os.read_block(obj, offset / bs);
             }
-            if end % bs != 0 && end / bs != offset / bs && end < dn.size {
+            if !end.is_multiple_of(bs) && end / bs != offset / bs && end < dn.size {
                 let _ = self.os.read_block(obj, end / bs);
             }
         }
