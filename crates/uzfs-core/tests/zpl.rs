@@ -299,6 +299,8 @@ fn datasets_properties_quota_and_destroy() {
     assert!(p.set_prop(&b, "used", "1").is_err());
     assert!(p.set_prop(&b, "recordsize", "3000").is_err());
     p.set_prop(&b, "quota", "2M").expect("quota");
+    let root = p.dataset("tank").expect("root");
+    p.set_prop(&root, "mountpoint", "/srv/tank").expect("root prop");
     let fs = mount(&p, "tank/a/b");
     let f = fs.mknod(fs.root, b"f", REG, 0, 0, 0, None).expect("f");
     let mut off = 0u64;
@@ -327,6 +329,12 @@ fn datasets_properties_quota_and_destroy() {
     assert_eq!(
         p.get_prop(&c, "quota").expect("q").0,
         (2u64 << 20).to_string()
+    );
+    let root = p.dataset("tank").expect("root");
+    assert_eq!(
+        p.get_prop(&root, "mountpoint").expect("mp"),
+        ("/srv/tank".to_string(), uzfs_core::dsl::Source::Local),
+        "the root dataset's properties survive import"
     );
     let fs = mount(&p, "tank/c");
     assert!(fs.lookup(fs.root, b"f").is_ok());

@@ -519,10 +519,12 @@ impl Pool {
         }
         *dirty = false;
         Some(DslDirPhys {
+            // The root dataset is listed too (for its properties); its
+            // object-set pointer lives in the object directory's
+            // `root_dataset` as always.
             datasets: self
                 .datasets()
                 .iter()
-                .filter(|d| !d.rel().is_empty())
                 .map(|d| rlock(&d.phys).clone())
                 .collect(),
         })

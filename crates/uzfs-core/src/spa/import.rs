@@ -342,9 +342,15 @@ impl Pool {
             Default::default()
         };
         let mut children = Vec::new();
+        let mut root_phys = None;
+        let root_id = dir.root_dataset;
         for d in dsl.datasets {
-            if d.id == dir.root_dataset || d.id == 0 {
-                return Err(Error::corrupt("DSL directory", "bad dataset id"));
+            if d.id == dir.root_dataset && d.rel.is_empty() {
+                root_phys = Some(d);
+                continue;
+            }
+            if d.id == dir.root_dataset || d.id <= 1 || d.rel.is_empty() || d.parent == 0 {
+                return Err(Error::corrupt("DSL directory", "bad dataset record"));
             }
             let bp = super::dataset_bp(&mos, d.id)?;
             let os = Arc::new(Objset::open(&bp, io.clone(), open_txg)?);
@@ -378,6 +384,9 @@ impl Pool {
         pool.ensure_dsl_record()?;
         {
             let mut list = pool.dsl.list.write().unwrap_or_else(|e| e.into_inner());
+            if let (Some(p), Some(root)) = (root_phys, list.get(&root_id)) {
+                *root.phys.write().unwrap_or_else(|e| e.into_inner()) = p;
+            }
             for c in children {
                 list.insert(c.id(), c);
             }

@@ -661,7 +661,7 @@ pub(crate) fn committed_datasets(
         let mut ids: Vec<u64> = rec.datasets.iter().map(|d| d.id).collect();
         ids.sort_unstable();
         for id in ids {
-            if id > 1 && mos.exists(id)? {
+            if id > 1 && id != dir.root_dataset && mos.exists(id)? {
                 out.push((id, dataset_bp(mos, id)?));
             }
         }
