@@ -116,7 +116,11 @@ fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
 
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // HANDLE_KILLPRIV_V2: clearing set-id bits on write, truncate and
+        // chown is ours to do (below), which spares the kernel a
+        // `security.capability` GETXATTR round trip on every write(2).
         let want = InitFlags::FUSE_WRITEBACK_CACHE
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_BIG_WRITES
@@ -142,7 +146,7 @@ impl Filesystem for FuseFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -165,6 +169,11 @@ impl Filesystem for FuseFs {
             size,
             atime: time_ns(atime),
             mtime: time_ns(mtime),
+            // What the kernel does itself without HANDLE_KILLPRIV_V2: a
+            // change of owner, or a truncate by anyone but root, drops the
+            // set-id bits (an explicit new mode wins).
+            kill_suid: mode.is_none()
+                && (uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0)),
         };
         match self.zpl.setattr(self.obj(ino), &a) {
             Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
@@ -323,12 +332,13 @@ impl Filesystem for FuseFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.zpl.write(self.obj(ino), offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.zpl.write_kill(self.obj(ino), offset, data, kill) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(err(e)),
         }

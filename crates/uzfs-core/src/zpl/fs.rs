@@ -80,6 +80,18 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<i64>,
     pub mtime: Option<i64>,
+    /// Drop S_ISUID, and S_ISGID if group-executable (see `kill_suid`).
+    pub kill_suid: bool,
+}
+
+/// The set-id bits a write or owner change by an unprivileged process
+/// removes (S_ISGID without group-execute is mandatory locking; kept).
+fn kill_suid(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
 }
 
 pub fn now_ns() -> i64 {
@@ -736,6 +748,9 @@ impl Zpl {
             self.truncate_locked(obj, size)?;
             z.mtime = t;
         }
+        if a.kill_suid && !z.is_dir() {
+            z.mode = kill_suid(z.mode);
+        }
         if let Some(m) = a.mode {
             z.mode = (z.mode & libc::S_IFMT) | (m & 0o7777);
         }
@@ -868,6 +883,12 @@ impl Zpl {
     }
 
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> ZResult<usize> {
+        self.write_kill(obj, offset, data, false)
+    }
+
+    /// `write`, also clearing the set-id bits when `kill` (the kernel asks
+    /// for that when an unprivileged process writes).
+    pub fn write_kill(&self, obj: u64, offset: u64, data: &[u8], kill: bool) -> ZResult<usize> {
         self.writable()?;
         let end = offset
             .checked_add(data.len() as u64)
@@ -899,6 +920,9 @@ impl Zpl {
         let t = now_ns();
         z.mtime = t;
         z.ctime = t;
+        if kill {
+            z.mode = kill_suid(z.mode);
+        }
         self.store(obj, &z)?;
         Ok(data.len())
     }

@@ -720,6 +720,19 @@ fn attrs(s: &mut Suite) {
         write_file(&f, b"b")?;
         let st3 = ok("stat", stat(&f))?;
         ensure(st3.st_mtime > 1_500_000_000, "write updates mtime")?;
+        // Writing a set-id file drops its set-id bits unless root writes.
+        let sf = s.p("setid");
+        write_file(&sf, b"#!/bin/sh\n")?;
+        ok("chmod 6755", call!(libc::chmod(c(&sf).as_ptr(), 0o6755)))?;
+        let fd = ok("open", open(&sf, libc::O_WRONLY | libc::O_APPEND, 0))?;
+        ok("write", call!(libc::write(fd, b"true\n".as_ptr().cast(), 5)))?;
+        close(fd);
+        let m = ok("stat", stat(&sf))?.st_mode & 0o7777;
+        if s.root {
+            ensure(m == 0o6755, format!("root write kept set-id bits: {m:o}"))?;
+        } else {
+            ensure(m == 0o755, format!("user write clears set-id bits: {m:o}"))?;
+        }
         if s.root {
             ok("chown", call!(libc::chown(c(&f).as_ptr(), 1234, 5678)))?;
             let st = ok("stat", stat(&f))?;
