@@ -300,7 +300,8 @@ fn datasets_properties_quota_and_destroy() {
     assert!(p.set_prop(&b, "recordsize", "3000").is_err());
     p.set_prop(&b, "quota", "2M").expect("quota");
     let root = p.dataset("tank").expect("root");
-    p.set_prop(&root, "mountpoint", "/srv/tank").expect("root prop");
+    p.set_prop(&root, "mountpoint", "/srv/tank")
+        .expect("root prop");
     let fs = mount(&p, "tank/a/b");
     let f = fs.mknod(fs.root, b"f", REG, 0, 0, 0, None).expect("f");
     let mut off = 0u64;

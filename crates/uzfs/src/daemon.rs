@@ -150,6 +150,18 @@ impl Daemon {
         {
             t.dirty_max = m.max(1 << 20);
         }
+        if let Some(p) = std::env::var("UZFS_DIRTY_SYNC_PCT")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            t.dirty_sync_pct = p.clamp(1, 100);
+        }
+        if let Some(m) = std::env::var("UZFS_ARC_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            t.cache_bytes = m.max(1 << 20);
+        }
         if let Some(us) = std::env::var("UZFS_SCAN_DELAY_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

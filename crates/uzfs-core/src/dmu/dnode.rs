@@ -25,7 +25,10 @@ use crate::error::{Error, Result};
 
 pub const DNODE_SIZE: usize = 512;
 pub const NBLKPTR: usize = 3;
-pub const DEFAULT_INDBLKSHIFT: u8 = 17;
+/// 32 KiB indirect blocks (256 pointers): a small synchronous write rewrites
+/// one block per level, so smaller indirect blocks cut the bytes each fsync
+/// writes (measured: 4 KiB fsync-each writes) at no cost to sequential I/O.
+pub const DEFAULT_INDBLKSHIFT: u8 = 15;
 /// The bonus buffer: 88 bytes, stored in two pieces (header bytes 40..64
 /// and the dnode's last 64 bytes). The ZPL keeps a file's attributes here.
 pub const BONUS_SIZE: usize = 88;

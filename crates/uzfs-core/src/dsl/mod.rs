@@ -446,7 +446,21 @@ impl Pool {
     }
 
     fn computed_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<String> {
-        let (own, used, logical) = self.ds_space(d);
+        let spacey = matches!(
+            name,
+            "used"
+                | "usedbydataset"
+                | "usedbychildren"
+                | "referenced"
+                | "logicalused"
+                | "logicalreferenced"
+                | "compressratio"
+        );
+        let (own, used, logical) = if spacey {
+            self.ds_space(d)
+        } else {
+            Default::default()
+        };
         Some(match name {
             "name" => self.ds_name(&d.rel()),
             "type" => "filesystem".into(),
@@ -551,26 +565,41 @@ pub struct DsCtx {
     pub ds: Arc<Dataset>,
     /// Cached properties, refreshed by `zfs set` through `refresh`.
     props: RwLock<ZplProps>,
+    /// Whether this dataset or an ancestor has a quota (writes check it).
+    quota: std::sync::atomic::AtomicBool,
+}
+
+fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
+    std::iter::once(ds.clone())
+        .chain(pool.ancestors(ds))
+        .any(|x| pool.size_prop(&x, "quota").is_some())
 }
 
 impl DsCtx {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> Arc<DsCtx> {
         let p = pool.zpl_props(&ds);
+        let q = under_quota(&pool, &ds);
         Arc::new(DsCtx {
             pool,
             ds,
             props: RwLock::new(p),
+            quota: std::sync::atomic::AtomicBool::new(q),
         })
     }
     pub fn refresh(&self) {
         *wlock(&self.props) = self.pool.zpl_props(&self.ds);
+        self.quota.store(
+            under_quota(&self.pool, &self.ds),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }
 
 impl DatasetCtx for DsCtx {
     fn admit(&self, bytes: u64) -> zpl::fs::ZResult<()> {
         let pool = &self.pool;
-        let mut d: Option<Arc<Dataset>> = Some(self.ds.clone());
+        let quota = self.quota.load(std::sync::atomic::Ordering::Relaxed);
+        let mut d: Option<Arc<Dataset>> = quota.then(|| self.ds.clone());
         while let Some(x) = d {
             if pool.size_prop(&x, "quota").is_some() && pool.ds_available(&x) < bytes {
                 return Err(libc::EDQUOT);

@@ -121,7 +121,7 @@ impl Default for Tunables {
         Tunables {
             txg_timeout: Duration::from_secs(5),
             dirty_max: (ram_bytes() / 10).min(4 << 30),
-            dirty_sync_pct: 20,
+            dirty_sync_pct: 50,
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,

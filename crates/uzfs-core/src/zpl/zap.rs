@@ -149,6 +149,41 @@ fn decode_leaf(b: &[u8], depth: u32) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
+/// Find `name` (whose key without differentiator is `base`) in a leaf.
+fn scan_leaf(b: &[u8], depth: u32, base: u64, name: &[u8]) -> Result<Option<Entry>> {
+    let bad = |why: &str| Error::corrupt("directory leaf", why.to_string());
+    if b.len() < LEAF_HDR || u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != LEAF_MAGIC {
+        return Err(bad("bad magic"));
+    }
+    if b[4] as u32 != depth {
+        return Err(bad("depth mismatch"));
+    }
+    let n = u16::from_le_bytes([b[6], b[7]]) as usize;
+    let mut at = LEAF_HDR;
+    for _ in 0..n {
+        let hdr = b.get(at..at + ENTRY_HDR).ok_or_else(|| bad("truncated"))?;
+        let len = hdr[17] as usize;
+        let key = le64(hdr, 0);
+        if key & !0xff == base {
+            let nm = b
+                .get(at + ENTRY_HDR..at + ENTRY_HDR + len)
+                .ok_or_else(|| bad("truncated name"))?;
+            if nm == name {
+                return Ok(Some(Entry {
+                    key,
+                    value: le64(hdr, 8),
+                    vtype: hdr[16],
+                    name: nm.to_vec(),
+                }));
+            }
+        } else if key > base | 0xff {
+            break; // sorted: past every key that could match
+        }
+        at += ENTRY_HDR + len;
+    }
+    Ok(None)
+}
+
 fn leaf_bytes(entries: &[Entry]) -> usize {
     LEAF_HDR
         + entries
@@ -235,10 +270,15 @@ impl<'a> Zap<'a> {
     pub fn lookup(&self, name: &[u8]) -> Result<Option<Entry>> {
         let h = self.header()?;
         let base = base_key(h.salt, name);
-        let (_, _, entries) = self.find_leaf(&h, base)?;
-        Ok(entries
-            .into_iter()
-            .find(|e| e.key & !0xff == base && e.name == name))
+        // The hot path of every path walk: find the leaf, then scan its
+        // bytes in place (no decoding into entries).
+        for depth in (0..=h.max_depth).rev() {
+            let blk = leaf_blkid(depth, prefix(base, depth));
+            if let Some(b) = self.os.read_block(self.obj, blk)? {
+                return scan_leaf(&b, depth, base, name);
+            }
+        }
+        Err(Error::corrupt("directory", "no leaf covers a key"))
     }
 
     /// Add `name`; fails with `AlreadyExists` (as `Invalid`) if present.

@@ -725,7 +725,10 @@ fn attrs(s: &mut Suite) {
         write_file(&sf, b"#!/bin/sh\n")?;
         ok("chmod 6755", call!(libc::chmod(c(&sf).as_ptr(), 0o6755)))?;
         let fd = ok("open", open(&sf, libc::O_WRONLY | libc::O_APPEND, 0))?;
-        ok("write", call!(libc::write(fd, b"true\n".as_ptr().cast(), 5)))?;
+        ok(
+            "write",
+            call!(libc::write(fd, b"true\n".as_ptr().cast(), 5)),
+        )?;
         close(fd);
         let m = ok("stat", stat(&sf))?.st_mode & 0o7777;
         if s.root {
