@@ -4,6 +4,9 @@
 #
 #   UZFS_CRASH_SEEDS=N       crash-simulation seeds (default 300; try 5000 by hand)
 #   UZFS_SCAN_CRASH_SEEDS=N  crash-during-scrub/resilver seeds (default 60)
+#   UZFS_ZPL_CRASH_SEEDS=N   file-operation crash seeds (default 40)
+#   UZFS_FS_SEEDS=N          mount exerciser seeds (default 4)
+# The filesystem tests mount through FUSE: they need root and /dev/fuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -14,4 +17,5 @@ cargo clippy --all-targets -- -D warnings
 cargo test --workspace
 ./bench/run.sh --smoke
 ./bench/redundancy.sh --smoke
+./bench/fs.sh --smoke
 echo "all checks passed"

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# uzfs filesystem benchmarks (issue #4): the peers' fio jobs and metadata
+# test, run against a uzfs mirror mounted through FUSE, beside ext4 on a loop
+# device (and with --peers zfs-fuse's mirror) on the same disk in one run.
+#
+#   seq write 1 MiB with end fsync      seq read 1 MiB, cold (caches dropped)
+#   4 KiB random read                   4 KiB random write, fsync after each
+#   16 KiB buffered random write        create 20,000 small files, then stat
+#   daemon peak memory (VmHWM)
+#
+# The jobs are ../shared/peers/peers.sh's (same fio arguments, same
+# peers_lib.py metadata code); uzfs gets the same two 8 GiB sparse file disks
+# as zfs-fuse's mirror.
+#
+# usage: bench/fs.sh [--smoke] [--peers]
+#   --smoke  small sizes and short runs, uzfs only (CI: checks the harness)
+#   --peers  also zfs-fuse (zmirror); ext4 always runs unless --smoke
+# env: DATA [/var/tmp/uzfs-fsbench]  RUNTIME [20]  SEQ_SIZE [2G]
+# Output: a markdown table on stdout and in $DATA/report.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SMOKE=0; PEERS=0
+for a in "$@"; do
+  case "$a" in
+    --smoke) SMOKE=1 ;;
+    --peers) PEERS=1 ;;
+    *) echo "usage: bench/fs.sh [--smoke] [--peers]" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench/fs.sh: must run as root (FUSE mounts, loop devices, drop_caches)" >&2; exit 1; }
+DATA=${DATA:-/var/tmp/uzfs-fsbench}
+PEERS_SH=$(cd ../shared/peers 2>/dev/null && pwd)/peers.sh
+LIB=$(dirname "$PEERS_SH")/peers_lib.py
+if [ $SMOKE = 1 ]; then
+  export RUNTIME=${RUNTIME:-2} SEQ_SIZE=${SEQ_SIZE:-128M} RW4K_SIZE=${RW4K_SIZE:-32M} RW16K_SIZE=${RW16K_SIZE:-64M} NFILES=${NFILES:-1000}
+  DISK_SIZE=1G
+else
+  export RUNTIME=${RUNTIME:-20} SEQ_SIZE=${SEQ_SIZE:-2G} RW4K_SIZE=${RW4K_SIZE:-256M} RW16K_SIZE=${RW16K_SIZE:-1G} NFILES=${NFILES:-20000}
+  DISK_SIZE=8G
+fi
+export DATA RESULTS="$DATA/results"
+mkdir -p "$RESULTS"
+cargo build --release --bins -q
+U=$(pwd)/target/release/uzfs
+
+# ---------------------------------------------------------------- peers
+if [ $SMOKE = 0 ]; then
+  if [ ! -x "$PEERS_SH" ]; then
+    echo "bench/fs.sh: $PEERS_SH not found; run with --smoke or provide the peers harness" >&2; exit 1
+  fi
+  cfgs="ext4"; [ $PEERS = 1 ] && cfgs="ext4 zmirror"
+  DISK_SIZE=$DISK_SIZE "$PEERS_SH" all $cfgs >"$DATA/peers.log" 2>&1 || echo "peers.sh reported a failure (see $DATA/peers.log)" >&2
+fi
+
+# ---------------------------------------------------------------- uzfs
+RES="$RESULTS/uzfs"; rm -rf "$RES"; mkdir -p "$RES"
+export UZFS_RUNDIR="$DATA/uzfs/run"
+"$U" daemon --stop >/dev/null 2>&1 || true
+rm -rf "$DATA/uzfs"; mkdir -p "$DATA/uzfs"
+truncate -s "$DISK_SIZE" "$DATA/uzfs/disk0.img" "$DATA/uzfs/disk1.img"
+M="$DATA/mnt/uzfs"
+"$U" zpool create -f -m "$M" bench_uzfs mirror "$DATA/uzfs/disk0.img" "$DATA/uzfs/disk1.img"
+awk -v m="$M" '$2==m{f=1} END{exit !f}' /proc/mounts || { echo "uzfs did not mount at $M" >&2; exit 1; }
+PID=$(cat "$UZFS_RUNDIR/uzfsd.pid")
+
+metric() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-}" "${4:-}" >> "$RES/metrics.tsv"; }
+now() { echo "$EPOCHREALTIME"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b-a}'; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+fio_job() {
+  local name=$1; shift
+  local t0 t1; t0=$(now)
+  fio --name="$name" --ioengine=psync --direct=0 --iodepth=1 --numjobs=1 \
+      --refill_buffers=1 --output-format=json --output="$RES/fio-$name.json" "$@" 2> "$RES/fio-$name.err" \
+      || { metric "FAIL_$name" "fio failed: $(tail -c 200 "$RES/fio-$name.err" | tr '\n\t' '  ')"; return 1; }
+  t1=$(now)
+  metric "${name}_wall_s" "$(elapsed "$t0" "$t1")" s
+  python3 "$LIB" fioparse "$RES/fio-$name.json" "$name" >> "$RES/metrics.tsv"
+}
+fio_layout() {
+  fio --name=layout --ioengine=psync --direct=0 --filename="$1" --size="$2" --rw=read --bs=1M \
+      --create_only=1 --refill_buffers=1 --output=/dev/null
+}
+
+seqf="$M/seq.dat"; rw4="$M/rw4k.dat"; rw16="$M/rw16k.dat"
+fio_job seqwrite --filename="$seqf" --rw=write --bs=1M --size="$SEQ_SIZE" --runtime="$RUNTIME" --end_fsync=1
+fio_layout "$seqf" "$SEQ_SIZE"
+drop_caches
+fio_job seqread --filename="$seqf" --rw=read --bs=1M --size="$SEQ_SIZE" --runtime="$RUNTIME"
+drop_caches
+fio_job randread4k --filename="$seqf" --rw=randread --bs=4k --size="$SEQ_SIZE" --runtime="$RUNTIME" --time_based=1
+fio_layout "$rw4" "$RW4K_SIZE"; sync
+fio_job syncwrite4k --filename="$rw4" --rw=randwrite --bs=4k --size="$RW4K_SIZE" --runtime="$RUNTIME" --time_based=1 --fsync=1 --overwrite=1
+fio_layout "$rw16" "$RW16K_SIZE"; sync
+fio_job randwrite16k --filename="$rw16" --rw=randwrite --bs=16k --size="$RW16K_SIZE" --runtime="$RUNTIME" --time_based=1 --end_fsync=1 --overwrite=1
+out=$(python3 "$LIB" meta-create "$M/meta/tree" "$NFILES")
+metric meta_create_s "${out% *}" s
+t0=$(now); sync; t1=$(now); metric meta_sync_s "$(elapsed "$t0" "$t1")" s
+drop_caches
+t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now); metric meta_lsR_cold_s "$(elapsed "$t0" "$t1")" s
+out=$(python3 "$LIB" stat-walk "$M/meta/tree"); metric meta_stat_s "${out% *}" s
+metric daemon_peak_rss_MiB "$(awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$PID/status")" MiB
+"$U" zpool status bench_uzfs > "$RES/zpool-status-end.txt"
+grep -q 'errors: No known data errors' "$RES/zpool-status-end.txt" || metric FAIL_status "pool reported errors" ""
+"$U" zpool export bench_uzfs
+"$U" zdb -e -p "$DATA/uzfs" -b bench_uzfs > "$RES/zdb.txt" 2>&1 || metric FAIL_zdb "zdb failed" ""
+grep -q 'No errors' "$RES/zdb.txt" || metric FAIL_zdb "zdb found errors (see $RES/zdb.txt)" ""
+"$U" daemon --stop >/dev/null 2>&1 || true
+rm -rf "$DATA/uzfs"
+
+# ---------------------------------------------------------------- report
+python3 - "$RESULTS" "$SMOKE" <<'EOF' | tee "$DATA/report.md"
+import os, sys
+res, smoke = sys.argv[1], sys.argv[2] == "1"
+def load(cfg):
+    m = {}
+    p = os.path.join(res, cfg, "metrics.tsv")
+    if os.path.exists(p):
+        for line in open(p):
+            f = line.rstrip("\n").split("\t")
+            if len(f) >= 2:
+                m[f[0]] = f[1]
+    return m
+u, e, z = load("uzfs"), ({} if smoke else load("ext4")), ({} if smoke else load("zmirror"))
+rows = [
+    ("seq write 1 MiB, end fsync (MiB/s)", "seqwrite_write_MiBps", True),
+    ("seq read 1 MiB, cold (MiB/s)", "seqread_read_MiBps", True),
+    ("4 KiB random read (IOPS)", "randread4k_read_iops", True),
+    ("4 KiB write + fsync each (IOPS)", "syncwrite4k_write_iops", True),
+    ("4 KiB write + fsync each, fsync p99 (us)", "syncwrite4k_fsync_p99_us", False),
+    ("16 KiB buffered random write (MiB/s)", "randwrite16k_write_MiBps", True),
+    ("create 20k files (s)", "meta_create_s", False),
+    ("stat walk (s)", "meta_stat_s", False),
+    ("daemon peak RSS (MiB)", "daemon_peak_rss_MiB", False),
+]
+def ratio(a, b, higher):
+    try:
+        a, b = float(a), float(b)
+    except ValueError:
+        return "n/a"
+    if a == 0 or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}" if higher else f"{b / a:.2f}"
+print("| workload | uzfs | ext4-loop | zfs-fuse mirror | uzfs vs ext4 | uzfs vs zfs-fuse |")
+print("|---|---:|---:|---:|---:|---:|")
+for label, key, higher in rows:
+    uv, ev, zv = u.get(key, "n/a"), e.get(key, "n/a"), z.get(key, "n/a")
+    print(f"| {label} | {uv} | {ev} | {zv} | {ratio(uv, ev, higher)} | {ratio(uv, zv, higher)} |")
+print("\nRatios are 'times better' (higher is better for uzfs; times are inverted).")
+fails = [f"- {c}: {k} = {v}" for c, m in (("uzfs", u), ("ext4", e), ("zmirror", z)) for k, v in m.items() if k.startswith("FAIL")]
+if fails:
+    print("\nFailures:\n" + "\n".join(fails))
+    sys.exit(1)
+EOF
