@@ -19,6 +19,7 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uzfs_core::zpl::fs::ZResult;
@@ -64,6 +65,27 @@ fn dt_kind(dt: u8) -> FileType {
 
 fn err(e: i32) -> Errno {
     Errno::from_i32(e)
+}
+
+/// Requests served, by kind, for every mount of this daemon
+/// (`UZFS_FUSE_STATS=1` logs them at each unmount): how many round trips a
+/// workload costs is the first question when tuning a FUSE filesystem.
+static OPS: [AtomicU64; 15] = [const { AtomicU64::new(0) }; 15];
+const OP_NAMES: [&str; 15] = [
+    "lookup", "getattr", "setattr", "mknod", "mkdir", "unlink", "rmdir", "create", "open", "read",
+    "write", "release", "fsync", "readdir", "getxattr",
+];
+
+fn op_counts() -> String {
+    OP_NAMES
+        .iter()
+        .zip(OPS.iter())
+        .map(|(n, c)| format!("{n}={} ", c.load(Ordering::Relaxed)))
+        .collect()
+}
+
+fn count(i: usize) {
+    OPS[i].fetch_add(1, Ordering::Relaxed);
 }
 
 impl FuseFs {
@@ -119,13 +141,22 @@ impl Filesystem for FuseFs {
         // HANDLE_KILLPRIV_V2: clearing set-id bits on write, truncate and
         // chown is ours to do (below), which spares the kernel a
         // `security.capability` GETXATTR round trip on every write(2).
-        let want = InitFlags::FUSE_WRITEBACK_CACHE
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+        let mut want = InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_MAX_PAGES;
-        let _ = config.add_capabilities(want);
+        if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        // One at a time: fuser adds none of a set if the kernel lacks one.
+        for flag in want.iter() {
+            if config.add_capabilities(flag).is_err()
+                && std::env::var_os("UZFS_FUSE_STATS").is_some()
+            {
+                eprintln!("uzfsd: kernel lacks FUSE capability {flag:?}");
+            }
+        }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
@@ -133,11 +164,19 @@ impl Filesystem for FuseFs {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        if std::env::var_os("UZFS_FUSE_STATS").is_some() {
+            eprintln!("uzfsd: fuse requests: {}", op_counts());
+        }
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        count(0);
         self.entry(self.zpl.lookup(self.obj(parent), name.as_bytes()), reply)
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        count(1);
         match self.zpl.getattr(self.obj(ino)) {
             Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
             Err(e) => reply.error(err(e)),
@@ -162,6 +201,7 @@ impl Filesystem for FuseFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        count(2);
         let a = SetAttr {
             mode,
             uid,
@@ -198,6 +238,7 @@ impl Filesystem for FuseFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        count(3);
         let r = self.zpl.mknod(
             self.obj(parent),
             name.as_bytes(),
@@ -219,6 +260,7 @@ impl Filesystem for FuseFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        count(4);
         let r = self.zpl.mknod(
             self.obj(parent),
             name.as_bytes(),
@@ -232,6 +274,7 @@ impl Filesystem for FuseFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        count(5);
         match self.zpl.unlink(self.obj(parent), name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -239,6 +282,7 @@ impl Filesystem for FuseFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        count(6);
         match self.zpl.rmdir(self.obj(parent), name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -302,8 +346,11 @@ impl Filesystem for FuseFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        count(8);
         match self.zpl.open(self.obj(ino)) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            // Keep the page cache across opens: every change to a file
+            // comes through this mount, so cached pages are never stale.
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -319,6 +366,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        count(9);
         match self.zpl.read(self.obj(ino), offset, size as usize) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(err(e)),
@@ -337,6 +385,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        count(10);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.zpl.write_kill(self.obj(ino), offset, data, kill) {
             Ok(n) => reply.written(n as u32),
@@ -368,6 +417,7 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        count(11);
         match self.zpl.release(self.obj(ino)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -382,6 +432,7 @@ impl Filesystem for FuseFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        count(12);
         match self.zpl.fsync(self.obj(ino)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -396,6 +447,7 @@ impl Filesystem for FuseFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        count(13);
         match self.zpl.readdir(self.obj(ino), offset, 256) {
             Ok(entries) => {
                 for (next, obj, dt, name) in entries {
@@ -458,6 +510,7 @@ impl Filesystem for FuseFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        count(14);
         match self.zpl.getxattr(self.obj(ino), name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -503,6 +556,7 @@ impl Filesystem for FuseFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        count(7);
         let r = self.zpl.mknod(
             self.obj(parent),
             name.as_bytes(),
@@ -518,7 +572,7 @@ impl Filesystem for FuseFs {
                 &self.fattr(&a),
                 Generation(a.z.gen),
                 FileHandle(0),
-                FopenFlags::empty(),
+                FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => reply.error(err(e)),
         }

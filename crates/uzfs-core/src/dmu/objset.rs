@@ -540,6 +540,58 @@ impl Objset {
         Ok(())
     }
 
+    /// Change one whole block of an object in place in the open txg: `f`
+    /// gets the block's current contents (zeros for a hole) and edits them.
+    /// The object's size grows to cover the block. For structures that
+    /// live in blocks (directories): no copy in, no copy out.
+    pub fn modify_block<R>(
+        &self,
+        obj: u64,
+        blkid: u64,
+        f: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Result<R> {
+        let dn = self.stat(obj)?;
+        let bs = dn.datablksz as u64;
+        if blkid >= dn.capacity(8) {
+            return Err(Error::invalid("write beyond the largest object size"));
+        }
+        let have = {
+            let st = lock(&self.st);
+            st.open
+                .objs
+                .get(&obj)
+                .is_some_and(|d| d.blocks.contains_key(&blkid))
+        };
+        if !have {
+            let block = match self.read_block(obj, blkid)? {
+                Some(old) if old.len() == bs as usize => old.to_vec(),
+                Some(_) => {
+                    return Err(Error::corrupt(
+                        "data block",
+                        format!("object {obj} block {blkid} has the wrong size"),
+                    ))
+                }
+                None => vec![0u8; bs as usize],
+            };
+            let mut st = lock(&self.st);
+            let d = st.open.objs.entry(obj).or_default();
+            if let std::collections::btree_map::Entry::Vacant(e) = d.blocks.entry(blkid) {
+                e.insert(Arc::new(block));
+                st.open.bytes += bs;
+            }
+        }
+        let mut st = lock(&self.st);
+        let d = st.open.objs.entry(obj).or_default();
+        let r = match d.blocks.get_mut(&blkid) {
+            Some(b) => f(Arc::make_mut(b)),
+            None => return Err(Error::invalid("block vanished from the open txg")),
+        };
+        let end = (blkid + 1) * bs;
+        let cur = d.size.unwrap_or(dn.size);
+        d.size = Some(cur.max(end));
+        Ok(r)
+    }
+
     /// Write `data` at `offset`; returns the dirty bytes this added.
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<u64> {
         let dn = self.stat(obj)?;

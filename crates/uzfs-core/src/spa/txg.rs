@@ -125,7 +125,8 @@ impl Default for Tunables {
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
-            cache_bytes: 256 << 20,
+            // The ARC: 1/8 of RAM between 256 MiB and 4 GiB (OpenZFS: half of RAM).
+            cache_bytes: (ram_bytes() / 8).clamp(256 << 20, 4 << 30),
             sync_thread: true,
             condense_min_entries: 4096,
             scan_delay_us: 500,
@@ -356,8 +357,11 @@ pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
 
 impl Pool {
     pub fn dirty_bytes(&self) -> u64 {
-        self.datasets()
-            .iter()
+        self.dsl
+            .list
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
             .map(|d| d.os.dirty_bytes())
             .sum::<u64>()
             + self.mos.dirty_bytes()

@@ -183,6 +183,66 @@ fn scan_leaf(b: &[u8], depth: u32, base: u64, name: &[u8]) -> Result<Option<Entr
     Ok(None)
 }
 
+/// Insert an entry into an encoded leaf in place. `Ok(None)`: no room (the
+/// caller splits); `Err`: the name exists, or the leaf is damaged.
+fn splice_into_leaf(
+    b: &mut [u8],
+    depth: u32,
+    base: u64,
+    name: &[u8],
+    value: u64,
+    vtype: u8,
+) -> Result<Option<u64>> {
+    let bad = |why: &str| Error::corrupt("directory leaf", why.to_string());
+    if b.len() < LEAF_HDR || u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != LEAF_MAGIC {
+        return Err(bad("bad magic"));
+    }
+    if b[4] as u32 != depth {
+        return Err(bad("depth mismatch"));
+    }
+    let n = u16::from_le_bytes([b[6], b[7]]) as usize;
+    let mut at = LEAF_HDR;
+    let mut used_cds = [false; 256];
+    for _ in 0..n {
+        let hdr = b.get(at..at + ENTRY_HDR).ok_or_else(|| bad("truncated"))?;
+        let len = hdr[17] as usize;
+        let key = le64(hdr, 0);
+        if key & !0xff == base {
+            let nm = b
+                .get(at + ENTRY_HDR..at + ENTRY_HDR + len)
+                .ok_or_else(|| bad("truncated name"))?;
+            if nm == name {
+                return Err(Error::invalid("entry exists"));
+            }
+            used_cds[(key & 0xff) as usize] = true;
+        }
+        at += ENTRY_HDR + len;
+    }
+    let end = at;
+    let need = ENTRY_HDR + name.len();
+    if end + need > b.len() {
+        return Ok(None);
+    }
+    let cd = used_cds
+        .iter()
+        .position(|u| !u)
+        .ok_or_else(|| Error::invalid("too many names with one hash"))? as u64;
+    let key = base | cd;
+    // Keep the entries sorted: the new one goes before the first larger key.
+    let mut pos = LEAF_HDR;
+    while pos < end && le64(b, pos) < key {
+        pos += ENTRY_HDR + b[pos + 17] as usize;
+    }
+    b.copy_within(pos..end, pos + need);
+    b[pos..pos + 8].copy_from_slice(&key.to_le_bytes());
+    b[pos + 8..pos + 16].copy_from_slice(&value.to_le_bytes());
+    b[pos + 16] = vtype;
+    b[pos + 17] = name.len() as u8;
+    b[pos + ENTRY_HDR..pos + need].copy_from_slice(name);
+    b[6..8].copy_from_slice(&((n + 1) as u16).to_le_bytes());
+    Ok(Some(key))
+}
+
 fn leaf_bytes(entries: &[Entry]) -> usize {
     LEAF_HDR
         + entries
@@ -288,6 +348,21 @@ impl<'a> Zap<'a> {
         }
         let mut h = self.header()?;
         let base = base_key(h.salt, name);
+        // Fast path: the leaf has room; splice the entry into its bytes in
+        // place (no decoding, no copies of the block).
+        for depth in (0..=h.max_depth).rev() {
+            let blk = leaf_blkid(depth, prefix(base, depth));
+            if self.os.read_block(self.obj, blk)?.is_some() {
+                let spliced = self.os.modify_block(self.obj, blk, |b| {
+                    splice_into_leaf(b, depth, base, name, value, vtype)
+                })??;
+                if let Some(key) = spliced {
+                    self.bump_count(1)?;
+                    return Ok(key);
+                }
+                break;
+            }
+        }
         loop {
             let (depth, p, mut entries) = self.find_leaf(&h, base)?;
             let same: Vec<&Entry> = entries.iter().filter(|e| e.key & !0xff == base).collect();
@@ -307,8 +382,7 @@ impl<'a> Zap<'a> {
                 let at = entries.partition_point(|x| x.key < e.key);
                 entries.insert(at, e);
                 self.write_leaf(depth, p, &entries)?;
-                h.count += 1;
-                self.put_header(&h)?;
+                self.bump_count(1)?;
                 return Ok(base | cd);
             }
             // Split and retry.
@@ -324,14 +398,24 @@ impl<'a> Zap<'a> {
             self.os.free_range(self.obj, old, old + 1)?;
             if depth + 1 > h.max_depth {
                 h.max_depth = depth + 1;
-                self.put_header(&h)?;
+                let d = h.max_depth as u64;
+                self.os
+                    .modify_block(self.obj, 0, |b| b[16..24].copy_from_slice(&d.to_le_bytes()))?;
             }
         }
     }
 
+    /// Add `delta` to the entry count in the header, in place.
+    fn bump_count(&self, delta: i64) -> Result<()> {
+        self.os.modify_block(self.obj, 0, |b| {
+            let c = (le64(b, 24) as i64 + delta).max(0) as u64;
+            b[24..32].copy_from_slice(&c.to_le_bytes());
+        })
+    }
+
     /// Remove `name`; returns the removed entry.
     pub fn remove(&self, name: &[u8]) -> Result<Option<Entry>> {
-        let mut h = self.header()?;
+        let h = self.header()?;
         let base = base_key(h.salt, name);
         let (depth, p, mut entries) = self.find_leaf(&h, base)?;
         let Some(i) = entries
@@ -342,8 +426,7 @@ impl<'a> Zap<'a> {
         };
         let e = entries.remove(i);
         self.write_leaf(depth, p, &entries)?;
-        h.count = h.count.saturating_sub(1);
-        self.put_header(&h)?;
+        self.bump_count(-1)?;
         Ok(Some(e))
     }
 
