@@ -535,3 +535,57 @@ fn datasets_mount_inherit_and_unmount() {
     assert_eq!(l, "tank\n");
     e.ok(&["zpool", "export", "tank"]);
 }
+
+#[test]
+fn a_full_pool_gives_enospc_and_stays_consistent() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let a = e.disk("small", 160);
+    e.ok(&["zpool", "create", "-o", "ashift=12", "small", &a]);
+    let m = e.dir.path().join("mnt/small");
+    let chunk: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8 ^ (i >> 9) as u8)
+        .collect();
+    let mut rng = Rng(99);
+    let mut written = 0u64;
+    let err = {
+        use std::io::Write;
+        let mut f = std::fs::File::create(m.join("fill")).expect("create");
+        loop {
+            let mut c = chunk.clone();
+            c[..4096].copy_from_slice(&rng.bytes(4096));
+            if let Err(e) = f.write_all(&c).and_then(|_| f.sync_all()) {
+                break e;
+            }
+            written += c.len() as u64;
+            assert!(written < 1 << 30, "a 160 MiB pool took a gigabyte");
+        }
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert!(written > 32 << 20, "only {written} bytes fit");
+    // What was acknowledged reads back; deleting frees space; writes work.
+    let back = std::fs::read(m.join("fill")).expect("read");
+    assert!(back.len() as u64 >= written);
+    assert_eq!(&back[4096..1 << 20], &chunk[4096..]);
+    std::fs::remove_file(m.join("fill")).expect("rm");
+    let mut ok = false;
+    for _ in 0..50 {
+        if std::fs::write(m.join("again"), &chunk).is_ok()
+            && std::fs::File::open(m.join("again"))
+                .and_then(|f| f.sync_all())
+                .is_ok()
+        {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(ok, "space never came back");
+    let st = e.ok(&["zpool", "status", "small"]);
+    assert!(st.contains("No known data errors"), "{st}");
+    e.ok(&["zpool", "export", "small"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "small"]);
+    assert!(z.contains("No errors"), "{z}");
+}

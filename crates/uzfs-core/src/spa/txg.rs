@@ -125,8 +125,9 @@ impl Default for Tunables {
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
-            // The ARC: 1/8 of RAM between 256 MiB and 4 GiB (OpenZFS: half of RAM).
-            cache_bytes: (ram_bytes() / 8).clamp(256 << 20, 4 << 30),
+            // The ARC: 1/16 of RAM between 256 MiB and 2 GiB (OpenZFS: half
+            // of RAM). With dirty_max this bounds the daemon's memory.
+            cache_bytes: (ram_bytes() / 16).clamp(256 << 20, 2 << 30),
             sync_thread: true,
             condense_min_entries: 4096,
             scan_delay_us: 500,
