@@ -117,7 +117,32 @@ fn encode_header(h: &Header) -> Vec<u8> {
     b
 }
 
-fn decode_leaf(b: &[u8], depth: u32) -> Result<Vec<Entry>> {
+/// One entry as it lies in a leaf: where it starts, and its fields.
+struct RawEntry<'b> {
+    at: usize,
+    key: u64,
+    value: u64,
+    vtype: u8,
+    name: &'b [u8],
+}
+
+impl RawEntry<'_> {
+    fn len(&self) -> usize {
+        ENTRY_HDR + self.name.len()
+    }
+    fn to_entry(&self) -> Entry {
+        Entry {
+            key: self.key,
+            value: self.value,
+            vtype: self.vtype,
+            name: self.name.to_vec(),
+        }
+    }
+}
+
+/// Check a leaf's header and walk its entries in place; every reader and
+/// writer of leaves goes through here, so bounds are checked once.
+fn raw_entries(b: &[u8], depth: u32) -> Result<impl Iterator<Item = Result<RawEntry<'_>>>> {
     let bad = |why: &str| Error::corrupt("directory leaf", why.to_string());
     if b.len() < LEAF_HDR || u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != LEAF_MAGIC {
         return Err(bad("bad magic"));
@@ -126,59 +151,45 @@ fn decode_leaf(b: &[u8], depth: u32) -> Result<Vec<Entry>> {
         return Err(bad("depth mismatch"));
     }
     let n = u16::from_le_bytes([b[6], b[7]]) as usize;
-    let mut out = Vec::with_capacity(n);
     let mut at = LEAF_HDR;
-    for _ in 0..n {
+    Ok((0..n).map(move |_| {
         let hdr = b.get(at..at + ENTRY_HDR).ok_or_else(|| bad("truncated"))?;
         let len = hdr[17] as usize;
         let name = b
             .get(at + ENTRY_HDR..at + ENTRY_HDR + len)
             .ok_or_else(|| bad("truncated name"))?;
-        out.push(Entry {
+        let e = RawEntry {
+            at,
             key: le64(hdr, 0),
             value: le64(hdr, 8),
             vtype: hdr[16],
-            name: name.to_vec(),
-        });
-        at += ENTRY_HDR + len;
-    }
+            name,
+        };
+        at += e.len();
+        Ok(e)
+    }))
+}
+
+fn decode_leaf(b: &[u8], depth: u32) -> Result<Vec<Entry>> {
+    let out = raw_entries(b, depth)?
+        .map(|e| e.map(|e| e.to_entry()))
+        .collect::<Result<Vec<Entry>>>()?;
     if out.windows(2).any(|w| w[0].key >= w[1].key) {
-        return Err(bad("entries out of order"));
+        return Err(Error::corrupt("directory leaf", "entries out of order"));
     }
     Ok(out)
 }
 
 /// Find `name` (whose key without differentiator is `base`) in a leaf.
 fn scan_leaf(b: &[u8], depth: u32, base: u64, name: &[u8]) -> Result<Option<Entry>> {
-    let bad = |why: &str| Error::corrupt("directory leaf", why.to_string());
-    if b.len() < LEAF_HDR || u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != LEAF_MAGIC {
-        return Err(bad("bad magic"));
-    }
-    if b[4] as u32 != depth {
-        return Err(bad("depth mismatch"));
-    }
-    let n = u16::from_le_bytes([b[6], b[7]]) as usize;
-    let mut at = LEAF_HDR;
-    for _ in 0..n {
-        let hdr = b.get(at..at + ENTRY_HDR).ok_or_else(|| bad("truncated"))?;
-        let len = hdr[17] as usize;
-        let key = le64(hdr, 0);
-        if key & !0xff == base {
-            let nm = b
-                .get(at + ENTRY_HDR..at + ENTRY_HDR + len)
-                .ok_or_else(|| bad("truncated name"))?;
-            if nm == name {
-                return Ok(Some(Entry {
-                    key,
-                    value: le64(hdr, 8),
-                    vtype: hdr[16],
-                    name: nm.to_vec(),
-                }));
-            }
-        } else if key > base | 0xff {
+    for e in raw_entries(b, depth)? {
+        let e = e?;
+        if e.key & !0xff == base && e.name == name {
+            return Ok(Some(e.to_entry()));
+        }
+        if e.key > base | 0xff {
             break; // sorted: past every key that could match
         }
-        at += ENTRY_HDR + len;
     }
     Ok(None)
 }
@@ -193,32 +204,20 @@ fn splice_into_leaf(
     value: u64,
     vtype: u8,
 ) -> Result<Option<u64>> {
-    let bad = |why: &str| Error::corrupt("directory leaf", why.to_string());
-    if b.len() < LEAF_HDR || u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != LEAF_MAGIC {
-        return Err(bad("bad magic"));
-    }
-    if b[4] as u32 != depth {
-        return Err(bad("depth mismatch"));
-    }
-    let n = u16::from_le_bytes([b[6], b[7]]) as usize;
-    let mut at = LEAF_HDR;
     let mut used_cds = [false; 256];
-    for _ in 0..n {
-        let hdr = b.get(at..at + ENTRY_HDR).ok_or_else(|| bad("truncated"))?;
-        let len = hdr[17] as usize;
-        let key = le64(hdr, 0);
-        if key & !0xff == base {
-            let nm = b
-                .get(at + ENTRY_HDR..at + ENTRY_HDR + len)
-                .ok_or_else(|| bad("truncated name"))?;
-            if nm == name {
+    let mut end = LEAF_HDR;
+    let mut n = 0usize;
+    for e in raw_entries(b, depth)? {
+        let e = e?;
+        if e.key & !0xff == base {
+            if e.name == name {
                 return Err(Error::invalid("entry exists"));
             }
-            used_cds[(key & 0xff) as usize] = true;
+            used_cds[(e.key & 0xff) as usize] = true;
         }
-        at += ENTRY_HDR + len;
+        end = e.at + e.len();
+        n += 1;
     }
-    let end = at;
     let need = ENTRY_HDR + name.len();
     if end + need > b.len() {
         return Ok(None);
@@ -229,10 +228,10 @@ fn splice_into_leaf(
         .ok_or_else(|| Error::invalid("too many names with one hash"))? as u64;
     let key = base | cd;
     // Keep the entries sorted: the new one goes before the first larger key.
-    let mut pos = LEAF_HDR;
-    while pos < end && le64(b, pos) < key {
-        pos += ENTRY_HDR + b[pos + 17] as usize;
-    }
+    let pos = raw_entries(b, depth)?
+        .filter_map(|e| e.ok())
+        .find(|e| e.key > key)
+        .map_or(end, |e| e.at);
     b.copy_within(pos..end, pos + need);
     b[pos..pos + 8].copy_from_slice(&key.to_le_bytes());
     b[pos + 8..pos + 16].copy_from_slice(&value.to_le_bytes());
