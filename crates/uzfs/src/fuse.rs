@@ -67,6 +67,14 @@ fn err(e: i32) -> Errno {
     Errno::from_i32(e)
 }
 
+/// Answer a request that returns nothing but success or an errno.
+fn done(reply: ReplyEmpty, r: ZResult<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
 /// Requests served, by kind, for every mount of this daemon
 /// (`UZFS_FUSE_STATS=1` logs them at each unmount): how many round trips a
 /// workload costs is the first question when tuning a FUSE filesystem.
@@ -275,18 +283,12 @@ impl Filesystem for FuseFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         count(5);
-        match self.zpl.unlink(self.obj(parent), name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.zpl.unlink(self.obj(parent), name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         count(6);
-        match self.zpl.rmdir(self.obj(parent), name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.zpl.rmdir(self.obj(parent), name.as_bytes()));
     }
 
     fn symlink(
@@ -319,16 +321,16 @@ impl Filesystem for FuseFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.zpl.rename(
-            self.obj(parent),
-            name.as_bytes(),
-            self.obj(newparent),
-            newname.as_bytes(),
-            flags.bits(),
-        ) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(
+            reply,
+            self.zpl.rename(
+                self.obj(parent),
+                name.as_bytes(),
+                self.obj(newparent),
+                newname.as_bytes(),
+                flags.bits(),
+            ),
+        );
     }
 
     fn link(
@@ -418,10 +420,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEmpty,
     ) {
         count(11);
-        match self.zpl.release(self.obj(ino)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.zpl.release(self.obj(ino)));
     }
 
     fn fsync(
@@ -433,10 +432,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEmpty,
     ) {
         count(12);
-        match self.zpl.fsync(self.obj(ino)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.zpl.fsync(self.obj(ino)));
     }
 
     fn readdir(
@@ -469,10 +465,7 @@ impl Filesystem for FuseFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.zpl.fsync(self.obj(ino)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(reply, self.zpl.fsync(self.obj(ino)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -500,13 +493,10 @@ impl Filesystem for FuseFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match self
+        let r = self
             .zpl
-            .setxattr(self.obj(ino), name.as_bytes(), Some(value), flags)
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+            .setxattr(self.obj(ino), name.as_bytes(), Some(value), flags);
+        done(reply, r)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -540,10 +530,10 @@ impl Filesystem for FuseFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.zpl.setxattr(self.obj(ino), name.as_bytes(), None, 0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(
+            reply,
+            self.zpl.setxattr(self.obj(ino), name.as_bytes(), None, 0),
+        );
     }
 
     fn create(
@@ -588,10 +578,10 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.zpl.fallocate(self.obj(ino), mode, offset, length) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
-        }
+        done(
+            reply,
+            self.zpl.fallocate(self.obj(ino), mode, offset, length),
+        );
     }
 
     fn lseek(
