@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+# The filesystem tests mount through FUSE; here they must run, not skip.
+export UZFS_REQUIRE_FUSE=${UZFS_REQUIRE_FUSE:-1}
 cargo test --workspace
 ./bench/run.sh --smoke
 ./bench/redundancy.sh --smoke

@@ -4,7 +4,8 @@
 //! whose files hash the same after export and import.
 //!
 //! Needs root and /dev/fuse (CI has both); elsewhere each test says it is
-//! skipped and why.
+//! skipped and why, unless UZFS_REQUIRE_FUSE=1 (set by scripts/test.sh),
+//! which turns that into a failure.
 
 mod common;
 use common::Env;
@@ -17,6 +18,12 @@ fn can_mount() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root || !Path::new("/dev/fuse").exists() {
+        // scripts/test.sh (and so CI) sets UZFS_REQUIRE_FUSE=1: there a
+        // missing mount capability is a failure, never a silent pass.
+        assert!(
+            std::env::var("UZFS_REQUIRE_FUSE").map_or(true, |v| v != "1"),
+            "UZFS_REQUIRE_FUSE=1 but this test cannot mount (needs root and /dev/fuse)"
+        );
         eprintln!("skipped: needs root and /dev/fuse");
         return false;
     }
