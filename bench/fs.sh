@@ -8,9 +8,10 @@
 #   16 KiB buffered random write        create 20,000 small files, then stat
 #   daemon peak memory (VmHWM)
 #
-# The jobs are ../shared/peers/peers.sh's (same fio arguments, same
-# peers_lib.py metadata code); uzfs gets the same two 8 GiB sparse file disks
-# as zfs-fuse's mirror.
+# The jobs are ../shared/peers/peers.sh's (same fio arguments; the metadata
+# test has the same shape, bench/fslib.py); uzfs gets the same two 8 GiB
+# sparse file disks as zfs-fuse's mirror. Smoke mode needs nothing outside
+# the repository.
 #
 # usage: bench/fs.sh [--smoke] [--peers]
 #   --smoke  small sizes and short runs, uzfs only (CI: checks the harness)
@@ -29,8 +30,8 @@ for a in "$@"; do
 done
 [ "$(id -u)" = 0 ] || { echo "bench/fs.sh: must run as root (FUSE mounts, loop devices, drop_caches)" >&2; exit 1; }
 DATA=${DATA:-/var/tmp/uzfs-fsbench}
-PEERS_SH=$(cd ../shared/peers 2>/dev/null && pwd)/peers.sh
-LIB=$(dirname "$PEERS_SH")/peers_lib.py
+PEERS_SH=../shared/peers/peers.sh   # only for ext4 / zfs-fuse (not in --smoke)
+LIB=$(pwd)/bench/fslib.py
 if [ $SMOKE = 1 ]; then
   export RUNTIME=${RUNTIME:-2} SEQ_SIZE=${SEQ_SIZE:-128M} RW4K_SIZE=${RW4K_SIZE:-32M} RW16K_SIZE=${RW16K_SIZE:-64M} NFILES=${NFILES:-1000}
   DISK_SIZE=1G
@@ -75,7 +76,7 @@ fio_job() {
       || { metric "FAIL_$name" "fio failed: $(tail -c 200 "$RES/fio-$name.err" | tr '\n\t' '  ')"; return 1; }
   t1=$(now)
   metric "${name}_wall_s" "$(elapsed "$t0" "$t1")" s
-  python3 "$LIB" fioparse "$RES/fio-$name.json" "$name" >> "$RES/metrics.tsv"
+  python3 "$LIB" fio-metrics "$RES/fio-$name.json" "$name" >> "$RES/metrics.tsv"
 }
 fio_layout() {
   fio --name=layout --ioengine=psync --direct=0 --filename="$1" --size="$2" --rw=read --bs=1M \
@@ -93,7 +94,7 @@ fio_layout "$rw4" "$RW4K_SIZE"; sync
 fio_job syncwrite4k --filename="$rw4" --rw=randwrite --bs=4k --size="$RW4K_SIZE" --runtime="$RUNTIME" --time_based=1 --fsync=1 --overwrite=1
 fio_layout "$rw16" "$RW16K_SIZE"; sync
 fio_job randwrite16k --filename="$rw16" --rw=randwrite --bs=16k --size="$RW16K_SIZE" --runtime="$RUNTIME" --time_based=1 --end_fsync=1 --overwrite=1
-out=$(python3 "$LIB" meta-create "$M/meta/tree" "$NFILES")
+out=$(python3 "$LIB" create "$M/meta/tree" "$NFILES")
 metric meta_create_s "${out% *}" s
 t0=$(now); sync; t1=$(now); metric meta_sync_s "$(elapsed "$t0" "$t1")" s
 drop_caches
@@ -129,7 +130,7 @@ rows = [
     ("4 KiB write + fsync each (IOPS)", "syncwrite4k_write_iops", True),
     ("4 KiB write + fsync each, fsync p99 (us)", "syncwrite4k_fsync_p99_us", False),
     ("16 KiB buffered random write (MiB/s)", "randwrite16k_write_MiBps", True),
-    ("create 20k files (s)", "meta_create_s", False),
+    ("create small files, 20k (1000 in smoke) (s)", "meta_create_s", False),
     ("stat walk (s)", "meta_stat_s", False),
     ("daemon peak RSS (MiB)", "daemon_peak_rss_MiB", False),
 ]
