@@ -90,8 +90,8 @@ pub fn compress(alg: Compression, data: &[u8]) -> (Compression, std::borrow::Cow
 /// Early abort (OpenZFS's zstd does the same with an lz4 pass): lz4 four
 /// 2 KiB samples spread over a large block; if together they do not shrink
 /// by 1/8, store the block raw without compressing all of it. Only the
-/// ratio can suffer from a wrong guess, never the data. Measured: fio's
-/// incompressible 1 MiB writes stop paying a full lz4 pass per 128 KiB.
+/// ratio can suffer from a wrong guess, never the data. Incompressible
+/// writes (fio's, media, archives) stop paying a full pass per record.
 fn looks_incompressible(data: &[u8]) -> bool {
     const SAMPLE: usize = 2048;
     if data.len() < 32 << 10 {
