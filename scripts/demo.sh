@@ -40,6 +40,7 @@ EOC
 ( cd "$MNT/src/hello" && cc -O2 -o hello hello.c && ./hello )
 head -c 64M /dev/urandom > "$MNT/payload"
 ( cd "$MNT" && find . -type f -print0 | sort -z | xargs -0 sha256sum ) > "$DEMO_DIR/hashes"
+run "$UZFS" zpool sync demo      # space figures are charged at txg commit
 run "$UZFS" zfs list -o name,used,avail,refer,compressratio,mountpoint
 run df -h "$MNT" "$MNT/src"
 run "$UZFS" zpool status demo
