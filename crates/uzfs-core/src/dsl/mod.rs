@@ -626,3 +626,72 @@ impl DatasetCtx for DsCtx {
         lock(&self.pool.txg).open
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spa::import::discover;
+    use crate::spa::{CreateOptions, TopSpec, Tunables};
+    use crate::vdev::sim::SimWorld;
+    use crate::vdev::{BlockDevice, TopKind};
+
+    fn tun() -> Tunables {
+        Tunables {
+            sync_thread: false,
+            ..Tunables::default()
+        }
+    }
+
+    /// A pool whose DSL record is replaced by `record` (a checksum-valid
+    /// but hostile document) must refuse import with an error, never
+    /// panic or open a bogus dataset.
+    fn import_with_record(record: serde_json::Value) -> Result<Arc<Pool>> {
+        let world = SimWorld::new();
+        let d = world.disk("d0", 96 << 20);
+        let spec = TopSpec {
+            kind: TopKind::Disk,
+            leaves: vec![(d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>)],
+        };
+        let opts = CreateOptions {
+            tunables: tun(),
+            guid_seed: Some(5),
+            ..CreateOptions::default()
+        };
+        let p = Pool::create("t", vec![spec], opts)?;
+        p.format_root_fs()?;
+        p.create_dataset("t/a", &[], false)?;
+        p.sync()?;
+        let dsl = lock(&p.st).dir.dsl;
+        p.write_json(dsl, &record)?;
+        p.sync()?;
+        p.close()?;
+        drop(p);
+        let d2 = world.disk_from_image("d0", d.image());
+        let found = discover(vec![("d0".into(), Arc::new(d2) as Arc<dyn BlockDevice>)]);
+        let f = found
+            .first()
+            .ok_or_else(|| Error::invalid("pool not found"))?;
+        Pool::import(f, None, tun())
+    }
+
+    #[test]
+    fn hostile_dsl_records_are_refused() {
+        let bad = [
+            // a child claiming the MOS object directory as its pointer
+            serde_json::json!({"datasets": [{"id": 1, "rel": "x", "parent": 5, "props": {}, "creation": 0}]}),
+            // a child with no parent
+            serde_json::json!({"datasets": [{"id": 99, "rel": "x", "parent": 0, "props": {}, "creation": 0}]}),
+            // a pointer object that does not exist
+            serde_json::json!({"datasets": [{"id": 4000, "rel": "x", "parent": 5, "props": {}, "creation": 0}]}),
+            // not a DSL record at all
+            serde_json::json!({"datasets": "lots"}),
+        ];
+        for r in bad {
+            let why = format!("{r}");
+            assert!(import_with_record(r).is_err(), "imported with record {why}");
+        }
+        // And the honest record imports.
+        let ok = import_with_record(serde_json::json!({"datasets": []}));
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+}
