@@ -540,6 +540,19 @@ impl Objset {
         Ok(())
     }
 
+    /// A private copy of a block's current contents (zeros for a hole),
+    /// for a read-modify-write in the open txg.
+    fn block_copy(&self, obj: u64, blkid: u64, bs: u64) -> Result<Vec<u8>> {
+        match self.read_block(obj, blkid)? {
+            Some(old) if old.len() == bs as usize => Ok(old.to_vec()),
+            Some(_) => Err(Error::corrupt(
+                "data block",
+                format!("object {obj} block {blkid} has the wrong size"),
+            )),
+            None => Ok(vec![0u8; bs as usize]),
+        }
+    }
+
     /// Change one whole block of an object in place in the open txg: `f`
     /// gets the block's current contents (zeros for a hole) and edits them.
     /// The object's size grows to cover the block. For structures that
@@ -563,16 +576,7 @@ impl Objset {
                 .is_some_and(|d| d.blocks.contains_key(&blkid))
         };
         if !have {
-            let block = match self.read_block(obj, blkid)? {
-                Some(old) if old.len() == bs as usize => old.to_vec(),
-                Some(_) => {
-                    return Err(Error::corrupt(
-                        "data block",
-                        format!("object {obj} block {blkid} has the wrong size"),
-                    ))
-                }
-                None => vec![0u8; bs as usize],
-            };
+            let block = self.block_copy(obj, blkid, bs)?;
             let mut st = lock(&self.st);
             let d = st.open.objs.entry(obj).or_default();
             if let std::collections::btree_map::Entry::Vacant(e) = d.blocks.entry(blkid) {
@@ -622,16 +626,7 @@ impl Objset {
                 let block = if n == bs as usize {
                     src.to_vec()
                 } else {
-                    let mut b = match self.read_block(obj, blkid)? {
-                        Some(old) if old.len() == bs as usize => old.to_vec(),
-                        Some(_) => {
-                            return Err(Error::corrupt(
-                                "data block",
-                                format!("object {obj} block {blkid} has the wrong size"),
-                            ))
-                        }
-                        None => vec![0u8; bs as usize],
-                    };
+                    let mut b = self.block_copy(obj, blkid, bs)?;
                     b[boff..boff + n].copy_from_slice(src);
                     b
                 };
