@@ -1026,10 +1026,23 @@ fn sync_node(
         )?;
         i = j;
     }
+    rewrite_indirect(w, dn, old, level, &children, used)
+}
+
+/// Write the new version of indirect block `old` (at `level`) holding
+/// `children`, charging the size change to `used`.
+fn rewrite_indirect(
+    w: &mut dyn BlockWriter,
+    dn: &DnodePhys,
+    old: &BlkPtr,
+    level: u8,
+    children: &[BlkPtr],
+    used: &mut i64,
+) -> Result<BlkPtr> {
     let fill = children.iter().map(|c| c.fill).sum();
     let new = w.write_bp(
         old,
-        &encode_indirect(&children),
+        &encode_indirect(children),
         indirect_params(dn, level, fill),
     )?;
     *used += new.asize() as i64 - old.asize() as i64;
@@ -1115,14 +1128,7 @@ fn free_node(
         w.free_bp(old);
         return Ok(BlkPtr::HOLE);
     }
-    let fill = children.iter().map(|c| c.fill).sum();
-    let new = w.write_bp(
-        old,
-        &encode_indirect(&children),
-        indirect_params(dn, level, fill),
-    )?;
-    *used += new.asize() as i64 - old.asize() as i64;
-    Ok(new)
+    rewrite_indirect(w, dn, old, level, &children, used)
 }
 
 /// Free every block of an object.
