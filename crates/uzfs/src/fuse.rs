@@ -129,6 +129,27 @@ impl FuseFs {
         }
     }
 
+    /// Create any kind of node in `parent`, owned by the caller.
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+        target: Option<&[u8]>,
+    ) -> ZResult<Attr> {
+        self.zpl.mknod(
+            self.obj(parent),
+            name.as_bytes(),
+            mode,
+            rdev,
+            req.uid(),
+            req.gid(),
+            target,
+        )
+    }
+
     fn entry(&self, r: ZResult<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry(&TTL, &self.fattr(&a), Generation(a.z.gen)),
@@ -247,13 +268,12 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         count(3);
-        let r = self.zpl.mknod(
-            self.obj(parent),
-            name.as_bytes(),
+        let r = self.make(
+            req,
+            parent,
+            name,
             mode & !(umask & 0o777),
             rdev as u64,
-            req.uid(),
-            req.gid(),
             None,
         );
         self.entry(r, reply)
@@ -269,13 +289,12 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         count(4);
-        let r = self.zpl.mknod(
-            self.obj(parent),
-            name.as_bytes(),
+        let r = self.make(
+            req,
+            parent,
+            name,
             libc::S_IFDIR | (mode & !umask & 0o7777),
             0,
-            req.uid(),
-            req.gid(),
             None,
         );
         self.entry(r, reply)
@@ -299,13 +318,12 @@ impl Filesystem for FuseFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.zpl.mknod(
-            self.obj(parent),
-            link_name.as_bytes(),
+        let r = self.make(
+            req,
+            parent,
+            link_name,
             libc::S_IFLNK | 0o777,
             0,
-            req.uid(),
-            req.gid(),
             Some(target.as_os_str().as_bytes()),
         );
         self.entry(r, reply)
@@ -547,13 +565,12 @@ impl Filesystem for FuseFs {
         reply: ReplyCreate,
     ) {
         count(7);
-        let r = self.zpl.mknod(
-            self.obj(parent),
-            name.as_bytes(),
+        let r = self.make(
+            req,
+            parent,
+            name,
             libc::S_IFREG | (mode & !umask & 0o7777),
             0,
-            req.uid(),
-            req.gid(),
             None,
         );
         match r.and_then(|a| self.zpl.open(a.ino).map(|_| a)) {
