@@ -82,7 +82,8 @@ pub struct Tunables {
     pub delay_scale_ns: u64,
     /// Longest single delay (default 100 ms).
     pub delay_max_ns: u64,
-    /// Block cache size in bytes (default 256 MiB).
+    /// Largest block cache (ARC) in bytes (default a quarter of RAM, at
+    /// least 256 MiB); it gives memory back under pressure.
     pub cache_bytes: u64,
     /// Run a background sync thread (tests drive syncs by hand).
     pub sync_thread: bool,
@@ -105,15 +106,8 @@ pub struct Tunables {
 }
 
 fn ram_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map_or(4 << 30, |kb| kb * 1024)
+    use crate::arc::MemoryProbe;
+    crate::arc::ProcMeminfo.total()
 }
 
 impl Default for Tunables {
@@ -125,9 +119,10 @@ impl Default for Tunables {
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
-            // The ARC: 1/16 of RAM between 256 MiB and 2 GiB (OpenZFS: half
-            // of RAM). With dirty_max this bounds the daemon's memory.
-            cache_bytes: (ram_bytes() / 16).clamp(256 << 20, 2 << 30),
+            // The ARC: up to a quarter of RAM, at least 256 MiB (OpenZFS:
+            // half; the kernel's page cache above FUSE holds file data too).
+            // It shrinks while the machine is short of memory (arc.rs).
+            cache_bytes: (ram_bytes() / 4).max(256 << 20),
             sync_thread: true,
             condense_min_entries: 4096,
             scan_delay_us: 500,
