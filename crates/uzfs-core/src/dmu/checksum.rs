@@ -56,25 +56,67 @@ impl ChecksumType {
 
 /// Fletcher-4: four running 64-bit sums over 32-bit words. A trailing partial
 /// word is zero-padded. Output: a, b, c, d little-endian.
+///
+/// The sums are one long dependency chain (each word feeds a, a feeds b, b
+/// feeds c, c feeds d), so a word at a time runs at the latency of four
+/// adds. Instead four lanes each sum every fourth word, independently, and
+/// are folded at the end: for word i of n, the serial sums weigh it by
+/// 1, t, t(t+1)/2 and t(t+1)(t+2)/6 with t = n - i; in lane j (of N words
+/// per lane, m = N - g for its g-th word) t = 4m - j, and expanding those
+/// weights in the lane's own 1, m, m(m+1)/2, m(m+1)(m+2)/6 gives
+///
+///   a = sum A_j
+///   b = sum 4 B_j - j A_j
+///   c = sum 16 C_j - (6 + 4j) B_j + (j^2 - j)/2 A_j
+///   d = sum 64 D_j - (48 + 16j) C_j + (4 + 4j + 2j^2) B_j + (3j^2 - j^3 - 2j)/6 A_j
+///
+/// The identities hold over the integers, hence also modulo 2^64. Words
+/// left over after the last group of four continue the serial recurrence.
 pub fn fletcher4(data: &[u8]) -> [u8; 32] {
+    let mut lanes = [[0u64; 4]; 4]; // [A, B, C, D][lane]
+    let mut groups = data.chunks_exact(16);
+    for g in &mut groups {
+        for (j, w) in g.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
+            lanes[0][j] = lanes[0][j].wrapping_add(v);
+            lanes[1][j] = lanes[1][j].wrapping_add(lanes[0][j]);
+            lanes[2][j] = lanes[2][j].wrapping_add(lanes[1][j]);
+            lanes[3][j] = lanes[3][j].wrapping_add(lanes[2][j]);
+        }
+    }
     let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
-    let mut chunks = data.chunks_exact(4);
-    for w in &mut chunks {
-        let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
+    for j in 0..4u64 {
+        let [la, lb, lc, ld] = [0, 1, 2, 3].map(|k| lanes[k][j as usize]);
+        let m = |x: u64, k: u64| x.wrapping_mul(k);
+        a = a.wrapping_add(la);
+        b = b.wrapping_add(m(lb, 4)).wrapping_sub(m(la, j));
+        c = c
+            .wrapping_add(m(lc, 16))
+            .wrapping_sub(m(lb, 6 + 4 * j))
+            .wrapping_add(m(la, (j * j - j) / 2));
+        // (3j^2 - j^3 - 2j)/6 is 0 for j = 0, 1, 2 and -1 for j = 3.
+        d = d
+            .wrapping_add(m(ld, 64))
+            .wrapping_sub(m(lc, 48 + 16 * j))
+            .wrapping_add(m(lb, 4 + 4 * j + 2 * j * j))
+            .wrapping_sub(if j == 3 { la } else { 0 });
+    }
+    let mut step = |v: u64| {
         a = a.wrapping_add(v);
         b = b.wrapping_add(a);
         c = c.wrapping_add(b);
         d = d.wrapping_add(c);
+    };
+    let tail = groups.remainder();
+    let mut words = tail.chunks_exact(4);
+    for w in &mut words {
+        step(u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64);
     }
-    let rest = chunks.remainder();
+    let rest = words.remainder();
     if !rest.is_empty() {
         let mut w = [0u8; 4];
         w[..rest.len()].copy_from_slice(rest);
-        let v = u32::from_le_bytes(w) as u64;
-        a = a.wrapping_add(v);
-        b = b.wrapping_add(a);
-        c = c.wrapping_add(b);
-        d = d.wrapping_add(c);
+        step(u32::from_le_bytes(w) as u64);
     }
     let mut out = [0u8; 32];
     out[0..8].copy_from_slice(&a.to_le_bytes());
@@ -87,6 +129,49 @@ pub fn fletcher4(data: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The definition, a word at a time: what the four-lane version must
+    /// equal for every length.
+    fn fletcher4_serial(data: &[u8]) -> [u8; 32] {
+        let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
+        for w in data.chunks(4) {
+            let mut x = [0u8; 4];
+            x[..w.len()].copy_from_slice(w);
+            a = a.wrapping_add(u32::from_le_bytes(x) as u64);
+            b = b.wrapping_add(a);
+            c = c.wrapping_add(b);
+            d = d.wrapping_add(c);
+        }
+        let mut out = [0u8; 32];
+        for (i, v) in [a, b, c, d].iter().enumerate() {
+            out[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn fletcher4_lanes_equal_the_serial_definition() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut data = vec![0u8; 1 << 17];
+        for b in data.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        // Every length up to 100 bytes, then record sizes and odd tails.
+        let lens = (0..100).chain([512, 4096, 4099, 131_071, 131_072]);
+        for n in lens {
+            assert_eq!(
+                fletcher4(&data[..n]),
+                fletcher4_serial(&data[..n]),
+                "length {n}"
+            );
+        }
+        // All-ones words make the sums wrap quickly.
+        let ff = vec![0xffu8; 1 << 20];
+        assert_eq!(fletcher4(&ff), fletcher4_serial(&ff));
+    }
     #[test]
     fn fletcher4_known_values() {
         // words 1,2: a=3, b=1+3=4, c=1+4=5, d=1+5=6

@@ -25,6 +25,9 @@ pub struct SpaIo {
     /// Hot spares; one in use is also attached in some column.
     pub spares: RwLock<Vec<Arc<Leaf>>>,
     pub cache: BlockCache,
+    /// Staging buffers for `write_phys_batch`, reused so their pages stay
+    /// faulted in (two are in use while the sync thread pipelines).
+    run_bufs: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 impl SpaIo {
@@ -33,6 +36,7 @@ impl SpaIo {
             vdevs: RwLock::new(vdevs),
             spares: RwLock::new(Vec::new()),
             cache: BlockCache::new(cache_bytes),
+            run_bufs: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -144,6 +148,41 @@ impl SpaIo {
         }
         total.unrecoverable = !good;
         Ok(total)
+    }
+
+    /// Write several blocks born in `txg` (each: its DVAs and physical
+    /// bytes), grouped per top-level vdev so each vdev writes its children
+    /// in parallel ([`TopVdev::write_blocks`]).
+    pub fn write_phys_batch(&self, blocks: &[([Dva; 3], &[u8])], txg: u64) -> Result<()> {
+        let mut per_top: Vec<(u32, Vec<crate::vdev::BlockWrite>)> = Vec::new();
+        for (dvas, phys) in blocks {
+            for d in dvas.iter().filter(|d| d.is_valid()) {
+                let i = match per_top.iter().position(|(v, _)| *v == d.vdev) {
+                    Some(i) => i,
+                    None => {
+                        per_top.push((d.vdev, Vec::new()));
+                        per_top.len() - 1
+                    }
+                };
+                per_top[i].1.push((d.offset, *phys, d.asize));
+            }
+        }
+        let mut buf = self
+            .run_bufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default();
+        let r = per_top
+            .iter()
+            .try_for_each(|(vdev, list)| self.top(*vdev)?.write_blocks(list, txg, &mut buf));
+        if buf.len() <= 64 << 20 {
+            let mut pool = self.run_bufs.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < 4 {
+                pool.push(buf);
+            }
+        }
+        r
     }
 
     /// Write physical bytes to every DVA of a block born in `txg`.
