@@ -61,13 +61,24 @@ pub const WRITEBACK_HINT_MIN: usize = 64 << 10;
 /// filesystem that supports direct I/O at all.
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Whether data writes may bypass the host page cache (`UZFS_DIRECT_IO=1`
+/// in the daemon's environment; off by default). On the VMs the benchmarks
+/// run on, the host's page cache in front of a virtual disk absorbs a txg
+/// faster than direct writes reach the disk, so buffered writes win
+/// (bench/RESULTS.md); on real disks direct I/O saves a copy per mirror side
+/// and a second cache of the same data.
+pub fn direct_io_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("UZFS_DIRECT_IO").is_ok_and(|v| v == "1"))
+}
+
 /// A regular file or a block device.
 ///
-/// Large aligned writes (the sync thread's runs of data blocks, see
-/// `TopVdev::write_blocks`) go through a second descriptor opened with
-/// `O_DIRECT`: copying a txg's data into the host's page cache, once per
-/// mirror side, was a quarter of the daemon's CPU in a sequential write, and
-/// the data only sat there until the txg's flush pushed it out. Everything
+/// With [`direct_io_enabled`], large aligned writes (the sync thread's runs
+/// of data blocks, see `TopVdev::write_blocks`) go through a second
+/// descriptor opened with `O_DIRECT`: copying a txg's data into the host's
+/// page cache, once per mirror side, was a quarter of the daemon's CPU in a
+/// sequential write. Everything
 /// else (labels, uberblocks, small or unaligned blocks) stays buffered. A
 /// direct write makes the kernel flush and drop any cached pages of its
 /// range, so the buffered descriptor's reads stay coherent. Where direct
@@ -88,6 +99,12 @@ pub const WRITEBACK_SPAN: u64 = 1 << 20;
 
 impl FileDevice {
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, direct_io_enabled())
+    }
+
+    /// Open, with a direct-I/O descriptor beside the buffered one if
+    /// `direct` (and the filesystem allows it).
+    pub fn open_with(path: &Path, direct: bool) -> Result<Self> {
         let io = |source| Error::Io {
             path: path.display().to_string(),
             source,
@@ -106,7 +123,7 @@ impl FileDevice {
             let mut f = &file;
             f.seek(SeekFrom::End(0)).map_err(io)?
         };
-        let direct = if std::env::var_os("UZFS_NO_DIRECT_IO").is_some() {
+        let direct = if !direct {
             None
         } else {
             use std::os::unix::fs::OpenOptionsExt;
@@ -260,7 +277,7 @@ mod tests {
         std::fs::File::create(&path)
             .and_then(|f| f.set_len(8 << 20))
             .expect("create");
-        let dev = FileDevice::open(&path).expect("open");
+        let dev = FileDevice::open_with(&path, true).expect("open");
         // Older bytes, cached in the page cache.
         dev.write_at(&vec![1u8; 1 << 20], 1 << 20)
             .expect("buffered write");
@@ -288,7 +305,7 @@ mod tests {
         dev.flush().expect("flush");
         drop(dev);
         // And a fresh open (no shared cache state in the process) agrees.
-        let dev = FileDevice::open(&path).expect("reopen");
+        let dev = FileDevice::open_with(&path, false).expect("reopen");
         let mut again = vec![0u8; 1 << 20];
         dev.read_at(&mut again, 1 << 20).expect("read");
         assert_eq!(again, back);

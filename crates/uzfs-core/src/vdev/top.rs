@@ -563,6 +563,20 @@ impl TopVdev {
         txg: u64,
         run_buf: &mut Vec<u8>,
     ) -> Result<()> {
+        let stage = super::device::direct_io_enabled();
+        self.write_blocks_staged(blocks, txg, run_buf, stage)
+    }
+
+    /// [`write_blocks`](Self::write_blocks), staging mirror runs in
+    /// `run_buf` when `stage` (direct I/O) or writing each block from its
+    /// own buffer otherwise.
+    fn write_blocks_staged(
+        &self,
+        blocks: &[BlockWrite],
+        txg: u64,
+        run_buf: &mut Vec<u8>,
+        stage: bool,
+    ) -> Result<()> {
         if blocks.len() < 2 || (self.kind.is_raidz() && self.children.len() < 2) {
             for &(offset, phys, asize) in blocks {
                 self.write_block(offset, phys, asize, txg)?;
@@ -581,6 +595,31 @@ impl TopVdev {
                     per_child[*child].push((b..b + 1, *off, bytes));
                 }
             }
+        } else if !stage {
+            // Buffered: each block straight from the caller's buffer (one
+            // padded copy when it is shorter than its allocation).
+            let padded: Vec<Option<Vec<u8>>> = blocks
+                .iter()
+                .map(|&(_, phys, asize)| {
+                    ((phys.len() as u64) < asize).then(|| {
+                        let mut p = phys.to_vec();
+                        p.resize(asize as usize, 0);
+                        p
+                    })
+                })
+                .collect();
+            let cols: Vec<Vec<ColumnWrite>> = (0..self.children.len())
+                .map(|_| {
+                    blocks
+                        .iter()
+                        .enumerate()
+                        .map(|(b, &(offset, phys, _))| {
+                            (b..b + 1, offset, padded[b].as_deref().unwrap_or(phys))
+                        })
+                        .collect()
+                })
+                .collect();
+            return self.write_columns(&cols, blocks.len(), txg);
         } else {
             // Runs of adjacent blocks, each starting aligned in `run_buf`.
             const RUN_MAX: u64 = 8 << 20;
@@ -888,12 +927,20 @@ mod tests {
                 one.write_block(*off, data, *asize, 5).expect("write_block");
             }
             let list: Vec<BlockWrite> = bl.iter().map(|(o, d, a)| (*o, d.as_slice(), *a)).collect();
+            let (staged, staged_devs, _w3) = vdev(kind, width);
             let mut buf = Vec::new();
             batch
-                .write_blocks(&list, 5, &mut buf)
+                .write_blocks_staged(&list, 5, &mut buf, false)
                 .expect("write_blocks");
-            for (a, b) in one_devs.iter().zip(&batch_devs) {
+            staged
+                .write_blocks_staged(&list, 5, &mut buf, true)
+                .expect("write_blocks staged");
+            for ((a, b), c) in one_devs.iter().zip(&batch_devs).zip(&staged_devs) {
                 assert!(a.image() == b.image(), "{kind:?} x{width}: images differ");
+                assert!(
+                    a.image() == c.image(),
+                    "{kind:?} x{width}: staged images differ"
+                );
             }
             // And each block reads back through the vdev.
             for (off, data, _) in &bl {
@@ -909,13 +956,17 @@ mod tests {
     #[test]
     fn write_blocks_survives_what_the_redundancy_allows() {
         let mut rng = SimRng::new(11);
-        for (kind, width) in [(TopKind::Mirror, 2), (TopKind::Raidz1, 3)] {
+        for (kind, width, stage) in [
+            (TopKind::Mirror, 2, false),
+            (TopKind::Mirror, 2, true),
+            (TopKind::Raidz1, 3, false),
+        ] {
             let bl = blocks_for(&mut rng, kind, width);
             let list: Vec<BlockWrite> = bl.iter().map(|(o, d, a)| (*o, d.as_slice(), *a)).collect();
             let (top, devs, _w) = vdev(kind, width);
             devs[1].fail_writes(true);
             let mut buf = Vec::new();
-            top.write_blocks(&list, 9, &mut buf)
+            top.write_blocks_staged(&list, 9, &mut buf, stage)
                 .expect("one failed column is within the redundancy");
             assert!(
                 top.children[1].dtl_covers(9),
@@ -924,7 +975,7 @@ mod tests {
             assert!(!top.children[0].dtl_covers(9));
             devs[0].fail_writes(true);
             assert!(
-                top.write_blocks(&list, 10, &mut buf).is_err(),
+                top.write_blocks_staged(&list, 10, &mut buf, stage).is_err(),
                 "{kind:?}: two failed columns are too many"
             );
         }
@@ -933,13 +984,17 @@ mod tests {
     #[test]
     fn write_blocks_stops_at_power_loss() {
         let mut rng = SimRng::new(3);
-        for kind in [TopKind::Mirror, TopKind::Raidz1] {
+        for (kind, stage) in [
+            (TopKind::Mirror, false),
+            (TopKind::Mirror, true),
+            (TopKind::Raidz1, false),
+        ] {
             let bl = blocks_for(&mut rng, kind, 3);
             let list: Vec<BlockWrite> = bl.iter().map(|(o, d, a)| (*o, d.as_slice(), *a)).collect();
             let (top, _devs, world) = vdev(kind, 3);
             world.cut_power_after(5);
             let mut buf = Vec::new();
-            match top.write_blocks(&list, 4, &mut buf) {
+            match top.write_blocks_staged(&list, 4, &mut buf, stage) {
                 Err(Error::PowerLost) => {}
                 other => panic!("{kind:?}: expected power loss, got {:?}", other.err()),
             }
