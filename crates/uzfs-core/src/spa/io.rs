@@ -204,7 +204,11 @@ impl BlockReader for SpaIo {
             return Ok(v);
         }
         let phys = self.read_phys(bp)?;
-        let data = Arc::new(compress::decompress(bp.compress, &phys, bp.lsize as usize)?);
+        let data = Arc::new(compress::decompress_owned(
+            bp.compress,
+            phys,
+            bp.lsize as usize,
+        )?);
         self.cache.insert(key, data.clone());
         Ok(data)
     }
