@@ -41,9 +41,9 @@ else
 fi
 export DATA RESULTS="$DATA/results"
 mkdir -p "$RESULTS"
-cargo build --release --bins --example fuse_floor -q
+cargo build --release --bins -q
 U=$(pwd)/target/release/uzfs
-FLOOR=$(pwd)/target/release/examples/fuse_floor
+FLOOR="$U fuse-floor"
 
 # ---------------------------------------------------------------- peers
 if [ $SMOKE = 0 ]; then
@@ -114,7 +114,7 @@ rm -rf "$DATA/uzfs"
 # The same create test on an in-memory FUSE filesystem with uzfs's mount
 # options and kernel features: the round trips alone, no storage work.
 FRES="$RESULTS/floor"; rm -rf "$FRES"; mkdir -p "$FRES" "$DATA/mnt/floor"
-coproc FLOORFS { "$FLOOR" "$DATA/mnt/floor"; }
+coproc FLOORFS { $FLOOR "$DATA/mnt/floor"; }
 for _ in $(seq 50); do awk -v m="$DATA/mnt/floor" '$2==m{f=1} END{exit !f}' /proc/mounts && break; sleep 0.1; done
 out=$(python3 "$LIB" create "$DATA/mnt/floor/tree" "$NFILES") \
   && printf 'meta_create_s\t%s\ts\n' "${out% *}" >> "$FRES/metrics.tsv" \

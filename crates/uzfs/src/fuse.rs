@@ -167,29 +167,7 @@ fn time_ns(t: Option<TimeOrNow>) -> Option<i64> {
 
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // HANDLE_KILLPRIV_V2: clearing set-id bits on write, truncate and
-        // chown is ours to do (below), which spares the kernel a
-        // `security.capability` GETXATTR round trip on every write(2).
-        let mut want = InitFlags::FUSE_HANDLE_KILLPRIV_V2
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_MAX_PAGES;
-        if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        // One at a time: fuser adds none of a set if the kernel lacks one.
-        for flag in want.iter() {
-            if config.add_capabilities(flag).is_err()
-                && std::env::var_os("UZFS_FUSE_STATS").is_some()
-            {
-                eprintln!("uzfsd: kernel lacks FUSE capability {flag:?}");
-            }
-        }
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
+        negotiate(config);
         Ok(())
     }
 
@@ -633,15 +611,35 @@ impl Filesystem for FuseFs {
     }
 }
 
-/// Mount `zpl` at `mountpoint`; returns the running session (dropping it
-/// unmounts).
-pub fn mount(
-    zpl: Arc<Zpl>,
-    mountpoint: &Path,
-    fsname: &str,
-    readonly: bool,
-) -> std::io::Result<fuser::BackgroundSession> {
-    std::fs::create_dir_all(mountpoint)?;
+/// The kernel features every uzfs mount asks for (and the FUSE floor, see
+/// `fuse_floor.rs`, so that it measures the same transport).
+pub fn negotiate(config: &mut KernelConfig) {
+    // HANDLE_KILLPRIV_V2: clearing set-id bits on write, truncate and
+    // chown is ours to do (below), which spares the kernel a
+    // `security.capability` GETXATTR round trip on every write(2).
+    let mut want = InitFlags::FUSE_HANDLE_KILLPRIV_V2
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_MAX_PAGES;
+    if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    // One at a time: fuser adds none of a set if the kernel lacks one.
+    for flag in want.iter() {
+        if config.add_capabilities(flag).is_err() && std::env::var_os("UZFS_FUSE_STATS").is_some() {
+            eprintln!("uzfsd: kernel lacks FUSE capability {flag:?}");
+        }
+    }
+    let _ = config.set_max_write(1 << 20);
+    let _ = config.set_max_readahead(1 << 20);
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+}
+
+/// Session settings of every uzfs mount: options, request threads, cloned
+/// descriptors.
+pub fn session_config(fsname: &str, readonly: bool) -> Config {
     let mut opts = vec![
         MountOption::FSName(fsname.to_string()),
         MountOption::Subtype("uzfs".into()),
@@ -657,6 +655,19 @@ pub fn mount(
     config.acl = SessionACL::All;
     config.n_threads = Some(fuse_threads());
     config.clone_fd = true;
+    config
+}
+
+/// Mount `zpl` at `mountpoint`; returns the running session (dropping it
+/// unmounts).
+pub fn mount(
+    zpl: Arc<Zpl>,
+    mountpoint: &Path,
+    fsname: &str,
+    readonly: bool,
+) -> std::io::Result<fuser::BackgroundSession> {
+    std::fs::create_dir_all(mountpoint)?;
+    let config = session_config(fsname, readonly);
     let session = fuser::Session::new(FuseFs { zpl }, mountpoint, &config)?;
     session.spawn()
 }

@@ -7,6 +7,7 @@ mod client;
 mod daemon;
 mod fmt;
 mod fuse;
+mod fuse_floor;
 mod iostat;
 mod mounts;
 mod status;
@@ -126,6 +127,14 @@ fn main() {
             },
             Some(other) => {
                 err(&format!("uzfs daemon: unknown option '{other}'\n{USAGE}\n"));
+                2
+            }
+        },
+        // Benchmark tool (bench/fs.sh), not in the usage text.
+        "fuse-floor" => match rest.first() {
+            Some(dir) => fuse_floor::run(Path::new(dir)),
+            None => {
+                err("usage: uzfs fuse-floor MOUNTPOINT\n");
                 2
             }
         },

@@ -1,22 +1,21 @@
-//! The FUSE floor: an in-memory filesystem that answers the requests the
-//! small-file create benchmark sends (LOOKUP, GETATTR, CREATE, GETXATTR,
-//! WRITE, SETATTR, MKDIR, RELEASE) with no storage work at all, mounted with
-//! the same options and kernel features as uzfs (`fuse.rs`). What it scores
-//! is the cost of the FUSE round trips themselves on this machine: no
-//! filesystem served through /dev/fuse can create files faster.
-//!
-//!     cargo run --release --example fuse_floor -- MOUNTPOINT
-//!
-//! `UZFS_FUSE_WRITEBACK=0` turns the writeback cache off, as for uzfs.
-//! Runs until stdin closes (or the mount is unmounted). `bench/fs.sh` runs it
-//! beside uzfs and reports its create time.
+//! The FUSE floor (`uzfs fuse-floor MOUNTPOINT`, for benchmarks): an
+//! in-memory filesystem that answers the requests the small-file create
+//! benchmark sends (LOOKUP, GETATTR, CREATE, GETXATTR, WRITE, SETATTR,
+//! MKDIR, RELEASE) with no storage work at all, mounted with the same
+//! session settings and kernel features as a uzfs dataset (`fuse.rs`
+//! `session_config` and `negotiate`). Its score is the cost of the FUSE
+//! round trips themselves on the machine: no filesystem served through
+//! /dev/fuse with these features creates files faster. `bench/fs.sh` runs
+//! it beside uzfs. It serves until stdin closes or the mount goes away.
+
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty,
-    ReplyEntry, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty, ReplyEntry, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -77,20 +76,7 @@ impl Floor {
 
 impl Filesystem for Floor {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let want = InitFlags::FUSE_HANDLE_KILLPRIV_V2
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_MAX_PAGES;
-        let want = if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
-            want | InitFlags::FUSE_WRITEBACK_CACHE
-        } else {
-            want
-        };
-        for flag in want.iter() {
-            let _ = config.add_capabilities(flag);
-        }
-        let _ = config.set_max_write(1 << 20);
+        crate::fuse::negotiate(config);
         Ok(())
     }
 
@@ -259,40 +245,31 @@ impl Filesystem for Floor {
     }
 }
 
-fn main() {
-    let Some(mnt) = std::env::args_os().nth(1) else {
-        eprintln!("usage: fuse_floor MOUNTPOINT");
-        std::process::exit(2);
-    };
+/// Mount the floor at `mnt` and serve until stdin closes.
+pub fn run(mnt: &Path) -> i32 {
     let mut tree = Tree {
         next: 1,
         ..Default::default()
     };
     tree.attrs
         .insert(1, attr(1, FileType::Directory, 0o755, 0, 0));
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("fuse_floor".into()),
-        MountOption::DefaultPermissions,
-    ];
-    config.acl = SessionACL::All;
-    config.n_threads = Some(4);
-    config.clone_fd = true;
-    let session = match fuser::Session::new(Floor(Mutex::new(tree)), &mnt, &config) {
+    let config = crate::fuse::session_config("fuse_floor", false);
+    let session = match fuser::Session::new(Floor(Mutex::new(tree)), mnt, &config) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("fuse_floor: mount {}: {e}", mnt.to_string_lossy());
-            std::process::exit(1);
+            crate::err(&format!("uzfs fuse-floor: mount {}: {e}\n", mnt.display()));
+            return 1;
         }
     };
     let bg = match session.spawn() {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("fuse_floor: {e}");
-            std::process::exit(1);
+            crate::err(&format!("uzfs fuse-floor: {e}\n"));
+            return 1;
         }
     };
     let mut sink = String::new();
     while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
     drop(bg);
+    0
 }
