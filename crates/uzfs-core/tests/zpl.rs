@@ -350,3 +350,80 @@ fn datasets_properties_quota_and_destroy() {
     p.close().expect("close");
     zdb_clean(&world, &disks);
 }
+
+/// Master nodes and xattr objects written with valid checksums but hostile
+/// contents: mounting or reading them is an error, never a panic, and a
+/// master node that names the root directory as its unlinked set does not
+/// get the root's files reaped.
+#[test]
+fn hostile_master_node_and_xattr_object_are_errors() {
+    let world = SimWorld::new();
+    let (_disks, p) = pool(&world, DISK);
+    let fs = mount(&p, "tank");
+    let r = fs.root;
+    let f = fs.mknod(r, b"keep", REG, 0, 0, 0, None).expect("create");
+    fs.write(f.ino, 0, b"precious").expect("write");
+    fs.setxattr(f.ino, b"user.k", Some(b"v"), 0)
+        .expect("setxattr");
+    let xobj = fs.getattr(f.ino).expect("attr").z.xattr;
+    assert_ne!(xobj, 0);
+    p.sync().expect("sync");
+    let os = p.dataset("tank").expect("dataset").os.clone();
+    let mut good = [0u8; 32];
+    os.read(1, 0, &mut good).expect("master node");
+    let word = |i: usize| u64::from_le_bytes(good[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    let (root, unlinked) = (word(2), word(3));
+    drop(fs);
+
+    let with = |root: u64, unlinked: u64| {
+        let mut b = good;
+        b[16..24].copy_from_slice(&root.to_le_bytes());
+        b[24..32].copy_from_slice(&unlinked.to_le_bytes());
+        b
+    };
+    let mut bad_magic = good;
+    bad_magic[0] ^= 0xff;
+    let cases: Vec<(&str, [u8; 32])> = vec![
+        ("bad magic", bad_magic),
+        ("root is the unlinked set", with(unlinked, unlinked)),
+        ("unlinked set is the root", with(root, root)),
+        ("root is a file", with(f.ino, unlinked)),
+        ("unlinked set is a file", with(root, f.ino)),
+        ("root is the master node", with(1, unlinked)),
+        ("root does not exist", with(1 << 40, unlinked)),
+        ("unlinked set does not exist", with(root, 777_777)),
+        ("all zero", [0u8; 32]),
+    ];
+    for (what, bytes) in cases {
+        os.write(1, 0, &bytes).expect("write master node");
+        p.sync().expect("sync");
+        let ds = p.dataset("tank").expect("dataset");
+        assert!(
+            Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).is_err(),
+            "{what}: mounted"
+        );
+    }
+    os.write(1, 0, &good).expect("restore master node");
+    p.sync().expect("sync");
+    let fs = mount(&p, "tank");
+    assert_eq!(
+        fs.read(f.ino, 0, 8).expect("read"),
+        b"precious",
+        "root's files survived"
+    );
+
+    // A garbage xattr object (a name length and a value length running past
+    // its end, or a truncated entry header): every xattr call is EIO.
+    for garbage in [vec![0xffu8; 300], vec![7u8, 9, 9, 9]] {
+        os.write(xobj, 0, &garbage).expect("write xattr object");
+        os.set_size(xobj, garbage.len() as u64).expect("size");
+        assert_eq!(fs.getxattr(f.ino, b"user.k").err(), Some(libc::EIO));
+        assert_eq!(fs.listxattr(f.ino).err(), Some(libc::EIO));
+        assert_eq!(
+            fs.setxattr(f.ino, b"user.j", Some(b"w"), 0).err(),
+            Some(libc::EIO)
+        );
+    }
+    assert_eq!(fs.read(f.ino, 0, 8).expect("read"), b"precious");
+    p.sync().expect("sync");
+}

@@ -260,6 +260,23 @@ impl Zpl {
         if word(0) != MASTER_MAGIC || word(1) != 1 {
             return Err(Error::corrupt("master node", "bad magic or version"));
         }
+        // The root must be a directory and the unlinked set an unlinked
+        // set: a master node naming, say, the root as the unlinked set would
+        // make the reaping below free every file in it.
+        for (obj, want, what) in [
+            (word(2), ot::DIRECTORY, "root directory"),
+            (word(3), ot::UNLINKED_SET, "unlinked set"),
+        ] {
+            let ok = obj != MASTER_OBJ
+                && word(2) != word(3)
+                && os.dnode(obj)?.is_some_and(|dn| dn.obj_type == want);
+            if !ok {
+                return Err(Error::corrupt(
+                    "master node",
+                    format!("{what} is object {obj}, which is not one"),
+                ));
+            }
+        }
         let zpl = Zpl {
             prefetch: Prefetch::start(&os),
             os,
@@ -1050,6 +1067,12 @@ impl Zpl {
             return Ok(Vec::new());
         }
         let dn = io(self.os.stat(z.xattr))?;
+        // Whatever the znode names must be an xattr object of a size the
+        // setters could have written (every name and value at their limits
+        // would not reach 64 MiB).
+        if dn.obj_type != ot::XATTR || dn.size > 64 << 20 {
+            return Err(libc::EIO);
+        }
         let mut b = vec![0u8; dn.size as usize];
         io(self.os.read(z.xattr, 0, &mut b))?;
         decode_xattrs(&b).ok_or(libc::EIO)
