@@ -42,20 +42,24 @@ fn umount2(path: &Path, flags: i32) -> std::io::Result<()> {
     }
 }
 
+/// The altroot of pool `name`: from `zpool create/import -R`, else
+/// `UZFS_ALTROOT` in the daemon's environment (a container or a test keeps
+/// every mount under one directory).
+pub fn altroot(d: &Daemon, name: &str) -> Option<String> {
+    lock(d).altroot.get(name).cloned().or_else(|| {
+        std::env::var("UZFS_ALTROOT")
+            .ok()
+            .filter(|a| a.starts_with('/'))
+    })
+}
+
 /// Where `ds` mounts (altroot applied), or why it does not.
 pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathBuf, String> {
     let (mp, _) = pool.get_prop(ds, "mountpoint").map_err(|e| e.to_string())?;
     if mp == "none" || mp == "legacy" {
         return Err(format!("mountpoint is '{mp}'"));
     }
-    // `UZFS_ALTROOT` in the daemon's environment is the altroot of pools
-    // given none (a container or a test keeps every mount under one dir).
-    let alt = lock(d).altroot.get(&pool.name).cloned().or_else(|| {
-        std::env::var("UZFS_ALTROOT")
-            .ok()
-            .filter(|a| a.starts_with('/'))
-    });
-    Ok(match alt {
+    Ok(match altroot(d, &pool.name) {
         Some(a) if mp == "/" => PathBuf::from(a),
         Some(a) => PathBuf::from(format!("{}{mp}", a.trim_end_matches('/'))),
         None => PathBuf::from(mp),

@@ -491,6 +491,16 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     Response::ok(String::new())
 }
 
+/// [`prop_value`], with what only the daemon knows (the altroot).
+fn pool_prop(d: &Daemon, p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static str)> {
+    if prop == "altroot" {
+        if let Some(a) = crate::mounts::altroot(d, &p.name) {
+            return Some((a, "local"));
+        }
+    }
+    prop_value(p, prop, parsable)
+}
+
 fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static str)> {
     let (size, alloc, free) = p.space();
     let n = |v: u64| if parsable { v.to_string() } else { nicenum(v) };
@@ -614,7 +624,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
     for p in &pools {
         let mut row = Vec::new();
         for c in &cols {
-            match prop_value(p, c, has(&o, 'p')) {
+            match pool_prop(d, p, c, has(&o, 'p')) {
                 Some((v, _)) => row.push(v),
                 None => return err(format!("invalid property '{c}'")),
             }
@@ -851,7 +861,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     let mut t = Table::new(&hdr.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
     for p in &pools {
         for prop in &props {
-            let Some((v, src)) = prop_value(p, prop, has(&o, 'p')) else {
+            let Some((v, src)) = pool_prop(d, p, prop, has(&o, 'p')) else {
                 return err(format!("bad property list: invalid property '{prop}'"));
             };
             let row = fields

@@ -485,6 +485,15 @@ fn datasets_mount_inherit_and_unmount() {
             alt.display()
         )
     );
+    // The pool reports the altroot its mounts live under.
+    assert_eq!(
+        e.ok(&["zpool", "list", "-H", "-o", "name,altroot", "tank"]),
+        format!("tank\t{}\n", alt.display())
+    );
+    assert_eq!(
+        e.ok(&["zpool", "get", "-H", "-o", "value", "altroot", "tank"]),
+        format!("{}\n", alt.display())
+    );
     let g = e.ok(&[
         "zfs",
         "get",
