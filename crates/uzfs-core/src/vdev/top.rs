@@ -19,6 +19,7 @@
 //! differs from what the verified block implies.
 
 use super::device::DIRECT_ALIGN;
+use std::borrow::Cow;
 
 /// One block for [`TopVdev::write_blocks`]: offset, physical bytes, asize.
 pub type BlockWrite<'a> = (u64, &'a [u8], u64);
@@ -106,6 +107,47 @@ struct ReadOutcome {
 
 fn is_power_lost(e: &Error) -> bool {
     matches!(e, Error::PowerLost)
+}
+
+/// `phys` padded with zeros to `asize` (copied only when it is shorter).
+fn padded(phys: &[u8], asize: u64) -> Cow<'_, [u8]> {
+    if phys.len() as u64 >= asize {
+        return Cow::Borrowed(phys);
+    }
+    let mut p = phys.to_vec();
+    p.resize(asize as usize, 0);
+    Cow::Owned(p)
+}
+
+/// The leaves of a column that can take I/O now.
+fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
+    column_leaves(primary)
+        .into_iter()
+        .filter(|l| l.is_usable())
+        .collect()
+}
+
+/// Run `op` on each of a column's `leaves`: whether one succeeded, and the
+/// first error. A failed leaf records `txg` in its DTL; a power loss ends
+/// the column at once (the `Err`).
+fn on_column(
+    leaves: &[Arc<Leaf>],
+    op: impl Fn(&Leaf) -> Result<()>,
+    txg: u64,
+) -> Result<(bool, Option<Error>)> {
+    let mut ok = false;
+    let mut first_err = None;
+    for l in leaves {
+        match op(l) {
+            Ok(()) => ok = true,
+            Err(e) if is_power_lost(&e) => return Err(e),
+            Err(e) => {
+                l.dtl_add(txg);
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Ok((ok, first_err))
 }
 
 /// Every way to pick `k` of `items`, in order.
@@ -526,20 +568,10 @@ impl TopVdev {
                 "too many devices unavailable to write",
             );
         }
-        // Mirror or single disk: every child gets the same bytes. They are
-        // written straight from the caller's buffer; only a block shorter
-        // than its allocation is copied, once, to pad it.
-        let padded;
-        let bytes: &[u8] = if phys.len() as u64 >= asize {
-            phys
-        } else {
-            let mut p = phys.to_vec();
-            p.resize(asize as usize, 0);
-            padded = p;
-            &padded
-        };
+        // Mirror or single disk: every child gets the same bytes.
+        let bytes = padded(phys, asize);
         self.on_columns(
-            (0..self.children.len()).map(|c| (c, |l: &Leaf| l.write(bytes, offset))),
+            (0..self.children.len()).map(|c| (c, |l: &Leaf| l.write(&bytes, offset))),
             txg,
             "too many devices unavailable to write",
         )
@@ -549,10 +581,10 @@ impl TopVdev {
     /// for [`write_block`](Self::write_block)) with one thread per child, so
     /// a mirror's sides (or a RAID-Z's columns) are written in parallel: a
     /// sync thread writing a record to each side in turn spent most of a
-    /// large txg in `pwrite`. On a mirror or single disk, blocks that follow
-    /// each other on disk are copied once into one aligned buffer and go out
-    /// as one write per side, which the device may send around the host's
-    /// page cache (`FileDevice`, `O_DIRECT`). Each block keeps
+    /// large txg in `pwrite`. With direct I/O (`UZFS_DIRECT_IO=1`), blocks
+    /// that follow each other on a mirror or single disk are copied once
+    /// into one aligned buffer and go out as one write per side, which
+    /// `FileDevice` sends around the host's page cache. Each block keeps
     /// `write_block`'s rule: it fails only if more of its columns failed than
     /// the vdev survives; a failed leaf records `txg` in its DTL; power loss
     /// stops every writer. `run_buf` is the staging buffer (kept by the
@@ -598,24 +630,16 @@ impl TopVdev {
         } else if !stage {
             // Buffered: each block straight from the caller's buffer (one
             // padded copy when it is shorter than its allocation).
-            let padded: Vec<Option<Vec<u8>>> = blocks
+            let bytes: Vec<Cow<[u8]>> = blocks
                 .iter()
-                .map(|&(_, phys, asize)| {
-                    ((phys.len() as u64) < asize).then(|| {
-                        let mut p = phys.to_vec();
-                        p.resize(asize as usize, 0);
-                        p
-                    })
-                })
+                .map(|&(_, phys, asize)| padded(phys, asize))
                 .collect();
             let cols: Vec<Vec<ColumnWrite>> = (0..self.children.len())
                 .map(|_| {
                     blocks
                         .iter()
                         .enumerate()
-                        .map(|(b, &(offset, phys, _))| {
-                            (b..b + 1, offset, padded[b].as_deref().unwrap_or(phys))
-                        })
+                        .map(|(b, &(offset, _, _))| (b..b + 1, offset, &*bytes[b]))
                         .collect()
                 })
                 .collect();
@@ -682,36 +706,23 @@ impl TopVdev {
             Vec<(std::ops::Range<usize>, bool, Option<Error>)>,
             Option<Error>,
         );
-        let write_column =
-            |child: usize, list: &[(std::ops::Range<usize>, u64, &[u8])]| -> Outcome {
-                let leaves: Vec<Arc<Leaf>> = column_leaves(&self.children[child])
-                    .into_iter()
-                    .filter(|l| l.is_usable())
-                    .collect();
-                let mut res = Vec::with_capacity(list.len());
-                for (r, off, bytes) in list {
-                    let mut ok = false;
-                    let mut err = None;
-                    for l in &leaves {
-                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                            return (res, Some(Error::PowerLost));
-                        }
-                        match l.write(bytes, *off) {
-                            Ok(()) => ok = true,
-                            Err(e) if is_power_lost(&e) => {
-                                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                                return (res, Some(e));
-                            }
-                            Err(e) => {
-                                l.dtl_add(txg);
-                                err.get_or_insert(e);
-                            }
-                        }
-                    }
-                    res.push((r.clone(), ok, err));
+        let write_column = |child: usize, list: &[ColumnWrite]| -> Outcome {
+            let leaves = usable_leaves(&self.children[child]);
+            let mut res = Vec::with_capacity(list.len());
+            for (r, off, bytes) in list {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return (res, Some(Error::PowerLost));
                 }
-                (res, None)
-            };
+                match on_column(&leaves, |l| l.write(bytes, *off), txg) {
+                    Ok((ok, err)) => res.push((r.clone(), ok, err)),
+                    Err(e) => {
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return (res, Some(e));
+                    }
+                }
+            }
+            (res, None)
+        };
         let results: Vec<Outcome> = std::thread::scope(|s| {
             let handles: Vec<_> = per_child
                 .iter()
@@ -790,22 +801,12 @@ impl TopVdev {
         let mut failed = 0;
         let mut first_err = None;
         for (child, op) in cols {
-            let mut ok = false;
-            for l in column_leaves(&self.children[child])
-                .into_iter()
-                .filter(|l| l.is_usable())
-            {
-                match op(&l) {
-                    Ok(()) => ok = true,
-                    Err(e) if is_power_lost(&e) => return Err(e),
-                    Err(e) => {
-                        l.dtl_add(txg);
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
+            let (ok, err) = on_column(&usable_leaves(&self.children[child]), op, txg)?;
             if !ok {
                 failed += 1;
+            }
+            if first_err.is_none() {
+                first_err = err;
             }
         }
         if failed > self.redundancy() {
