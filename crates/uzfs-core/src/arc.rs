@@ -69,6 +69,8 @@ pub struct BlockCache {
     /// What the cache may hold now: `max_bytes` unless memory is short.
     target: AtomicU64,
     probe: Box<dyn MemoryProbe>,
+    /// Memory's reserve (1/8 of RAM, at least 256 MiB), read once.
+    reserve: u64,
     check_every: Duration,
     last_check: Mutex<Option<Instant>>,
     lru: Mutex<Lru>,
@@ -84,6 +86,7 @@ impl BlockCache {
         BlockCache {
             max_bytes,
             target: AtomicU64::new(max_bytes),
+            reserve: (probe.total() / 8).max(256 << 20),
             probe,
             check_every,
             last_check: Mutex::new(None),
@@ -97,7 +100,9 @@ impl BlockCache {
     }
 
     /// Re-read free memory if `check_every` has passed; returns the target.
-    fn adjust_target(&self, held: u64) -> u64 {
+    /// Between checks this is one mutex taken briefly; the LRU is locked
+    /// (to learn what is held) only when a check is due.
+    fn adjust_target(&self) -> u64 {
         let due = {
             let mut last = self.last_check.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
@@ -114,7 +119,8 @@ impl BlockCache {
         let Some(avail) = self.probe.available() else {
             return target;
         };
-        let reserve = (self.probe.total() / 8).max(256 << 20);
+        let held = self.lru.lock().unwrap_or_else(|e| e.into_inner()).bytes;
+        let reserve = self.reserve;
         let floor = FLOOR_BYTES.min(self.max_bytes);
         let new = if avail < reserve {
             // Short: give back the shortfall from what is held now.
@@ -161,8 +167,7 @@ impl BlockCache {
         if self.max_bytes == 0 || v.len() as u64 > self.max_bytes / 4 {
             return;
         }
-        let held = self.lru.lock().unwrap_or_else(|e| e.into_inner()).bytes;
-        let target = self.adjust_target(held);
+        let target = self.adjust_target();
         let mut l = self.lru.lock().unwrap_or_else(|e| e.into_inner());
         l.tick += 1;
         let t = l.tick;
