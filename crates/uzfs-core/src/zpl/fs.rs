@@ -263,13 +263,17 @@ impl Zpl {
         // The root must be a directory and the unlinked set an unlinked
         // set: a master node naming, say, the root as the unlinked set would
         // make the reaping below free every file in it.
+        if word(2) == word(3) {
+            return Err(Error::corrupt(
+                "master node",
+                "root directory and unlinked set are one object",
+            ));
+        }
         for (obj, want, what) in [
             (word(2), ot::DIRECTORY, "root directory"),
             (word(3), ot::UNLINKED_SET, "unlinked set"),
         ] {
-            let ok = obj != MASTER_OBJ
-                && word(2) != word(3)
-                && os.dnode(obj)?.is_some_and(|dn| dn.obj_type == want);
+            let ok = obj != MASTER_OBJ && os.dnode(obj)?.is_some_and(|dn| dn.obj_type == want);
             if !ok {
                 return Err(Error::corrupt(
                     "master node",
