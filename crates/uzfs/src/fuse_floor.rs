@@ -2,246 +2,111 @@
 //! in-memory filesystem that answers the requests the small-file create
 //! benchmark sends (LOOKUP, GETATTR, CREATE, GETXATTR, WRITE, SETATTR,
 //! MKDIR, RELEASE) with no storage work at all, mounted with the same
-//! session settings and kernel features as a uzfs dataset (`fuse.rs`
-//! `session_config` and `negotiate`). Its score is the cost of the FUSE
+//! session settings, kernel features and transport as a uzfs dataset
+//! (`fuse::session_config`, `fuse::negotiate`, `fuse::session::mount`). Its score is the cost of the FUSE
 //! round trips themselves on the machine: no filesystem served through
 //! /dev/fuse with these features creates files faster. `bench/fs.sh` runs
 //! it beside uzfs. It serves until stdin closes or the mount goes away.
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty, ReplyEntry, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
+use crate::fuse::abi::{FAttr, InHeader, Op, Out, FOPEN_KEEP_CACHE};
+use crate::fuse::Handler;
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
 
-const TTL: Duration = Duration::from_secs(1);
+const TTL: u64 = 1;
 
 #[derive(Default)]
 struct Tree {
-    names: HashMap<(u64, OsString), u64>,
-    attrs: HashMap<u64, FileAttr>,
+    names: HashMap<(u64, Vec<u8>), u64>,
+    attrs: HashMap<u64, FAttr>,
     next: u64,
 }
 
 struct Floor(Mutex<Tree>);
 
-fn attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr {
-    let now = SystemTime::now();
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
+fn attr(ino: u64, mode: u32, uid: u32, gid: u32) -> FAttr {
+    let now = uzfs_core::zpl::fs::now_ns();
+    FAttr {
+        ino,
         atime: now,
         mtime: now,
         ctime: now,
-        crtime: now,
-        kind,
-        perm,
-        nlink: if kind == FileType::Directory { 2 } else { 1 },
+        mode,
+        nlink: if mode & libc::S_IFMT == libc::S_IFDIR {
+            2
+        } else {
+            1
+        },
         uid,
         gid,
-        rdev: 0,
         blksize: 4096,
-        flags: 0,
+        ..Default::default()
     }
 }
 
 impl Floor {
-    fn make(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        kind: FileType,
-        perm: u16,
-    ) -> Result<FileAttr, Errno> {
-        let mut t = self.0.lock().map_err(|_| Errno::EIO)?;
-        let key = (parent.0, name.to_os_string());
+    fn make(&self, h: &InHeader, name: &[u8], mode: u32) -> Result<FAttr, i32> {
+        let mut t = self.0.lock().map_err(|_| libc::EIO)?;
+        let key = (h.nodeid, name.to_vec());
         if t.names.contains_key(&key) {
-            return Err(Errno::EEXIST);
+            return Err(libc::EEXIST);
         }
         t.next += 1;
         let ino = t.next;
-        let a = attr(ino, kind, perm, req.uid(), req.gid());
+        let a = attr(ino, mode, h.uid, h.gid);
         t.names.insert(key, ino);
         t.attrs.insert(ino, a);
         Ok(a)
     }
 }
 
-impl Filesystem for Floor {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::fuse::negotiate(config);
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let t = match self.0.lock() {
-            Ok(t) => t,
-            Err(_) => return reply.error(Errno::EIO),
-        };
-        match t
-            .names
-            .get(&(parent.0, name.to_os_string()))
-            .and_then(|i| t.attrs.get(i))
-        {
-            Some(a) => reply.entry(&TTL, a, Generation(0)),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self
-            .0
-            .lock()
-            .ok()
-            .and_then(|t| t.attrs.get(&ino.0).copied())
-        {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let mut t = match self.0.lock() {
-            Ok(t) => t,
-            Err(_) => return reply.error(Errno::EIO),
-        };
-        match t.attrs.get_mut(&ino.0) {
-            Some(a) => {
-                if let Some(s) = size {
-                    a.size = s;
+impl Handler for Floor {
+    fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> Result<(), i32> {
+        match op {
+            Op::Lookup { name } => {
+                let t = self.0.lock().map_err(|_| libc::EIO)?;
+                let a = t
+                    .names
+                    .get(&(h.nodeid, name.to_vec()))
+                    .and_then(|i| t.attrs.get(i))
+                    .ok_or(libc::ENOENT)?;
+                out.entry(a, 0, TTL);
+            }
+            Op::Getattr => {
+                let t = self.0.lock().map_err(|_| libc::EIO)?;
+                out.attr_out(t.attrs.get(&h.nodeid).ok_or(libc::ENOENT)?, TTL);
+            }
+            Op::Setattr(s) => {
+                let mut t = self.0.lock().map_err(|_| libc::EIO)?;
+                let a = t.attrs.get_mut(&h.nodeid).ok_or(libc::ENOENT)?;
+                if s.valid & crate::fuse::abi::FATTR_SIZE != 0 {
+                    a.size = s.size;
                 }
-                reply.attr(&TTL, a)
+                out.attr_out(a, TTL);
             }
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        match self.make(
-            req,
-            parent,
-            name,
-            FileType::Directory,
-            (mode & !umask & 0o7777) as u16,
-        ) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        match self.make(
-            req,
-            parent,
-            name,
-            FileType::RegularFile,
-            (mode & !umask & 0o7777) as u16,
-        ) {
-            Ok(a) => reply.created(
-                &TTL,
-                &a,
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        if let Ok(mut t) = self.0.lock() {
-            if let Some(a) = t.attrs.get_mut(&ino.0) {
-                a.size = a.size.max(offset + data.len() as u64);
+            Op::Mkdir { mode, umask, name } => {
+                let a = self.make(h, name, libc::S_IFDIR | (mode & !umask & 0o7777))?;
+                out.entry(&a, 0, TTL);
             }
+            Op::Create { mode, umask, name } => {
+                let a = self.make(h, name, libc::S_IFREG | (mode & !umask & 0o7777))?;
+                out.entry(&a, 0, TTL);
+                out.open(0, FOPEN_KEEP_CACHE);
+            }
+            Op::Write { offset, data, .. } => {
+                let mut t = self.0.lock().map_err(|_| libc::EIO)?;
+                if let Some(a) = t.attrs.get_mut(&h.nodeid) {
+                    a.size = a.size.max(offset + data.len() as u64);
+                }
+                out.written(data.len() as u32);
+            }
+            Op::Opendir => out.open(0, 0),
+            Op::Release | Op::Releasedir => {}
+            Op::Getxattr { .. } => return Err(libc::ENODATA),
+            _ => return Err(libc::ENOSYS),
         }
-        reply.written(data.len() as u32)
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lo: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::ENOSYS)
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok()
-    }
-
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENODATA)
+        Ok(())
     }
 }
 
@@ -251,25 +116,26 @@ pub fn run(mnt: &Path) -> i32 {
         next: 1,
         ..Default::default()
     };
-    tree.attrs
-        .insert(1, attr(1, FileType::Directory, 0o755, 0, 0));
+    tree.attrs.insert(1, attr(1, libc::S_IFDIR | 0o755, 0, 0));
     let config = crate::fuse::session_config("fuse_floor", false);
-    let session = match fuser::Session::new(Floor(Mutex::new(tree)), mnt, &config) {
+    let fs = Arc::new(Floor(Mutex::new(tree)));
+    let session = match crate::fuse::session::mount(
+        fs,
+        mnt,
+        &config,
+        crate::fuse::negotiate,
+        crate::fuse::fuse_threads(),
+    ) {
         Ok(s) => s,
         Err(e) => {
             crate::err(&format!("uzfs fuse-floor: mount {}: {e}\n", mnt.display()));
             return 1;
         }
     };
-    let bg = match session.spawn() {
-        Ok(b) => b,
-        Err(e) => {
-            crate::err(&format!("uzfs fuse-floor: {e}\n"));
-            return 1;
-        }
-    };
+    eprintln!("uzfs fuse-floor: serving over {:?}", session.transport);
     let mut sink = String::new();
     while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-    drop(bg);
+    crate::mounts::umount_path(mnt);
+    session.join();
     0
 }

@@ -15,7 +15,7 @@ pub struct Mounted {
     pub pool: String,
     pub path: PathBuf,
     pub ctx: Arc<DsCtx>,
-    session: Option<fuser::BackgroundSession>,
+    session: Option<crate::fuse::Session>,
 }
 
 #[derive(Default)]
@@ -39,6 +39,13 @@ fn umount2(path: &Path, flags: i32) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Unmount `path`, lazily if busy (the FUSE floor's exit).
+pub fn umount_path(path: &Path) {
+    if umount2(path, 0).is_err() {
+        let _ = umount2(path, libc::MNT_DETACH);
     }
 }
 
@@ -159,7 +166,7 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
     let m = lock(d).by_name.remove(name);
     if let Some(mut m) = m {
         if let Some(s) = m.session.take() {
-            let _ = s.join();
+            s.join();
         }
     }
     Ok(())

@@ -1,0 +1,665 @@
+//! The FUSE wire protocol (`include/uapi/linux/fuse.h`), decoded and encoded
+//! by hand so that one request parser serves both transports: `read(2)` on
+//! /dev/fuse and FUSE over io_uring (see `session.rs`).
+//!
+//! A request is three byte strings:
+//!
+//! ```text
+//!   in header (40 bytes)   len opcode unique nodeid uid gid pid extlen pad
+//!   op header              the opcode's fixed struct (fuse_write_in, ...), maybe empty
+//!   payload                names (NUL-terminated), xattr values, write data
+//! ```
+//!
+//! On /dev/fuse they arrive back to back in one read; over io_uring the
+//! kernel puts the in header and the op header in the ring entry's header
+//! buffer and the rest in its payload buffer. [`op_header_len`] says where
+//! to cut the former so that [`parse`] sees the same three pieces either way.
+//!
+//! A reply is a 16-byte out header (len, -errno, unique) and a payload that
+//! the `put_*` functions below lay out. Everything is little-endian and
+//! every read is bounds-checked: a malformed request is an EINVAL reply,
+//! never a panic.
+
+pub const IN_HEADER_LEN: usize = 40;
+pub const OUT_HEADER_LEN: usize = 16;
+
+pub const LOOKUP: u32 = 1;
+pub const FORGET: u32 = 2;
+pub const GETATTR: u32 = 3;
+pub const SETATTR: u32 = 4;
+pub const READLINK: u32 = 5;
+pub const SYMLINK: u32 = 6;
+pub const MKNOD: u32 = 8;
+pub const MKDIR: u32 = 9;
+pub const UNLINK: u32 = 10;
+pub const RMDIR: u32 = 11;
+pub const RENAME: u32 = 12;
+pub const LINK: u32 = 13;
+pub const OPEN: u32 = 14;
+pub const READ: u32 = 15;
+pub const WRITE: u32 = 16;
+pub const STATFS: u32 = 17;
+pub const RELEASE: u32 = 18;
+pub const FSYNC: u32 = 20;
+pub const SETXATTR: u32 = 21;
+pub const GETXATTR: u32 = 22;
+pub const LISTXATTR: u32 = 23;
+pub const REMOVEXATTR: u32 = 24;
+pub const FLUSH: u32 = 25;
+pub const INIT: u32 = 26;
+pub const OPENDIR: u32 = 27;
+pub const READDIR: u32 = 28;
+pub const RELEASEDIR: u32 = 29;
+pub const FSYNCDIR: u32 = 30;
+pub const ACCESS: u32 = 34;
+pub const CREATE: u32 = 35;
+pub const INTERRUPT: u32 = 36;
+pub const BATCH_FORGET: u32 = 42;
+pub const FALLOCATE: u32 = 43;
+pub const RENAME2: u32 = 45;
+pub const LSEEK: u32 = 46;
+
+/// `fuse_setattr_in.valid` bits.
+pub const FATTR_MODE: u32 = 1 << 0;
+pub const FATTR_UID: u32 = 1 << 1;
+pub const FATTR_GID: u32 = 1 << 2;
+pub const FATTR_SIZE: u32 = 1 << 3;
+pub const FATTR_ATIME: u32 = 1 << 4;
+pub const FATTR_MTIME: u32 = 1 << 5;
+pub const FATTR_ATIME_NOW: u32 = 1 << 7;
+pub const FATTR_MTIME_NOW: u32 = 1 << 8;
+pub const FATTR_KILL_SUIDGID: u32 = 1 << 11;
+/// `fuse_write_in.write_flags`: the writer is not privileged to keep set-id bits.
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// `fuse_open_out.open_flags`: keep the page cache across opens.
+pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+
+/// The opcode's name, for statistics.
+pub fn name(opcode: u32) -> String {
+    let n = match opcode {
+        LOOKUP => "lookup",
+        FORGET => "forget",
+        GETATTR => "getattr",
+        SETATTR => "setattr",
+        READLINK => "readlink",
+        SYMLINK => "symlink",
+        MKNOD => "mknod",
+        MKDIR => "mkdir",
+        UNLINK => "unlink",
+        RMDIR => "rmdir",
+        RENAME => "rename",
+        LINK => "link",
+        OPEN => "open",
+        READ => "read",
+        WRITE => "write",
+        STATFS => "statfs",
+        RELEASE => "release",
+        FSYNC => "fsync",
+        SETXATTR => "setxattr",
+        GETXATTR => "getxattr",
+        LISTXATTR => "listxattr",
+        REMOVEXATTR => "removexattr",
+        FLUSH => "flush",
+        OPENDIR => "opendir",
+        READDIR => "readdir",
+        RELEASEDIR => "releasedir",
+        FSYNCDIR => "fsyncdir",
+        ACCESS => "access",
+        CREATE => "create",
+        INTERRUPT => "interrupt",
+        BATCH_FORGET => "batch_forget",
+        FALLOCATE => "fallocate",
+        RENAME2 => "rename2",
+        LSEEK => "lseek",
+        other => return format!("op{other}"),
+    };
+    n.to_string()
+}
+
+/// Requests the kernel expects no reply to.
+pub fn is_one_way(opcode: u32) -> bool {
+    matches!(opcode, FORGET | BATCH_FORGET | INTERRUPT)
+}
+
+/// Size of the fixed struct that precedes the payload of `opcode`, as the
+/// kernel sends it at protocol 7.40 without the SETXATTR_EXT and
+/// security-context extensions (uzfs negotiates neither).
+pub fn op_header_len(opcode: u32) -> usize {
+    match opcode {
+        FORGET | MKDIR | RENAME | LINK | OPEN | OPENDIR | SETXATTR | GETXATTR | LISTXATTR
+        | ACCESS | INTERRUPT | BATCH_FORGET => 8,
+        GETATTR | MKNOD | CREATE | FSYNC | FSYNCDIR | RENAME2 => 16,
+        RELEASE | RELEASEDIR | FLUSH | LSEEK => 24,
+        FALLOCATE => 32,
+        READ | READDIR | WRITE => 40,
+        SETATTR => 88,
+        INIT => 64,
+        _ => 0,
+    }
+}
+
+/// Bounds-checked little-endian reads at fixed offsets.
+struct Rd<'a>(&'a [u8]);
+
+impl Rd<'_> {
+    fn u32(&self, at: usize) -> Option<u32> {
+        let b = self.0.get(at..at + 4)?;
+        Some(u32::from_le_bytes(b.try_into().ok()?))
+    }
+    fn u64(&self, at: usize) -> Option<u64> {
+        let b = self.0.get(at..at + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InHeader {
+    pub opcode: u32,
+    pub unique: u64,
+    pub nodeid: u64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl InHeader {
+    pub fn parse(b: &[u8]) -> Option<InHeader> {
+        let r = Rd(b);
+        Some(InHeader {
+            opcode: r.u32(4)?,
+            unique: r.u64(8)?,
+            nodeid: r.u64(16)?,
+            uid: r.u32(24)?,
+            gid: r.u32(28)?,
+        })
+    }
+}
+
+/// `fuse_setattr_in`, the fields uzfs uses.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetattrIn {
+    pub valid: u32,
+    pub size: u64,
+    pub atime: i64,
+    pub mtime: i64,
+    pub atimensec: u32,
+    pub mtimensec: u32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A decoded request; names and data borrow from the request buffers.
+#[derive(Debug)]
+pub enum Op<'a> {
+    Lookup {
+        name: &'a [u8],
+    },
+    Getattr,
+    Setattr(SetattrIn),
+    Readlink,
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+    },
+    Mknod {
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+        name: &'a [u8],
+    },
+    Mkdir {
+        mode: u32,
+        umask: u32,
+        name: &'a [u8],
+    },
+    Unlink {
+        name: &'a [u8],
+    },
+    Rmdir {
+        name: &'a [u8],
+    },
+    Rename {
+        newdir: u64,
+        flags: u32,
+        name: &'a [u8],
+        newname: &'a [u8],
+    },
+    Link {
+        oldnodeid: u64,
+        newname: &'a [u8],
+    },
+    Open,
+    Read {
+        offset: u64,
+        size: u32,
+    },
+    Write {
+        offset: u64,
+        write_flags: u32,
+        data: &'a [u8],
+    },
+    Statfs,
+    Release,
+    Fsync,
+    Setxattr {
+        flags: u32,
+        name: &'a [u8],
+        value: &'a [u8],
+    },
+    Getxattr {
+        size: u32,
+        name: &'a [u8],
+    },
+    Listxattr {
+        size: u32,
+    },
+    Removexattr {
+        name: &'a [u8],
+    },
+    Flush,
+    Opendir,
+    Readdir {
+        offset: u64,
+        size: u32,
+    },
+    Releasedir,
+    Fsyncdir,
+    Create {
+        mode: u32,
+        umask: u32,
+        name: &'a [u8],
+    },
+    Fallocate {
+        offset: u64,
+        length: u64,
+        mode: u32,
+    },
+    Lseek {
+        offset: u64,
+        whence: u32,
+    },
+    /// FORGET, BATCH_FORGET, INTERRUPT: nothing to do, no reply. uzfs keeps
+    /// no per-lookup state (inode numbers are object numbers).
+    OneWay,
+    /// Anything else (locks, ioctl, poll, copy_file_range, ...): ENOSYS, so
+    /// the kernel stops asking or does it itself.
+    Unsupported,
+}
+
+/// A NUL-terminated string at the front of `b`, and what follows it.
+fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let n = b.iter().position(|&c| c == 0)?;
+    Some((&b[..n], &b[n + 1..]))
+}
+
+fn name_only(b: &[u8]) -> Option<&[u8]> {
+    cstr(b).map(|(n, _)| n)
+}
+
+/// Decode `opcode` from its op header `h` and `payload`. `None`: the
+/// request is malformed (too short, a name without its NUL).
+pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
+    let r = Rd(h);
+    Some(match opcode {
+        LOOKUP => Op::Lookup {
+            name: name_only(payload)?,
+        },
+        GETATTR => Op::Getattr,
+        SETATTR => Op::Setattr(SetattrIn {
+            valid: r.u32(0)?,
+            size: r.u64(16)?,
+            atime: r.u64(32)? as i64,
+            mtime: r.u64(40)? as i64,
+            atimensec: r.u32(56)?,
+            mtimensec: r.u32(60)?,
+            mode: r.u32(68)?,
+            uid: r.u32(76)?,
+            gid: r.u32(80)?,
+        }),
+        READLINK => Op::Readlink,
+        SYMLINK => {
+            let (name, rest) = cstr(payload)?;
+            Op::Symlink {
+                name,
+                target: name_only(rest)?,
+            }
+        }
+        MKNOD => Op::Mknod {
+            mode: r.u32(0)?,
+            rdev: r.u32(4)?,
+            umask: r.u32(8)?,
+            name: name_only(payload)?,
+        },
+        MKDIR => Op::Mkdir {
+            mode: r.u32(0)?,
+            umask: r.u32(4)?,
+            name: name_only(payload)?,
+        },
+        UNLINK => Op::Unlink {
+            name: name_only(payload)?,
+        },
+        RMDIR => Op::Rmdir {
+            name: name_only(payload)?,
+        },
+        RENAME | RENAME2 => {
+            let (name, rest) = cstr(payload)?;
+            Op::Rename {
+                newdir: r.u64(0)?,
+                flags: if opcode == RENAME2 { r.u32(8)? } else { 0 },
+                name,
+                newname: name_only(rest)?,
+            }
+        }
+        LINK => Op::Link {
+            oldnodeid: r.u64(0)?,
+            newname: name_only(payload)?,
+        },
+        OPEN => Op::Open,
+        READ => Op::Read {
+            offset: r.u64(8)?,
+            size: r.u32(16)?,
+        },
+        WRITE => {
+            let size = r.u32(16)? as usize;
+            Op::Write {
+                offset: r.u64(8)?,
+                write_flags: r.u32(20)?,
+                data: payload.get(..size)?,
+            }
+        }
+        STATFS => Op::Statfs,
+        RELEASE => Op::Release,
+        FSYNC => Op::Fsync,
+        SETXATTR => {
+            let size = r.u32(0)? as usize;
+            let (name, rest) = cstr(payload)?;
+            Op::Setxattr {
+                flags: r.u32(4)?,
+                name,
+                value: rest.get(..size)?,
+            }
+        }
+        GETXATTR => Op::Getxattr {
+            size: r.u32(0)?,
+            name: name_only(payload)?,
+        },
+        LISTXATTR => Op::Listxattr { size: r.u32(0)? },
+        REMOVEXATTR => Op::Removexattr {
+            name: name_only(payload)?,
+        },
+        FLUSH => Op::Flush,
+        OPENDIR => Op::Opendir,
+        READDIR => Op::Readdir {
+            offset: r.u64(8)?,
+            size: r.u32(16)?,
+        },
+        RELEASEDIR => Op::Releasedir,
+        FSYNCDIR => Op::Fsyncdir,
+        CREATE => Op::Create {
+            mode: r.u32(4)?,
+            umask: r.u32(8)?,
+            name: name_only(payload)?,
+        },
+        FALLOCATE => Op::Fallocate {
+            offset: r.u64(8)?,
+            length: r.u64(16)?,
+            mode: r.u32(24)?,
+        },
+        LSEEK => Op::Lseek {
+            offset: r.u64(8)?,
+            whence: r.u32(16)?,
+        },
+        FORGET | BATCH_FORGET | INTERRUPT => Op::OneWay,
+        _ => Op::Unsupported,
+    })
+}
+
+/// Attributes as `struct fuse_attr` carries them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FAttr {
+    pub ino: u64,
+    pub size: u64,
+    pub blocks: u64,
+    /// Nanoseconds since the epoch (negative: before it).
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    /// File type and permission bits (`st_mode`).
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+/// The reply payload under construction: a cursor over a buffer the
+/// transport owns (an io_uring payload buffer or a /dev/fuse write buffer).
+pub struct Out<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> Out<'a> {
+    pub fn new(buf: &'a mut [u8]) -> Out<'a> {
+        Out { buf, len: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Room left.
+    pub fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    /// Append `b`; false (and nothing written) if it does not fit.
+    pub fn put(&mut self, b: &[u8]) -> bool {
+        match self.buf.get_mut(self.len..self.len + b.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(b);
+                self.len += b.len();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.put(&v.to_le_bytes());
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.put(&v.to_le_bytes());
+    }
+
+    /// `struct fuse_attr` (88 bytes).
+    fn attr(&mut self, a: &FAttr) {
+        let split = |ns: i64| {
+            (
+                ns.div_euclid(1_000_000_000) as u64,
+                ns.rem_euclid(1_000_000_000) as u32,
+            )
+        };
+        let (at, atn) = split(a.atime);
+        let (mt, mtn) = split(a.mtime);
+        let (ct, ctn) = split(a.ctime);
+        for v in [a.ino, a.size, a.blocks, at, mt, ct] {
+            self.u64(v);
+        }
+        for v in [
+            atn, mtn, ctn, a.mode, a.nlink, a.uid, a.gid, a.rdev, a.blksize, 0,
+        ] {
+            self.u32(v);
+        }
+    }
+
+    /// `fuse_entry_out`: the answer to LOOKUP, MKNOD, MKDIR, SYMLINK, LINK.
+    pub fn entry(&mut self, a: &FAttr, generation: u64, ttl_secs: u64) {
+        self.u64(a.ino);
+        self.u64(generation);
+        self.u64(ttl_secs);
+        self.u64(ttl_secs);
+        self.u32(0);
+        self.u32(0);
+        self.attr(a);
+    }
+
+    /// `fuse_attr_out`: the answer to GETATTR and SETATTR.
+    pub fn attr_out(&mut self, a: &FAttr, ttl_secs: u64) {
+        self.u64(ttl_secs);
+        self.u32(0);
+        self.u32(0);
+        self.attr(a);
+    }
+
+    /// `fuse_open_out`: OPEN, OPENDIR, and the second half of CREATE.
+    pub fn open(&mut self, fh: u64, open_flags: u32) {
+        self.u64(fh);
+        self.u32(open_flags);
+        self.u32(0);
+    }
+
+    /// `fuse_write_out`.
+    pub fn written(&mut self, n: u32) {
+        self.u32(n);
+        self.u32(0);
+    }
+
+    /// `fuse_getxattr_out`: the size a GETXATTR/LISTXATTR with size 0 asks for.
+    pub fn xattr_size(&mut self, n: u32) {
+        self.u32(n);
+        self.u32(0);
+    }
+
+    /// `fuse_lseek_out`.
+    pub fn offset(&mut self, off: u64) {
+        self.u64(off);
+    }
+
+    /// `fuse_statfs_out` (`struct fuse_kstatfs`, 80 bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn statfs(
+        &mut self,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+        bsize: u32,
+        namelen: u32,
+        frsize: u32,
+    ) {
+        for v in [blocks, bfree, bavail, files, ffree] {
+            self.u64(v);
+        }
+        for v in [bsize, namelen, frsize, 0, 0, 0, 0, 0, 0, 0] {
+            self.u32(v);
+        }
+    }
+
+    /// One `fuse_dirent` (padded to 8 bytes); false if it does not fit in
+    /// `limit` bytes of reply (the READDIR size), and nothing is written.
+    pub fn dirent(&mut self, limit: usize, ino: u64, next: u64, dtype: u32, name: &[u8]) -> bool {
+        let len = 24 + name.len();
+        let padded = (len + 7) & !7;
+        if self.len + padded > limit.min(self.buf.len()) {
+            return false;
+        }
+        self.u64(ino);
+        self.u64(next);
+        self.u32(name.len() as u32);
+        self.u32(dtype);
+        self.put(name);
+        self.put(&[0u8; 8][..padded - len]);
+        true
+    }
+}
+
+/// Write a `fuse_out_header` into `h` (16 bytes).
+pub fn out_header(h: &mut [u8], len: u32, error: i32, unique: u64) {
+    if let Some(h) = h.get_mut(..OUT_HEADER_LEN) {
+        h[0..4].copy_from_slice(&len.to_le_bytes());
+        h[4..8].copy_from_slice(&error.to_le_bytes());
+        h[8..16].copy_from_slice(&unique.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(opcode: u32) -> Vec<u8> {
+        let mut h = vec![0u8; IN_HEADER_LEN];
+        h[4..8].copy_from_slice(&opcode.to_le_bytes());
+        h[8..16].copy_from_slice(&7u64.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn requests_decode_and_malformed_ones_are_refused() {
+        let h = InHeader::parse(&hdr(LOOKUP)).expect("header");
+        assert_eq!((h.opcode, h.unique), (LOOKUP, 7));
+        assert!(InHeader::parse(&[0u8; 39]).is_none());
+        match parse(LOOKUP, &[], b"abc\0") {
+            Some(Op::Lookup { name }) => assert_eq!(name, b"abc"),
+            o => panic!("{o:?}"),
+        }
+        // A name without its NUL, a short op header, write data shorter
+        // than announced: refused, not read past.
+        assert!(parse(LOOKUP, &[], b"abc").is_none());
+        assert!(parse(MKDIR, &[0u8; 4], b"d\0").is_none());
+        let mut w = vec![0u8; 40];
+        w[16..20].copy_from_slice(&10u32.to_le_bytes());
+        assert!(parse(WRITE, &w, b"short").is_none());
+        match parse(WRITE, &w, b"0123456789tail") {
+            Some(Op::Write { data, .. }) => assert_eq!(data, b"0123456789"),
+            o => panic!("{o:?}"),
+        }
+        let mut r2 = vec![0u8; 16];
+        r2[0..8].copy_from_slice(&5u64.to_le_bytes());
+        r2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        match parse(RENAME2, &r2, b"a\0b\0") {
+            Some(Op::Rename {
+                newdir: 5,
+                flags: 2,
+                name,
+                newname,
+            }) => assert_eq!((name, newname), (&b"a"[..], &b"b"[..])),
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(parse(99, &[], &[]), Some(Op::Unsupported)));
+        // Every op header length is within what io_uring's 128-byte op_in holds.
+        for op in 0..64 {
+            assert!(op_header_len(op) <= 128);
+        }
+    }
+
+    #[test]
+    fn replies_have_the_kernel_layouts() {
+        let mut b = vec![0u8; 4096];
+        let mut o = Out::new(&mut b);
+        let a = FAttr {
+            ino: 9,
+            atime: -1,
+            mode: 0o100644,
+            ..Default::default()
+        };
+        o.entry(&a, 3, 1);
+        assert_eq!(o.len(), 128);
+        o.attr_out(&a, 1);
+        assert_eq!(o.len(), 128 + 104);
+        o.open(0, FOPEN_KEEP_CACHE);
+        o.statfs(1, 2, 3, 4, 5, 4096, 255, 4096);
+        assert_eq!(o.len(), 128 + 104 + 16 + 80);
+        // A time before the epoch: seconds round down, nanoseconds positive.
+        assert_eq!(&b[40 + 24..40 + 32], &u64::MAX.to_le_bytes());
+        assert_eq!(&b[40 + 48..40 + 52], &999_999_999u32.to_le_bytes());
+        let mut small = vec![0u8; 40];
+        let mut o = Out::new(&mut small);
+        assert!(o.dirent(40, 1, 1, 8, b"abcdefg"));
+        assert!(!o.dirent(40, 2, 2, 8, b"x"), "does not fit in the limit");
+        assert_eq!(o.len(), 32);
+    }
+}

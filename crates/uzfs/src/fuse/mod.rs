@@ -1,0 +1,383 @@
+//! The FUSE front end: one session per mounted dataset, translating kernel
+//! requests into [`Zpl`] calls.
+//!
+//! Kernel features used (and why they are safe here): the daemon is the only
+//! writer of its datasets, so attributes and entries may be cached (1 s);
+//! the writeback cache lets the kernel merge small writes into pages and
+//! send them in large requests (up to 1 MiB, `max_write`); FUSE over
+//! io_uring with per-CPU queues where the kernel offers it, else several
+//! request threads on cloned /dev/fuse descriptors (`session.rs`); parallel
+//! directory operations (the ZPL serializes namespace changes itself);
+//! `default_permissions`, so the kernel checks modes, ownership, the sticky
+//! bit and setattr rights exactly as for a local filesystem.
+
+pub mod abi;
+pub mod session;
+
+use abi::{FAttr, InHeader, Op, Out};
+use fuser::{Config, InitFlags, KernelConfig, MountOption, SessionACL};
+use std::path::Path;
+use std::sync::Arc;
+use uzfs_core::zpl::fs::ZResult;
+use uzfs_core::zpl::{Attr, SetAttr, Zpl};
+
+pub use session::{Handler, Session};
+
+/// Seconds the kernel may cache entries and attributes.
+const TTL: u64 = 1;
+const ROOT: u64 = 1;
+
+pub struct FuseFs {
+    pub zpl: Arc<Zpl>,
+}
+
+/// Nanoseconds of a SETATTR time: given, or now.
+fn set_time(s: &abi::SetattrIn, set: u32, now: u32, secs: i64, nsec: u32) -> Option<i64> {
+    if s.valid & now != 0 {
+        Some(uzfs_core::zpl::fs::now_ns())
+    } else if s.valid & set != 0 {
+        Some(
+            secs.saturating_mul(1_000_000_000)
+                .saturating_add(nsec as i64),
+        )
+    } else {
+        None
+    }
+}
+
+/// An xattr value or name list: its size when asked with size 0, ERANGE
+/// if it does not fit.
+fn xattr_reply(v: &[u8], size: u32, out: &mut Out<'_>) -> ZResult<()> {
+    if size == 0 {
+        out.xattr_size(v.len() as u32);
+    } else if v.len() > size as usize || !out.put(v) {
+        return Err(libc::ERANGE);
+    }
+    Ok(())
+}
+
+impl FuseFs {
+    fn obj(&self, ino: u64) -> u64 {
+        if ino == ROOT {
+            self.zpl.root
+        } else {
+            ino
+        }
+    }
+
+    fn ino(&self, obj: u64) -> u64 {
+        if obj == self.zpl.root {
+            ROOT
+        } else {
+            obj
+        }
+    }
+
+    fn fattr(&self, a: &Attr) -> FAttr {
+        FAttr {
+            ino: self.ino(a.ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.z.atime,
+            mtime: a.z.mtime,
+            ctime: a.z.ctime,
+            mode: a.z.mode,
+            nlink: a.z.nlink,
+            uid: a.z.uid,
+            gid: a.z.gid,
+            rdev: a.z.rdev as u32,
+            blksize: a.blksize,
+        }
+    }
+
+    /// Create any kind of node in `parent`, owned by the caller, and answer
+    /// with its entry.
+    fn make(
+        &self,
+        h: &InHeader,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        target: Option<&[u8]>,
+    ) -> ZResult<Attr> {
+        self.zpl
+            .mknod(self.obj(h.nodeid), name, mode, rdev, h.uid, h.gid, target)
+    }
+
+    fn entry(&self, a: ZResult<Attr>, out: &mut Out<'_>) -> ZResult<()> {
+        let a = a?;
+        out.entry(&self.fattr(&a), a.z.gen, TTL);
+        Ok(())
+    }
+
+    fn setattr(&self, h: &InHeader, s: &abi::SetattrIn, out: &mut Out<'_>) -> ZResult<()> {
+        let get = |bit: u32, v: u32| (s.valid & bit != 0).then_some(v);
+        let mode = get(abi::FATTR_MODE, s.mode);
+        let uid = get(abi::FATTR_UID, s.uid);
+        let gid = get(abi::FATTR_GID, s.gid);
+        let size = (s.valid & abi::FATTR_SIZE != 0).then_some(s.size);
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: set_time(
+                s,
+                abi::FATTR_ATIME,
+                abi::FATTR_ATIME_NOW,
+                s.atime,
+                s.atimensec,
+            ),
+            mtime: set_time(
+                s,
+                abi::FATTR_MTIME,
+                abi::FATTR_MTIME_NOW,
+                s.mtime,
+                s.mtimensec,
+            ),
+            // What the kernel does itself without HANDLE_KILLPRIV_V2: a
+            // change of owner, or a truncate by anyone but root, drops the
+            // set-id bits (an explicit new mode wins).
+            kill_suid: mode.is_none()
+                && (uid.is_some()
+                    || gid.is_some()
+                    || s.valid & abi::FATTR_KILL_SUIDGID != 0
+                    || (size.is_some() && h.uid != 0)),
+        };
+        let a = self.zpl.setattr(self.obj(h.nodeid), &a)?;
+        out.attr_out(&self.fattr(&a), TTL);
+        Ok(())
+    }
+
+    fn read(&self, ino: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            let want = (size as usize).min(out.room());
+            self.zpl.read_into(self.obj(ino), offset, want, &mut b)?;
+            out.put(&b);
+            Ok(())
+        })
+    }
+
+    fn readdir(&self, ino: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
+        for (next, obj, dt, name) in self.zpl.readdir(self.obj(ino), offset, 256)? {
+            if !out.dirent(size as usize, self.ino(obj), next, dt as u32, &name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn statfs(&self, out: &mut Out<'_>) {
+        let (total, avail, files, ffree) = self.zpl.statfs();
+        let bs = 4096u64;
+        out.statfs(
+            total / bs,
+            avail / bs,
+            avail / bs,
+            files + ffree,
+            ffree,
+            bs as u32,
+            255,
+            bs as u32,
+        )
+    }
+
+    fn lseek(&self, ino: u64, offset: u64, whence: u32, out: &mut Out<'_>) -> ZResult<()> {
+        let o = match whence as i32 {
+            libc::SEEK_DATA | libc::SEEK_HOLE if offset <= i64::MAX as u64 => {
+                self.zpl
+                    .seek_data(self.obj(ino), offset, whence as i32 == libc::SEEK_DATA)?
+            }
+            _ => return Err(libc::EINVAL),
+        };
+        out.offset(o);
+        Ok(())
+    }
+}
+
+impl Handler for FuseFs {
+    fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
+        let zpl = &self.zpl;
+        let ino = self.obj(h.nodeid);
+        match op {
+            Op::Lookup { name } => self.entry(zpl.lookup(ino, name), out),
+            Op::Getattr => {
+                let a = zpl.getattr(ino)?;
+                out.attr_out(&self.fattr(&a), TTL);
+                Ok(())
+            }
+            Op::Setattr(s) => self.setattr(h, &s, out),
+            Op::Readlink => {
+                let t = zpl.readlink(ino)?;
+                out.put(&t);
+                Ok(())
+            }
+            Op::Mknod {
+                mode,
+                rdev,
+                umask,
+                name,
+            } => {
+                let r = self.make(h, name, mode & !(umask & 0o777), rdev as u64, None);
+                self.entry(r, out)
+            }
+            Op::Mkdir { mode, umask, name } => {
+                let r = self.make(h, name, libc::S_IFDIR | (mode & !umask & 0o7777), 0, None);
+                self.entry(r, out)
+            }
+            Op::Unlink { name } => zpl.unlink(ino, name),
+            Op::Rmdir { name } => zpl.rmdir(ino, name),
+            Op::Symlink { name, target } => {
+                let r = self.make(h, name, libc::S_IFLNK | 0o777, 0, Some(target));
+                self.entry(r, out)
+            }
+            Op::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => zpl.rename(ino, name, self.obj(newdir), newname, flags),
+            Op::Link { oldnodeid, newname } => {
+                self.entry(zpl.link(self.obj(oldnodeid), ino, newname), out)
+            }
+            Op::Open => {
+                zpl.open(ino)?;
+                // Keep the page cache across opens: every change to a file
+                // comes through this mount, so cached pages are never stale.
+                out.open(0, abi::FOPEN_KEEP_CACHE);
+                Ok(())
+            }
+            Op::Read { offset, size } => self.read(h.nodeid, offset, size, out),
+            Op::Write {
+                offset,
+                write_flags,
+                data,
+            } => {
+                let kill = write_flags & abi::WRITE_KILL_SUIDGID != 0;
+                let n = zpl.write_kill(ino, offset, data, kill)?;
+                out.written(n as u32);
+                Ok(())
+            }
+            Op::Statfs => {
+                self.statfs(out);
+                Ok(())
+            }
+            // Nothing to do at close (data reaches the DMU on each write);
+            // the kernel stops sending FLUSH after ENOSYS, saving a round
+            // trip per close. Dirty pages are still written back before
+            // close returns.
+            Op::Flush => Err(libc::ENOSYS),
+            Op::Release => zpl.release(ino),
+            Op::Fsync | Op::Fsyncdir => zpl.fsync(ino),
+            Op::Setxattr { flags, name, value } => {
+                zpl.setxattr(ino, name, Some(value), flags as i32)
+            }
+            Op::Getxattr { size, name } => xattr_reply(&zpl.getxattr(ino, name)?, size, out),
+            Op::Listxattr { size } => {
+                let mut b = Vec::new();
+                for n in zpl.listxattr(ino)? {
+                    b.extend_from_slice(&n);
+                    b.push(0);
+                }
+                xattr_reply(&b, size, out)
+            }
+            Op::Removexattr { name } => zpl.setxattr(ino, name, None, 0),
+            Op::Opendir => {
+                out.open(0, 0);
+                Ok(())
+            }
+            Op::Readdir { offset, size } => self.readdir(h.nodeid, offset, size, out),
+            Op::Releasedir => Ok(()),
+            Op::Create { mode, umask, name } => {
+                let a = self.make(h, name, libc::S_IFREG | (mode & !umask & 0o7777), 0, None)?;
+                zpl.open(a.ino)?;
+                out.entry(&self.fattr(&a), a.z.gen, TTL);
+                out.open(0, abi::FOPEN_KEEP_CACHE);
+                Ok(())
+            }
+            Op::Fallocate {
+                offset,
+                length,
+                mode,
+            } => zpl.fallocate(ino, mode as i32, offset, length),
+            Op::Lseek { offset, whence } => self.lseek(h.nodeid, offset, whence, out),
+            Op::OneWay | Op::Unsupported => Err(libc::ENOSYS),
+        }
+    }
+}
+
+/// The kernel features every uzfs mount asks for (and the FUSE floor, see
+/// `fuse_floor.rs`, so that it measures the same transport).
+pub fn negotiate(config: &mut KernelConfig) {
+    // HANDLE_KILLPRIV_V2: clearing set-id bits on write, truncate and
+    // chown is ours to do (below), which spares the kernel a
+    // `security.capability` GETXATTR round trip on every write(2).
+    let mut want = InitFlags::FUSE_HANDLE_KILLPRIV_V2
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_MAX_PAGES;
+    if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    // One at a time: fuser adds none of a set if the kernel lacks one.
+    for flag in want.iter() {
+        if config.add_capabilities(flag).is_err() && std::env::var_os("UZFS_FUSE_STATS").is_some() {
+            eprintln!("uzfsd: kernel lacks FUSE capability {flag:?}");
+        }
+    }
+    let _ = config.set_max_write(1 << 20);
+    let _ = config.set_max_readahead(1 << 20);
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+}
+
+/// Mount options of every uzfs mount (request threads are
+/// `session::mount`'s, not fuser's).
+pub fn session_config(fsname: &str, readonly: bool) -> Config {
+    let mut opts = vec![
+        MountOption::FSName(fsname.to_string()),
+        MountOption::Subtype("uzfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    if readonly {
+        opts.push(MountOption::RO);
+    }
+    let mut config = Config::default();
+    config.mount_options = opts;
+    config.acl = SessionACL::All;
+    config
+}
+
+/// Mount `zpl` at `mountpoint`; returns the running session (its `join`
+/// waits for the request threads once the mount is gone).
+pub fn mount(
+    zpl: Arc<Zpl>,
+    mountpoint: &Path,
+    fsname: &str,
+    readonly: bool,
+) -> std::io::Result<Session> {
+    std::fs::create_dir_all(mountpoint)?;
+    let config = session_config(fsname, readonly);
+    session::mount(
+        Arc::new(FuseFs { zpl }),
+        mountpoint,
+        &config,
+        negotiate,
+        fuse_threads(),
+    )
+}
+
+pub fn fuse_threads() -> usize {
+    std::env::var("UZFS_FUSE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
+        .clamp(1, 64)
+}
