@@ -163,6 +163,9 @@ pub struct InHeader {
 
 impl InHeader {
     pub fn parse(b: &[u8]) -> Option<InHeader> {
+        if b.len() < IN_HEADER_LEN {
+            return None;
+        }
         let r = Rd(b);
         Some(InHeader {
             opcode: r.u32(4)?,
