@@ -30,5 +30,14 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 
+# FUSE over io_uring (Linux 6.14+): per-CPU request queues, 2-3x faster
+# small-file work than /dev/fuse. The kernel ships it switched off; uzfs
+# uses it where it is on (UZFS_FUSE_URING=0 keeps /dev/fuse).
+URING=/sys/module/fuse/parameters/enable_uring
+if [ -e "$URING" ] && [ "$(cat "$URING")" = N ] && [ "${UZFS_SETUP_URING:-1}" = 1 ]; then
+  echo "setup: enabling FUSE over io_uring ($URING = Y)"
+  echo Y | $SUDO tee "$URING" >/dev/null || echo "setup: could not enable it; mounts will use /dev/fuse"
+fi
+
 cargo build --release --bins
 echo "setup: built $(pwd)/target/release/uzfs"

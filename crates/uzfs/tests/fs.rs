@@ -467,6 +467,41 @@ make -s && ./prog"#,
     assert!(z.contains("No errors"), "{z}");
 }
 
+/// The transport the daemon's log says `dataset` was mounted over.
+fn transport_of(e: &Env, dataset: &str) -> String {
+    let log = std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default();
+    let prefix = format!("uzfsd: mounted {dataset} at ");
+    log.lines()
+        .rev()
+        .find_map(|l| Some(l.strip_prefix(&prefix)?.split_once(" over ")?.1))
+        .unwrap_or("not in the log")
+        .to_string()
+}
+
+#[test]
+fn the_transport_is_io_uring_where_the_kernel_offers_it() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    std::fs::write(m.join("f"), b"x").expect("write");
+    // scripts/setup.sh turns the kernel's switch on; UZFS_FUSE_URING=0 (the
+    // second pass of scripts/test.sh) keeps /dev/fuse.
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    let wanted = std::env::var("UZFS_FUSE_URING").map_or(true, |v| v != "0");
+    let want = if on && wanted {
+        "FUSE over io_uring"
+    } else {
+        "/dev/fuse"
+    };
+    assert_eq!(transport_of(&e, "tank"), want);
+    if std::env::var("UZFS_REQUIRE_URING").is_ok_and(|v| v == "1") {
+        assert_eq!(want, "FUSE over io_uring", "UZFS_REQUIRE_URING=1");
+    }
+}
+
 #[test]
 fn datasets_mount_inherit_and_unmount() {
     if !can_mount() {
