@@ -28,6 +28,7 @@ truncate -s "$DISK_SIZE" "$DEMO_DIR/disks/disk0" "$DEMO_DIR/disks/disk1"
 
 MNT="$DEMO_DIR/mnt"
 run "$UZFS" zpool create -m "$MNT" demo mirror "$DEMO_DIR/disks/disk0" "$DEMO_DIR/disks/disk1"
+{ grep -o 'mounted demo at .*' "$UZFS_RUNDIR/uzfsd.log" || true; } | tail -1   # the FUSE transport in use
 run "$UZFS" zfs create -o compression=zstd demo/src
 # Real programs on the mount: unpack a source tree, build a program, write a
 # database; remember every file's hash.
