@@ -20,7 +20,8 @@ cargo clippy --all-targets -- -D warnings
 export UZFS_REQUIRE_FUSE=${UZFS_REQUIRE_FUSE:-1}
 # Where the kernel has FUSE over io_uring (setup.sh switched it on), the
 # mounts must really use it.
-if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ]; then
+if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ] \
+   && [ "$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null || echo 0)" = 0 ]; then
   export UZFS_REQUIRE_URING=${UZFS_REQUIRE_URING:-1}
 fi
 cargo test --workspace
