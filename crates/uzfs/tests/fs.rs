@@ -503,6 +503,44 @@ fn the_transport_is_io_uring_where_the_kernel_offers_it() {
 }
 
 #[test]
+fn a_ring_that_cannot_start_falls_back_to_dev_fuse() {
+    if !can_mount() {
+        return;
+    }
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    if !on {
+        eprintln!("skipped: FUSE over io_uring is off in this kernel");
+        return;
+    }
+    // Queue 1's thread fails after queue 0's registered: without the
+    // fallback every request would wait forever for a ring that is never
+    // complete.
+    let mut e = Env::new();
+    e.envs
+        .push(("UZFS_FUSE_URING_FAIL_QUEUE".into(), "1".into()));
+    // The failure this guards against is a hang: fail instead.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, mnt) = (done.clone(), e.dir.path().join("mnt/tank"));
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(120));
+        if !d.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("requests hung on a ring that never became ready");
+            let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+            std::process::exit(101);
+        }
+    });
+    let m = pool(&e);
+    std::fs::write(m.join("f"), b"still served").expect("write");
+    assert_eq!(std::fs::read(m.join("f")).expect("read"), b"still served");
+    assert_eq!(transport_of(&e, "tank"), "/dev/fuse");
+    let log = std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default();
+    assert!(log.contains("injected failure"), "{log}");
+    e.ok(&["zpool", "export", "tank"]);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[test]
 fn datasets_mount_inherit_and_unmount() {
     if !can_mount() {
         return;

@@ -223,9 +223,12 @@ pub fn mount(
     if !got.uring.load(Ordering::Relaxed) {
         hint_uring_off();
     } else {
-        match uring::start(&dev, &fs, threads) {
-            Ok(ts) => {
-                session.threads.extend(ts);
+        // Threads that registered before a failure stay in the session:
+        // they end at unmount like the rest.
+        let (ts, r) = uring::start(&dev, &fs, threads);
+        session.threads.extend(ts);
+        match r {
+            Ok(()) => {
                 session.transport = Transport::IoUring;
                 classic = 1;
             }
@@ -457,16 +460,15 @@ mod uring {
         }
     }
 
+    /// (threads that have reported, the first error), and its condvar.
     type Ready = (Mutex<(usize, Option<io::Error>)>, std::sync::Condvar);
 
     fn report(ready: &Ready, r: io::Result<()>) {
         let (lock, cv) = ready;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        match r {
-            Ok(()) => g.0 += 1,
-            Err(e) => {
-                g.1.get_or_insert(e);
-            }
+        g.0 += 1;
+        if let Err(e) = r {
+            g.1.get_or_insert(e);
         }
         cv.notify_all();
     }
@@ -477,7 +479,7 @@ mod uring {
         dev: &Arc<File>,
         fs: &Arc<dyn Handler>,
         threads: usize,
-    ) -> io::Result<Vec<JoinHandle<()>>> {
+    ) -> (Vec<JoinHandle<()>>, io::Result<()>) {
         let (queues, online) = cpus();
         // Threads per queue: a WRITE that must read its record's old
         // contents from disk blocks its thread, and every request of that
@@ -488,28 +490,58 @@ mod uring {
         let per_queue = threads.clamp(1, 16).min((64 / online.len().max(1)).max(2));
         let ready: Arc<Ready> = Arc::default();
         let mut handles = Vec::new();
-        for qid in 0..queues {
+        let mut spawn_err = None;
+        'queues: for qid in 0..queues {
             // An offline CPU makes no requests, but its queue needs an
             // entry before the kernel uses the ring at all.
             let n = if online.contains(&qid) { per_queue } else { 1 };
             for _ in 0..n {
                 let (dev, fs, ready) = (dev.clone(), fs.clone(), ready.clone());
-                handles.push(
-                    std::thread::Builder::new()
-                        .name(format!("uzfs-ring-{qid}"))
-                        .spawn(move || serve_queue(qid, &dev, &*fs, &ready))?,
-                );
+                let t = std::thread::Builder::new()
+                    .name(format!("uzfs-ring-{qid}"))
+                    .spawn(move || serve_queue(qid, &dev, &*fs, &ready));
+                match t {
+                    Ok(t) => handles.push(t),
+                    Err(e) => {
+                        spawn_err = Some(e);
+                        break 'queues;
+                    }
+                }
             }
         }
         let (lock, cv) = &*ready;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while g.0 < handles.len() && g.1.is_none() {
+        // Every thread reports once, right after it has submitted its
+        // REGISTER (or failed before): wait for all, so none registers
+        // after a give_up below.
+        while g.0 < handles.len() {
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
-        match g.1.take() {
-            Some(e) => Err(e),
-            None => Ok(handles),
+        let r = spawn_err.or(g.1.take()).map_or(Ok(()), Err);
+        drop(g);
+        if r.is_err() {
+            give_up(dev);
         }
+        (handles, r)
+    }
+
+    /// Make the kernel stop waiting for the ring. Once INIT has granted
+    /// FUSE_OVER_IO_URING, requests wait until every queue has an entry;
+    /// if some queue never gets one (a thread could not start or set up
+    /// its ring), they would wait forever. A REGISTER the kernel refuses
+    /// (a queue number past the last) clears the connection's io_uring
+    /// flag and wakes them, and they go to /dev/fuse.
+    fn give_up(dev: &File) {
+        let ent = Entry::new();
+        let Ok(mut ring) = Ring::builder().build(2) else {
+            return;
+        };
+        let sqe = sqe(dev.as_raw_fd(), u16::MAX, CMD_REGISTER, 0, &ent);
+        if push(&mut ring, &sqe).is_ok() {
+            let _ = ring.submit_and_wait(1);
+        }
+        // The refusal has completed (or the ring is gone); `ent` may go.
+        drop(ring);
     }
 
     fn serve_queue(qid: usize, dev: &File, fs: &dyn Handler, ready: &Ready) {
@@ -518,6 +550,13 @@ mod uring {
         // 20k creates took 8 s instead of 3.2 s). COOP_TASKRUN and
         // DEFER_TASKRUN were measured too and were slower.
         pin_to(qid);
+        // Fault injection for the tests: this queue's thread fails to start.
+        if std::env::var("UZFS_FUSE_URING_FAIL_QUEUE").is_ok_and(|v| v == qid.to_string()) {
+            return report(
+                ready,
+                Err(io::Error::other(format!("queue {qid}: injected failure"))),
+            );
+        }
         let mut ent = Entry::new();
         let mut ring: Ring = match IoUring::builder().build(4) {
             Ok(r) => r,

@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub rundir: PathBuf,
+    /// More environment for the commands (and so for the daemon they start).
+    pub envs: Vec<(String, String)>,
 }
 
 impl Env {
@@ -19,7 +21,11 @@ impl Env {
             .tempdir_in("/tmp")
             .expect("tempdir");
         let rundir = dir.path().join("run");
-        Env { dir, rundir }
+        Env {
+            dir,
+            rundir,
+            envs: Vec::new(),
+        }
     }
     pub fn disk(&self, name: &str, mb: u64) -> String {
         let p = self.dir.path().join(name);
@@ -33,6 +39,7 @@ impl Env {
             .env("UZFS_RUNDIR", &self.rundir)
             .env("UZFS_TXG_TIMEOUT", "1")
             .env("UZFS_ALTROOT", self.dir.path().join("mnt"))
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .current_dir(self.dir.path())
             .output()
             .expect("run uzfs")
