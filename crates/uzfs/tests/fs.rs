@@ -467,6 +467,15 @@ make -s && ./prog"#,
     assert!(z.contains("No errors"), "{z}");
 }
 
+/// Whether a mount made now should use FUSE over io_uring: the kernel's
+/// switch is on (scripts/setup.sh turns it on) and this run does not keep
+/// /dev/fuse (`UZFS_FUSE_URING=0`, the second pass of scripts/test.sh).
+fn uring_expected() -> bool {
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    on && std::env::var("UZFS_FUSE_URING").map_or(true, |v| v != "0")
+}
+
 /// The transport the daemon's log says `dataset` was mounted over.
 fn transport_of(e: &Env, dataset: &str) -> String {
     let log = std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default();
@@ -486,12 +495,7 @@ fn the_transport_is_io_uring_where_the_kernel_offers_it() {
     let e = Env::new();
     let m = pool(&e);
     std::fs::write(m.join("f"), b"x").expect("write");
-    // scripts/setup.sh turns the kernel's switch on; UZFS_FUSE_URING=0 (the
-    // second pass of scripts/test.sh) keeps /dev/fuse.
-    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| v.trim() == "Y");
-    let wanted = std::env::var("UZFS_FUSE_URING").map_or(true, |v| v != "0");
-    let want = if on && wanted {
+    let want = if uring_expected() {
         "FUSE over io_uring"
     } else {
         "/dev/fuse"
@@ -507,9 +511,7 @@ fn a_ring_that_cannot_start_falls_back_to_dev_fuse() {
     if !can_mount() {
         return;
     }
-    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| v.trim() == "Y");
-    if !on || std::env::var("UZFS_FUSE_URING").is_ok_and(|v| v == "0") {
+    if !uring_expected() {
         eprintln!("skipped: FUSE over io_uring is off (kernel or UZFS_FUSE_URING=0)");
         return;
     }

@@ -138,15 +138,16 @@ pub fn op_header_len(opcode: u32) -> usize {
     }
 }
 
-/// Bounds-checked little-endian reads at fixed offsets.
-struct Rd<'a>(&'a [u8]);
+/// Bounds-checked little-endian reads at fixed offsets (requests, and the
+/// io_uring entry header in `session.rs`).
+pub struct Rd<'a>(pub &'a [u8]);
 
 impl Rd<'_> {
-    fn u32(&self, at: usize) -> Option<u32> {
+    pub fn u32(&self, at: usize) -> Option<u32> {
         let b = self.0.get(at..at + 4)?;
         Some(u32::from_le_bytes(b.try_into().ok()?))
     }
-    fn u64(&self, at: usize) -> Option<u64> {
+    pub fn u64(&self, at: usize) -> Option<u64> {
         let b = self.0.get(at..at + 8)?;
         Some(u64::from_le_bytes(b.try_into().ok()?))
     }

@@ -90,8 +90,8 @@ impl FuseFs {
         }
     }
 
-    /// Create any kind of node in `parent`, owned by the caller, and answer
-    /// with its entry.
+    /// Create any kind of node in the request's directory, owned by the
+    /// caller.
     fn make(
         &self,
         h: &InHeader,
@@ -149,22 +149,23 @@ impl FuseFs {
         Ok(())
     }
 
-    fn read(&self, ino: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
+    /// `obj` here and below: the object number, not the FUSE inode.
+    fn read(&self, obj: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         BUF.with(|b| {
             let mut b = b.borrow_mut();
             let want = (size as usize).min(out.room());
-            self.zpl.read_into(self.obj(ino), offset, want, &mut b)?;
+            self.zpl.read_into(obj, offset, want, &mut b)?;
             out.put(&b);
             Ok(())
         })
     }
 
-    fn readdir(&self, ino: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
-        for (next, obj, dt, name) in self.zpl.readdir(self.obj(ino), offset, 256)? {
-            if !out.dirent(size as usize, self.ino(obj), next, dt as u32, &name) {
+    fn readdir(&self, obj: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
+        for (next, child, dt, name) in self.zpl.readdir(obj, offset, 256)? {
+            if !out.dirent(size as usize, self.ino(child), next, dt as u32, &name) {
                 break;
             }
         }
@@ -186,11 +187,11 @@ impl FuseFs {
         )
     }
 
-    fn lseek(&self, ino: u64, offset: u64, whence: u32, out: &mut Out<'_>) -> ZResult<()> {
+    fn lseek(&self, obj: u64, offset: u64, whence: u32, out: &mut Out<'_>) -> ZResult<()> {
         let o = match whence as i32 {
             libc::SEEK_DATA | libc::SEEK_HOLE if offset <= i64::MAX as u64 => {
                 self.zpl
-                    .seek_data(self.obj(ino), offset, whence as i32 == libc::SEEK_DATA)?
+                    .seek_data(obj, offset, whence as i32 == libc::SEEK_DATA)?
             }
             _ => return Err(libc::EINVAL),
         };
@@ -202,17 +203,17 @@ impl FuseFs {
 impl Handler for FuseFs {
     fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
         let zpl = &self.zpl;
-        let ino = self.obj(h.nodeid);
+        let obj = self.obj(h.nodeid);
         match op {
-            Op::Lookup { name } => self.entry(zpl.lookup(ino, name), out),
+            Op::Lookup { name } => self.entry(zpl.lookup(obj, name), out),
             Op::Getattr => {
-                let a = zpl.getattr(ino)?;
+                let a = zpl.getattr(obj)?;
                 out.attr_out(&self.fattr(&a), TTL);
                 Ok(())
             }
             Op::Setattr(s) => self.setattr(h, &s, out),
             Op::Readlink => {
-                let t = zpl.readlink(ino)?;
+                let t = zpl.readlink(obj)?;
                 out.put(&t);
                 Ok(())
             }
@@ -229,8 +230,8 @@ impl Handler for FuseFs {
                 let r = self.make(h, name, libc::S_IFDIR | (mode & !umask & 0o7777), 0, None);
                 self.entry(r, out)
             }
-            Op::Unlink { name } => zpl.unlink(ino, name),
-            Op::Rmdir { name } => zpl.rmdir(ino, name),
+            Op::Unlink { name } => zpl.unlink(obj, name),
+            Op::Rmdir { name } => zpl.rmdir(obj, name),
             Op::Symlink { name, target } => {
                 let r = self.make(h, name, libc::S_IFLNK | 0o777, 0, Some(target));
                 self.entry(r, out)
@@ -240,25 +241,25 @@ impl Handler for FuseFs {
                 flags,
                 name,
                 newname,
-            } => zpl.rename(ino, name, self.obj(newdir), newname, flags),
+            } => zpl.rename(obj, name, self.obj(newdir), newname, flags),
             Op::Link { oldnodeid, newname } => {
-                self.entry(zpl.link(self.obj(oldnodeid), ino, newname), out)
+                self.entry(zpl.link(self.obj(oldnodeid), obj, newname), out)
             }
             Op::Open => {
-                zpl.open(ino)?;
+                zpl.open(obj)?;
                 // Keep the page cache across opens: every change to a file
                 // comes through this mount, so cached pages are never stale.
                 out.open(0, abi::FOPEN_KEEP_CACHE);
                 Ok(())
             }
-            Op::Read { offset, size } => self.read(h.nodeid, offset, size, out),
+            Op::Read { offset, size } => self.read(obj, offset, size, out),
             Op::Write {
                 offset,
                 write_flags,
                 data,
             } => {
                 let kill = write_flags & abi::WRITE_KILL_SUIDGID != 0;
-                let n = zpl.write_kill(ino, offset, data, kill)?;
+                let n = zpl.write_kill(obj, offset, data, kill)?;
                 out.written(n as u32);
                 Ok(())
             }
@@ -271,26 +272,26 @@ impl Handler for FuseFs {
             // trip per close. Dirty pages are still written back before
             // close returns.
             Op::Flush => Err(libc::ENOSYS),
-            Op::Release => zpl.release(ino),
-            Op::Fsync | Op::Fsyncdir => zpl.fsync(ino),
+            Op::Release => zpl.release(obj),
+            Op::Fsync | Op::Fsyncdir => zpl.fsync(obj),
             Op::Setxattr { flags, name, value } => {
-                zpl.setxattr(ino, name, Some(value), flags as i32)
+                zpl.setxattr(obj, name, Some(value), flags as i32)
             }
-            Op::Getxattr { size, name } => xattr_reply(&zpl.getxattr(ino, name)?, size, out),
+            Op::Getxattr { size, name } => xattr_reply(&zpl.getxattr(obj, name)?, size, out),
             Op::Listxattr { size } => {
                 let mut b = Vec::new();
-                for n in zpl.listxattr(ino)? {
+                for n in zpl.listxattr(obj)? {
                     b.extend_from_slice(&n);
                     b.push(0);
                 }
                 xattr_reply(&b, size, out)
             }
-            Op::Removexattr { name } => zpl.setxattr(ino, name, None, 0),
+            Op::Removexattr { name } => zpl.setxattr(obj, name, None, 0),
             Op::Opendir => {
                 out.open(0, 0);
                 Ok(())
             }
-            Op::Readdir { offset, size } => self.readdir(h.nodeid, offset, size, out),
+            Op::Readdir { offset, size } => self.readdir(obj, offset, size, out),
             Op::Releasedir => Ok(()),
             Op::Create { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & !umask & 0o7777), 0, None)?;
@@ -303,8 +304,8 @@ impl Handler for FuseFs {
                 offset,
                 length,
                 mode,
-            } => zpl.fallocate(ino, mode as i32, offset, length),
-            Op::Lseek { offset, whence } => self.lseek(h.nodeid, offset, whence, out),
+            } => zpl.fallocate(obj, mode as i32, offset, length),
+            Op::Lseek { offset, whence } => self.lseek(obj, offset, whence, out),
             Op::OneWay | Op::Unsupported => Err(libc::ENOSYS),
         }
     }

@@ -2,9 +2,9 @@
 //!
 //! # Why uzfs has its own transport
 //!
-//! A small-file create costs the application four or five synchronous
-//! round trips through the kernel (LOOKUP, GETATTR of the parent, CREATE,
-//! GETXATTR, ...). With requests read from /dev/fuse, each round trip wakes
+//! A small-file create costs the application six synchronous round trips
+//! through the kernel (GETATTR of the parent, LOOKUP, CREATE, GETXATTR,
+//! and WRITE and SETATTR at close). With requests read from /dev/fuse, each round trip wakes
 //! a server thread on whichever CPU it last ran, and the reply wakes the
 //! application back: on a VM every cross-CPU wake-up is an inter-processor
 //! interrupt, and the round trips, not the filesystem, set the pace
@@ -24,12 +24,12 @@
 //! * **io_uring** when the kernel offers `FUSE_OVER_IO_URING` and
 //!   `UZFS_FUSE_URING` is not `0`: for each online CPU's queue
 //!   `UZFS_FUSE_THREADS` (default 4, fewer past 16 CPUs) threads pinned to
-//!   that CPU (one for an offline CPU's), each with
-//!   its own ring and one ring entry (a 4 KiB header buffer and a 1 MiB
-//!   payload buffer, touched only as far as requests fill it). One entry per thread
-//!   means a thread busy with a slow request (an fsync committing a txg)
-//!   holds no idle entries the kernel could hand more requests to, so the
-//!   queue's other threads take them. FORGET and INTERRUPT still arrive on
+//!   that CPU (one for an offline CPU's), each with its own ring and one
+//!   ring entry (a 4 KiB header buffer and a 1 MiB payload buffer, touched
+//!   only as far as requests fill it). One entry per thread means a thread
+//!   busy with a slow request (an fsync committing a txg) holds no idle
+//!   entries the kernel could hand more requests to, so the queue's other
+//!   threads take them. FORGET and INTERRUPT still arrive on
 //!   /dev/fuse; one classic thread reads them.
 //! * **/dev/fuse** otherwise (or if registering the ring fails, in which
 //!   case the kernel itself falls back): `threads` threads, each reading
@@ -91,12 +91,6 @@ fn hint_uring_off() {
             )
         });
     }
-}
-
-/// What INIT settled, recorded by the negotiating filesystem.
-#[derive(Default)]
-pub struct Negotiated {
-    pub uring: AtomicBool,
 }
 
 /// Answer one request held in `(h, ophdr, payload)`; the reply payload goes
@@ -175,7 +169,8 @@ impl Session {
 pub struct Negotiator {
     pub negotiate: fn(&mut fuser::KernelConfig),
     pub want_uring: bool,
-    pub got: Arc<Negotiated>,
+    /// Set when INIT granted FUSE over io_uring.
+    pub got_uring: Arc<AtomicBool>,
 }
 
 impl fuser::Filesystem for Negotiator {
@@ -186,7 +181,7 @@ impl fuser::Filesystem for Negotiator {
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
                 .is_ok()
         {
-            self.got.uring.store(true, Ordering::Relaxed);
+            self.got_uring.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -205,11 +200,11 @@ pub fn mount(
     negotiate: fn(&mut fuser::KernelConfig),
     threads: usize,
 ) -> io::Result<Session> {
-    let got = Arc::new(Negotiated::default());
+    let got_uring = Arc::new(AtomicBool::new(false));
     let neg = Negotiator {
         negotiate,
         want_uring: uring_wanted(),
-        got: got.clone(),
+        got_uring: got_uring.clone(),
     };
     let fsess = fuser::Session::new(neg, mountpoint, config)?;
     let dev = Arc::new(File::from(fsess.as_fd().try_clone_to_owned()?));
@@ -220,7 +215,7 @@ pub fn mount(
         transport: Transport::DevFuse,
     };
     let mut classic = threads.max(1);
-    if !got.uring.load(Ordering::Relaxed) {
+    if !got_uring.load(Ordering::Relaxed) {
         hint_uring_off();
     } else {
         // Threads that registered before a failure stay in the session:
@@ -386,20 +381,6 @@ mod uring {
                 payload,
                 iov,
             }
-        }
-
-        fn u64_at(&self, at: usize) -> u64 {
-            self.header
-                .get(at..at + 8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_le_bytes)
-        }
-
-        fn u32_at(&self, at: usize) -> u32 {
-            self.header
-                .get(at..at + 4)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u32::from_le_bytes)
         }
     }
 
@@ -604,8 +585,9 @@ mod uring {
             if res < 0 {
                 break; // ENOTCONN: unmounted
             }
-            let commit_id = ent.u64_at(COMMIT_ID);
-            let plen = (ent.u32_at(PAYLOAD_SZ) as usize).min(ent.payload.len());
+            let hdr = abi::Rd(&ent.header);
+            let commit_id = hdr.u64(COMMIT_ID).unwrap_or(0);
+            let plen = (hdr.u32(PAYLOAD_SZ).unwrap_or(0) as usize).min(ent.payload.len());
             let Some(h) = InHeader::parse(&ent.header[..abi::IN_HEADER_LEN]) else {
                 break;
             };
@@ -626,7 +608,6 @@ mod uring {
                 ent.payload[..len].copy_from_slice(&small_out[..len]);
                 (err, len)
             };
-            let len = if err == 0 { len } else { 0 };
             let total = (abi::OUT_HEADER_LEN + len) as u32;
             abi::out_header(&mut ent.header, total, -err, h.unique);
             ent.header[PAYLOAD_SZ..PAYLOAD_SZ + 4].copy_from_slice(&(len as u32).to_le_bytes());
