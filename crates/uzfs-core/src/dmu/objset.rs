@@ -38,6 +38,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// ones below this layer) and returns the logical (decompressed) bytes.
 pub trait BlockReader: Send + Sync {
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>>;
+    /// A level-0 block was just written as `bp` with these logical
+    /// contents. A reader with a cache keeps them (OpenZFS's ARC keeps a
+    /// written buffer as the cached copy of its new block pointer), so the
+    /// next txg's read-modify-write of the block costs no device read. The
+    /// default has no cache.
+    fn written(&self, _bp: &BlkPtr, _data: &Arc<Vec<u8>>) {}
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -948,6 +954,11 @@ fn apply_blocks(
     let new_l0 = w.write_batch(&olds, l0_params(dn))?;
     for ((old, _), new) in olds.iter().zip(&new_l0) {
         used += new.asize() as i64 - old.asize() as i64;
+    }
+    for (data, new) in blocks.values().zip(&new_l0) {
+        if !new.is_hole() {
+            reader.written(new, data);
+        }
     }
     let items: Vec<(u64, BlkPtr)> = blocks.keys().copied().zip(new_l0).collect();
     let span = dn.capacity(dn.nlevels) / 3;

@@ -195,11 +195,23 @@ impl SpaIo {
     }
 }
 
+/// The block cache's key for `bp`: its first copy's address and the first
+/// half of its checksum, so a block rewritten in place is a new key.
+fn cache_key(bp: &BlkPtr) -> crate::arc::Key {
+    let mut ck = [0u8; 16];
+    ck.copy_from_slice(&bp.checksum[..16]);
+    (bp.dva[0].vdev, bp.dva[0].offset, ck)
+}
+
 impl BlockReader for SpaIo {
+    fn written(&self, bp: &BlkPtr, data: &Arc<Vec<u8>>) {
+        if bp.lsize as usize == data.len() {
+            self.cache.insert(cache_key(bp), data.clone());
+        }
+    }
+
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
-        let mut ck = [0u8; 16];
-        ck.copy_from_slice(&bp.checksum[..16]);
-        let key = (bp.dva[0].vdev, bp.dva[0].offset, ck);
+        let key = cache_key(bp);
         if let Some(v) = self.cache.get(&key) {
             return Ok(v);
         }

@@ -51,7 +51,7 @@ use super::{feature, lock, Pool};
 use crate::dmu::blkptr::{BlkPtr, Dva};
 use crate::dmu::checksum::ChecksumType;
 use crate::dmu::compress::{self, Compression};
-use crate::dmu::objset::{BlockWriter, TxgDirty, WriteParams};
+use crate::dmu::objset::{BlockReader, BlockWriter, TxgDirty, WriteParams};
 use crate::error::{Error, Result};
 use crate::spa::config::FeatureState;
 use crate::spa::io::SpaIo;
@@ -318,7 +318,10 @@ impl BlockWriter for SyncWriter<'_> {
         let checksum = wp.checksum.compute(&phys);
         let dva = self.place(old, phys.len() as u64, wp.copies)?;
         self.io.write_phys(&dva, &phys, self.txg)?;
-        Ok(self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp))
+        let bp = self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp);
+        // Indirect and object-set blocks: the next txg walks them again.
+        self.io.written(&bp, &Arc::new(data.to_vec()));
+        Ok(bp)
     }
 
     fn free_bp(&mut self, bp: &BlkPtr) {
