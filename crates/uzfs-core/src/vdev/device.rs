@@ -61,15 +61,18 @@ pub const WRITEBACK_HINT_MIN: usize = 64 << 10;
 /// filesystem that supports direct I/O at all.
 pub const DIRECT_ALIGN: usize = 4096;
 
-/// Whether data writes may bypass the host page cache (`UZFS_DIRECT_IO=1`
-/// in the daemon's environment; off by default). On the VMs the benchmarks
-/// run on, the host's page cache in front of a virtual disk absorbs a txg
-/// faster than direct writes reach the disk, so buffered writes win
-/// (bench/RESULTS.md); on real disks direct I/O saves a copy per mirror side
-/// and a second cache of the same data.
+/// Whether data writes may bypass the host page cache (on by default;
+/// `UZFS_DIRECT_IO=0` in the daemon's environment turns it off). Direct
+/// writes save a copy into the host's page cache per mirror side, which was
+/// a third of the daemon's CPU in 16 KiB random writes, and a second cache
+/// of data the block cache already holds: blocks a sync writes stay in the
+/// block cache (`BlockReader::written`), so the next txg's
+/// read-modify-write does not need the host's copy. Before that cache
+/// existed, buffered writes were faster on the benchmark VMs, because the
+/// page cache served those reads (bench/RESULTS.md).
 pub fn direct_io_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("UZFS_DIRECT_IO").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("UZFS_DIRECT_IO").map_or(true, |v| v != "0"))
 }
 
 /// A regular file or a block device.

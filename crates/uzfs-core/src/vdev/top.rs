@@ -581,7 +581,7 @@ impl TopVdev {
     /// for [`write_block`](Self::write_block)) with one thread per child, so
     /// a mirror's sides (or a RAID-Z's columns) are written in parallel: a
     /// sync thread writing a record to each side in turn spent most of a
-    /// large txg in `pwrite`. With direct I/O (`UZFS_DIRECT_IO=1`), blocks
+    /// large txg in `pwrite`. With direct I/O (the default), blocks
     /// that follow each other on a mirror or single disk are copied once
     /// into one aligned buffer and go out as one write per side, which
     /// `FileDevice` sends around the host's page cache. Each block keeps

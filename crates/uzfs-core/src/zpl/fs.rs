@@ -946,13 +946,15 @@ impl Zpl {
                 let _ = self.os.read_block(obj, end / bs);
             }
         }
+        // The write throttle may sleep: not while holding the object, or
+        // every writer of the file would queue behind one writer's delay.
+        self.ctx.admit(data.len() as u64)?;
         let _g = self.lock_objs(&[obj]);
         let (dn, mut z) = self.load(obj)?;
         if z.is_dir() {
             return Err(libc::EISDIR);
         }
         self.grow(obj, &dn, end)?;
-        self.ctx.admit(data.len() as u64)?;
         io(self.os.write(obj, offset, data))?;
         let t = now_ns();
         z.mtime = t;
