@@ -77,7 +77,13 @@ transport() { grep -o 'mounted bench_uzfs at .* over .*' "$UZFS_RUNDIR/uzfsd.log
 metric() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-}" "${4:-}" >> "$RES/metrics.tsv"; }
 now() { echo "$EPOCHREALTIME"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b-a}'; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# Cold means uzfs's block cache too: the kernel's drop_caches cannot reach
+# memory in a user-space daemon, so `zinject -a` flushes it (OpenZFS's ARC
+# gives memory back to drop_caches through its shrinker).
+drop_caches() {
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  "$U" zinject -a bench_uzfs || metric FAIL_flush "zinject -a failed"
+}
 fio_job() {
   local name=$1; shift
   local t0 t1; t0=$(now)

@@ -223,15 +223,40 @@ zinject -d DEVICE -C COUNT POOL
 \tSilently corrupt COUNT random allocated blocks' data on the device.
 zinject -c DEVICE|all POOL
 \tClear injections; a vanished device comes back and is resilvered.
+zinject -a [POOL]
+\tFlush the block cache (ARC) of POOL, or of every imported pool; with
+\tanother form, before injecting. The next read of every block goes to
+\tthe devices (a cold read, or a corruption noticed at once).
 ";
 
 pub fn zinject(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "d:e:T:D:C:c:h") {
+    let (o, rest) = match getopt(args, "d:e:T:D:C:c:ha") {
         Ok(x) => x,
         Err(e) => return Response::err(2, format!("{e}\n{ZINJECT_USAGE}")),
     };
     if has(&o, 'h') {
         return Response::ok(ZINJECT_USAGE.into());
+    }
+    if has(&o, 'a') {
+        let pools: Vec<_> = match rest.first() {
+            Some(name) => match get_pool(d, name) {
+                Ok(p) => vec![p],
+                Err(r) => return r,
+            },
+            None => d
+                .pools
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect(),
+        };
+        for p in &pools {
+            p.io.cache.clear();
+        }
+        if o.iter().all(|(c, _)| *c == 'a') {
+            return Response::ok(String::new());
+        }
     }
     if o.is_empty() && rest.is_empty() {
         return zinject_list(d);

@@ -365,3 +365,31 @@ fn scrub_pause_resume_cancel_show_in_status() {
         "{st}"
     );
 }
+
+/// Blocks a sync wrote are served from the block cache; `zinject -a`
+/// flushes it, so the next read goes to the devices (here failing them all).
+#[test]
+fn zinject_a_flushes_the_block_cache() {
+    let e = Env::new();
+    let d: Vec<String> = (0..2).map(|i| e.disk(&format!("d{i}"), 128)).collect();
+    e.ok(&["zpool", "create", "tank", "mirror", &d[0], &d[1]]);
+    let obj = put(&e, "tank", 4, 5);
+    e.ok(&["zpool", "sync", "tank"]);
+    e.ok(&["zinject", "-d", &d[0], "-e", "io", "-T", "read", "tank"]);
+    e.ok(&["zinject", "-d", &d[1], "-e", "io", "-T", "read", "tank"]);
+    // Written in the last txg, so still cached: no device is read.
+    get_matches(&e, "tank", &obj, 5);
+    e.ok(&["zinject", "-a", "tank"]);
+    let back = e.dir.path().join("back5");
+    let r = e.run(&["object", "get", "tank", &obj, &back.display().to_string()]);
+    assert!(
+        !r.status.success(),
+        "read with both sides failing and the cache flushed succeeded"
+    );
+    e.ok(&["zinject", "-c", "all", "tank"]);
+    e.ok(&["zpool", "clear", "tank"]);
+    // Every pool's cache when no pool is named.
+    e.ok(&["zinject", "-a"]);
+    get_matches(&e, "tank", &obj, 5);
+    e.fails(&["zinject", "-a", "nosuch"], 1, "no such pool");
+}
