@@ -2,6 +2,9 @@
 //! blocks bounded in bytes; the adaptive (MRU/MFU with ghost lists) policy and
 //! L2ARC belong to a later issue. Keys include the checksum, so a block
 //! rewritten in place within its birth txg can never be served stale.
+//! Blocks enter it when read and when a sync writes them (the data is the
+//! dirty buffer itself, no copy), so the next txg's read-modify-write of a
+//! record finds it here. `zinject -a` empties it.
 //!
 //! # Size under memory pressure
 //!
