@@ -304,6 +304,8 @@ fn datasets_properties_quota_and_destroy() {
         .expect("root prop");
     let fs = mount(&p, "tank/a/b");
     let f = fs.mknod(fs.root, b"f", REG, 0, 0, 0, None).expect("f");
+    // An empty file suggests whole records for I/O (st_blksize), as OpenZFS.
+    assert_eq!(fs.getattr(f.ino).expect("attr").blksize, 16 << 10);
     let mut off = 0u64;
     let err = loop {
         match fs.write(f.ino, off, &pattern(off, 256 << 10)) {

@@ -337,8 +337,13 @@ impl Zpl {
             ino: obj,
             size,
             blocks: dn.used_bytes.div_ceil(512),
+            // An empty file has no block size yet: suggest the record
+            // size, as OpenZFS does, so stdio writes a new file in
+            // records rather than 4 KiB pieces.
             blksize: if z.is_dir() {
                 512
+            } else if size == 0 {
+                self.ctx.props().recordsize.max(4096)
             } else {
                 dn.datablksz.max(4096)
             },
