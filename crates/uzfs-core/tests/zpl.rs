@@ -429,3 +429,44 @@ fn hostile_master_node_and_xattr_object_are_errors() {
     assert_eq!(fs.read(f.ino, 0, 8).expect("read"), b"precious");
     p.sync().expect("sync");
 }
+
+/// `rm big; create new` on a dataset at its quota works at once, without a
+/// sync in between: a refused write waits for the syncs that free the
+/// unlinked file's space (OpenZFS's ERESTART), and only a quota that is
+/// still full after them answers EDQUOT.
+#[test]
+fn space_freed_by_unlink_is_waited_for_not_refused() {
+    let world = SimWorld::new();
+    let (disks, p) = pool(&world, 256 << 20);
+    p.create_dataset("tank/q", &[("quota".into(), "4M".into())], false)
+        .expect("create");
+    let fs = mount(&p, "tank/q");
+    let big = fs.mknod(fs.root, b"big", REG, 0, 0, 0, None).expect("big");
+    let mut off = 0u64;
+    let err = loop {
+        match fs.write(big.ino, off, &pattern(off, 256 << 10)) {
+            Ok(n) => off += n as u64,
+            Err(e) => break e,
+        }
+        assert!(off <= 64 << 20, "quota never enforced");
+    };
+    assert_eq!(err, libc::EDQUOT);
+    p.sync().expect("sync");
+    // Still full: refused again after the syncs it waits for.
+    let x = fs.mknod(fs.root, b"x", REG, 0, 0, 0, None).expect("x");
+    assert_eq!(fs.write(x.ino, 0, &pattern(1, 1 << 20)), Err(libc::EDQUOT));
+    fs.unlink(fs.root, b"big").expect("unlink");
+    fs.release(big.ino).expect("release");
+    // No sync here: the write waits for the one that frees `big`.
+    let new = fs
+        .mknod(fs.root, b"new", REG, 0, 0, 0, None)
+        .expect("new after unlink");
+    let data = pattern(3, 1 << 20);
+    fs.write(new.ino, 0, &data).expect("write after unlink");
+    p.sync().expect("sync");
+    let back = fs.read(new.ino, 0, 1 << 20).expect("read");
+    assert!(back == data);
+    drop(fs);
+    p.close().expect("close");
+    zdb_clean(&world, &disks);
+}

@@ -595,8 +595,8 @@ impl DsCtx {
     }
 }
 
-impl DatasetCtx for DsCtx {
-    fn admit(&self, bytes: u64) -> zpl::fs::ZResult<()> {
+impl DsCtx {
+    fn try_admit(&self, bytes: u64) -> zpl::fs::ZResult<()> {
         let pool = &self.pool;
         let quota = self.quota.load(std::sync::atomic::Ordering::Relaxed);
         let mut d: Option<Arc<Dataset>> = quota.then(|| self.ds.clone());
@@ -607,6 +607,33 @@ impl DatasetCtx for DsCtx {
             d = pool.parent_of(&x);
         }
         pool.admit(bytes).map_err(zpl::fs::errno)
+    }
+}
+
+/// Txg syncs a write refused for space waits for before the refusal
+/// stands.
+const SPACE_RETRY_SYNCS: u32 = 3;
+
+impl DatasetCtx for DsCtx {
+    /// Admit `bytes` of new data, or refuse it with EDQUOT / ENOSPC. A
+    /// refusal first waits for txg syncs, as OpenZFS's
+    /// `dsl_dir_tempreserve_space` answers ERESTART while space is in
+    /// flight: until a sync, an unlinked file's blocks still count against
+    /// the quota and the pool, so without the wait `rm big; touch new` on a
+    /// full dataset would fail.
+    fn admit(&self, bytes: u64) -> zpl::fs::ZResult<()> {
+        let mut syncs = 0;
+        loop {
+            match self.try_admit(bytes) {
+                Err(e) if (e == libc::EDQUOT || e == libc::ENOSPC) && syncs < SPACE_RETRY_SYNCS => {
+                    syncs += 1;
+                    if self.pool.txg_wait_synced().is_err() {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        }
     }
     fn commit(&self, _obj: u64) -> zpl::fs::ZResult<()> {
         self.pool
