@@ -38,11 +38,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// ones below this layer) and returns the logical (decompressed) bytes.
 pub trait BlockReader: Send + Sync {
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>>;
-    /// A level-0 block was just written as `bp` with these logical
-    /// contents. A reader with a cache keeps them (OpenZFS's ARC keeps a
-    /// written buffer as the cached copy of its new block pointer), so the
-    /// next txg's read-modify-write of the block costs no device read. The
-    /// default has no cache.
+    /// A block was just written as `bp` with these logical contents (the
+    /// sync offers every data block here, and the SPA its indirect and
+    /// object-set blocks). A reader with a cache keeps them (OpenZFS's ARC
+    /// keeps a written buffer as the cached copy of its new block pointer),
+    /// so the next txg's read-modify-write of the block costs no device
+    /// read. The default has no cache.
     fn written(&self, _bp: &BlkPtr, _data: &Arc<Vec<u8>>) {}
 }
 
