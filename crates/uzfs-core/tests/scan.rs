@@ -2,6 +2,7 @@
 
 mod common;
 use common::{devs, pattern};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uzfs_core::dmu::dnode::ObjProps;
 use uzfs_core::spa::scan::{ScanFunc, ScanState};
@@ -305,6 +306,11 @@ fn two_replacements_share_one_resilver() {
     let (mut disks, pool) = make(&world, TopKind::Raidz2, 6, false);
     let objs = write_objs(&pool, 10, 6, 500_000);
     let (n1, n2) = (world.disk("n1", DISK), world.disk("n2", DISK));
+    // Slow a surviving disk, so the resilver the first replace starts is
+    // still running when the second one joins it, however the threads of
+    // a loaded machine are scheduled.
+    let slow = pool.io.tops()[0].children[0].clone();
+    slow.inject.delay_us.store(2_000, Ordering::Relaxed);
     for (i, n) in [(1usize, &n1), (4, &n2)] {
         disks[i].fail_reads(true);
         pool.replace(
@@ -315,6 +321,7 @@ fn two_replacements_share_one_resilver() {
         )
         .expect("replace");
     }
+    slow.inject.delay_us.store(0, Ordering::Relaxed);
     let s = run_to_end(&pool);
     assert_eq!(s.targets.len(), 2, "one scan for both new disks: {s:?}");
     let t = pool.io.tops()[0].clone();

@@ -552,15 +552,25 @@ impl Pool {
 
     /// Stop the scan thread (keeping the persisted state) and wait for it.
     pub(crate) fn stop_scan_thread(&self) {
-        let h = lock(&self.scan).thread.take();
-        let Some(h) = h else { return };
-        if h.thread().id() == std::thread::current().id() {
-            // The scan thread itself starting the next scan: it returns
-            // right after, so let it go.
-            return;
-        }
-        self.scan_sig.stop.store(true, Ordering::Relaxed);
+        // Taking the handle and raising `stop` happen under the scan lock,
+        // where `start_scan_thread` looks at both: a scan thread that,
+        // while being stopped, finishes and starts the next scan must not
+        // spawn a thread that sees `stop` and exits at once, leaving the
+        // new scan recorded as running with nothing running it (two quick
+        // `zpool replace`s did that).
+        let h = {
+            let mut c = lock(&self.scan);
+            let Some(h) = c.thread.take() else { return };
+            if h.thread().id() == std::thread::current().id() {
+                // The scan thread itself starting the next scan: it returns
+                // right after, so let it go.
+                return;
+            }
+            self.scan_sig.stop.store(true, Ordering::Relaxed);
+            h
+        };
         let _ = h.join();
+        let _c = lock(&self.scan);
         self.scan_sig.stop.store(false, Ordering::Relaxed);
     }
 
@@ -577,7 +587,8 @@ impl Pool {
 
     pub(crate) fn start_scan_thread(self: &Arc<Self>) {
         let mut c = lock(&self.scan);
-        if c.thread.is_some() {
+        // A stop under way: whoever stops the thread starts the next one.
+        if c.thread.is_some() || self.scan_sig.stop.load(Ordering::Relaxed) {
             return;
         }
         if let Some(p) = &c.phys {
