@@ -67,7 +67,9 @@ pub trait BlockWriter {
     fn free_bp(&mut self, bp: &BlkPtr);
     /// Write many level-0 blocks at once (the I/O pipeline may compress,
     /// checksum and issue them in parallel). Same semantics as `write_bp`
-    /// applied to each `(old, data)` in order.
+    /// applied to each `(old, data)` in order, except that the blocks are
+    /// not offered to a cache: the caller holds them shared and offers them
+    /// itself (`BlockReader::written`), without a copy.
     fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         items
             .iter()

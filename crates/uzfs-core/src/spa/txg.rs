@@ -188,6 +188,22 @@ impl SyncWriter<'_> {
         Ok(d)
     }
 
+    /// Compress, checksum, place and write one block: `write_bp` without
+    /// offering it to the block cache.
+    fn write_one(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
+        let alg = if self.pass >= 2 {
+            Compression::Off
+        } else {
+            wp.compress
+        };
+        let (comp, phys) = compress::compress(alg, data);
+        self.note_features(comp, wp.checksum);
+        let checksum = wp.checksum.compute(&phys);
+        let dva = self.place(old, phys.len() as u64, wp.copies)?;
+        self.io.write_phys(&dva, &phys, self.txg)?;
+        Ok(self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp))
+    }
+
     fn make_bp(
         &self,
         dva: [Dva; 3],
@@ -233,7 +249,7 @@ impl BlockWriter for SyncWriter<'_> {
         if items.len() <= CHUNK {
             return items
                 .iter()
-                .map(|(old, d)| self.write_bp(old, d, wp))
+                .map(|(old, d)| self.write_one(old, d, wp))
                 .collect();
         }
         let helpers = std::thread::available_parallelism()
@@ -308,18 +324,9 @@ impl BlockWriter for SyncWriter<'_> {
     }
 
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
-        let alg = if self.pass >= 2 {
-            Compression::Off
-        } else {
-            wp.compress
-        };
-        let (comp, phys) = compress::compress(alg, data);
-        self.note_features(comp, wp.checksum);
-        let checksum = wp.checksum.compute(&phys);
-        let dva = self.place(old, phys.len() as u64, wp.copies)?;
-        self.io.write_phys(&dva, &phys, self.txg)?;
-        let bp = self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp);
+        let bp = self.write_one(old, data, wp)?;
         // Indirect and object-set blocks: the next txg walks them again.
+        // (Batched blocks are offered by their caller, without a copy.)
         self.io.written(&bp, &Arc::new(data.to_vec()));
         Ok(bp)
     }
