@@ -593,9 +593,9 @@ impl DsCtx {
             std::sync::atomic::Ordering::Relaxed,
         );
     }
-}
 
-impl DsCtx {
+    /// One admission attempt (quota on the way up, then the pool); `admit`
+    /// retries it across syncs.
     fn try_admit(&self, bytes: u64) -> zpl::fs::ZResult<()> {
         let pool = &self.pool;
         let quota = self.quota.load(std::sync::atomic::Ordering::Relaxed);

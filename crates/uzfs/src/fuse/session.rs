@@ -4,12 +4,12 @@
 //!
 //! A small-file create costs the application six synchronous round trips
 //! through the kernel (GETATTR of the parent, LOOKUP, CREATE, GETXATTR,
-//! and WRITE and SETATTR at close). With requests read from /dev/fuse, each round trip wakes
-//! a server thread on whichever CPU it last ran, and the reply wakes the
-//! application back: on a VM every cross-CPU wake-up is an inter-processor
-//! interrupt, and the round trips, not the filesystem, set the pace
-//! (measured: 20,000 creates take 2.1 s on an in-memory filesystem, 0.9 s
-//! with everything pinned to one CPU).
+//! and WRITE and SETATTR at close). With requests read from /dev/fuse,
+//! each round trip wakes a server thread on whichever CPU it last ran, and
+//! the reply wakes the application back: on a VM every cross-CPU wake-up
+//! is an inter-processor interrupt, and the round trips, not the
+//! filesystem, set the pace (measured: 20,000 creates take 2.1 s on an
+//! in-memory filesystem, 0.9 s with everything pinned to one CPU).
 //!
 //! FUSE over io_uring (Linux 6.14+, `CONFIG_FUSE_IO_URING`, module
 //! parameter `fuse.enable_uring=1`) gives the kernel one queue per CPU: a
