@@ -21,6 +21,19 @@ pub enum Error {
     NoSpace,
     #[error("{0}")]
     Unsupported(String),
+    /// An object, dataset or name that is not there (ENOENT).
+    #[error("{0}")]
+    NotFound(String),
+    /// Beyond the largest object or file size (EFBIG).
+    #[error("{0}")]
+    TooBig(String),
+    /// The pool stopped committing (a sync failed or an invariant broke):
+    /// writes get EIO until `zpool clear` resumes it.
+    #[error("pool '{pool}' is suspended: {why}")]
+    Suspended { pool: String, why: String },
+    /// A broken invariant of the engine itself: a bug, never bad input.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -32,5 +45,11 @@ impl Error {
     }
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
+    }
+    pub fn suspended(pool: &str, why: &str) -> Self {
+        Error::Suspended {
+            pool: pool.to_string(),
+            why: why.to_string(),
+        }
     }
 }

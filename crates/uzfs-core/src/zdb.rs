@@ -231,7 +231,12 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         .any(|(_, d)| d.obj_type == ot::DSL_DATASET)
     {
         let dir = crate::spa::lock(&pool.st).dir.clone();
-        let mos = crate::dmu::objset::Objset::open(&ub.rootbp, pool.io.clone(), ub.txg + 1)?;
+        let mos = crate::dmu::objset::Objset::open(
+            &ub.rootbp,
+            pool.io.clone(),
+            Default::default(),
+            ub.txg + 1,
+        )?;
         for (id, bp) in crate::spa::committed_datasets(&mos, &dir)? {
             let name = if id == 1 {
                 pool.name.clone()

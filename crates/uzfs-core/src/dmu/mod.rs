@@ -6,3 +6,4 @@ pub mod checksum;
 pub mod compress;
 pub mod dnode;
 pub mod objset;
+pub mod tx;

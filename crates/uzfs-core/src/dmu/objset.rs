@@ -30,6 +30,7 @@ use super::blkptr::{BlkPtr, BLKPTR_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
+use super::tx::{Tx, TxgGate};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -157,6 +158,9 @@ pub struct ObjsetSpace {
 pub struct Objset {
     pub os_type: u64,
     reader: Arc<dyn BlockReader>,
+    /// The pool's txg gate (shared by every object set of the pool): the
+    /// freeze waits for the holds on it (see `dmu/tx.rs`).
+    gate: Arc<TxgGate>,
     st: Mutex<OsState>,
     /// Serializes object-number allocation.
     create_lock: Mutex<()>,
@@ -175,16 +179,26 @@ enum BlockSource {
 
 impl Objset {
     /// A new, empty object set; its first sync writes it.
-    pub fn create(os_type: u64, reader: Arc<dyn BlockReader>, open_txg: u64) -> Self {
+    pub fn create(
+        os_type: u64,
+        reader: Arc<dyn BlockReader>,
+        gate: Arc<TxgGate>,
+        open_txg: u64,
+    ) -> Self {
         let meta = DnodePhys::new(ot::DNODE, DNODE_BLOCK_SIZE, &ObjProps::METADATA);
-        Self::with_root(os_type, reader, open_txg, BlkPtr::HOLE, meta)
+        Self::with_root(os_type, reader, gate, open_txg, BlkPtr::HOLE, meta)
     }
 
     /// Open the object set rooted at `bp`.
-    pub fn open(bp: &BlkPtr, reader: Arc<dyn BlockReader>, open_txg: u64) -> Result<Self> {
+    pub fn open(
+        bp: &BlkPtr,
+        reader: Arc<dyn BlockReader>,
+        gate: Arc<TxgGate>,
+        open_txg: u64,
+    ) -> Result<Self> {
         let data = reader.read_bp(bp)?;
         let (os_type, meta) = decode_objset_phys(&data)?;
-        let os = Self::with_root(os_type, reader, open_txg, *bp, meta);
+        let os = Self::with_root(os_type, reader, gate, open_txg, *bp, meta);
         lock(&os.st).space = decode_objset_space(&data);
         Ok(os)
     }
@@ -192,6 +206,7 @@ impl Objset {
     fn with_root(
         os_type: u64,
         reader: Arc<dyn BlockReader>,
+        gate: Arc<TxgGate>,
         open_txg: u64,
         bp: BlkPtr,
         meta: DnodePhys,
@@ -199,6 +214,7 @@ impl Objset {
         Objset {
             os_type,
             reader,
+            gate,
             st: Mutex::new(OsState {
                 bp,
                 meta,
@@ -210,6 +226,17 @@ impl Objset {
             }),
             create_lock: Mutex::new(()),
         }
+    }
+
+    /// Hold the open txg (`tx_begin`): every change made while the `Tx`
+    /// lives lands in one txg. See `dmu/tx.rs` for what may and may not be
+    /// done while holding it.
+    pub fn tx(&self) -> Tx<'_> {
+        self.gate.hold()
+    }
+
+    pub fn gate(&self) -> &Arc<TxgGate> {
+        &self.gate
     }
 
     pub fn root_bp(&self) -> BlkPtr {
@@ -240,7 +267,8 @@ impl Objset {
         lock(&self.st).open.is_empty()
     }
 
-    /// Close the open txg: its dirty set becomes the syncing set.
+    /// Close the open txg: its dirty set becomes the syncing set. The
+    /// caller has quiesced the pool's gate, so no operation is half done.
     pub fn freeze(&self, next_txg: u64) -> Arc<TxgDirty> {
         let mut st = lock(&self.st);
         debug_assert!(st.syncing.is_none(), "freeze while a txg is syncing");
@@ -332,7 +360,7 @@ impl Objset {
     /// Type, block size and logical size of an existing object.
     pub fn stat(&self, obj: u64) -> Result<DnodePhys> {
         self.dnode(obj)?
-            .ok_or_else(|| Error::invalid(format!("object {obj} does not exist")))
+            .ok_or_else(|| Error::NotFound(format!("object {obj} does not exist")))
     }
 
     fn block_source(&self, obj: u64, blkid: u64) -> Result<BlockSource> {
@@ -342,7 +370,7 @@ impl Objset {
             for d in layers.into_iter().flatten() {
                 if let Some(o) = d.objs.get(&obj) {
                     if o.freed {
-                        return Err(Error::invalid(format!("object {obj} does not exist")));
+                        return Err(Error::NotFound(format!("object {obj} does not exist")));
                     }
                     if let Some(b) = o.blocks.get(&blkid) {
                         return Ok(BlockSource::Data(b.clone()));
@@ -399,6 +427,7 @@ impl Objset {
 
     /// Create an object; returns its number.
     pub fn create_object(&self, obj_type: u8, blksz: u32, props: &ObjProps) -> Result<u64> {
+        let _tx = self.tx();
         if blksz < 512 || !blksz.is_multiple_of(512) || blksz > super::blkptr::MAX_BLOCK_SIZE {
             return Err(Error::invalid(format!("invalid block size {blksz}")));
         }
@@ -459,6 +488,7 @@ impl Objset {
 
     /// Free an object and all its blocks.
     pub fn free_object(&self, obj: u64) -> Result<()> {
+        let _tx = self.tx();
         let bs = self.stat(obj)?.datablksz as u64;
         let mut st = lock(&self.st);
         let d = st.open.objs.entry(obj).or_default();
@@ -476,6 +506,7 @@ impl Objset {
 
     /// Set the logical size of an object (bytes beyond it read as zeros).
     pub fn set_size(&self, obj: u64, size: u64) -> Result<()> {
+        let _tx = self.tx();
         self.stat(obj)?;
         lock(&self.st).open.objs.entry(obj).or_default().size = Some(size);
         Ok(())
@@ -483,6 +514,7 @@ impl Objset {
 
     /// Replace the bonus buffer of an object.
     pub fn set_bonus(&self, obj: u64, bonus: &[u8; BONUS_SIZE]) -> Result<()> {
+        let _tx = self.tx();
         self.stat(obj)?;
         lock(&self.st).open.objs.entry(obj).or_default().bonus = Some(*bonus);
         Ok(())
@@ -492,6 +524,7 @@ impl Objset {
     /// (OpenZFS dnode_set_blksz): small files start with a small block and
     /// grow up to the record size, so a 100-byte file costs 512 bytes.
     pub fn grow_blocksize(&self, obj: u64, new_bs: u32) -> Result<()> {
+        let _tx = self.tx();
         let dn = self.stat(obj)?;
         if new_bs <= dn.datablksz {
             return Ok(());
@@ -533,6 +566,7 @@ impl Objset {
     /// zeros and, once synced, are holes that take no space (indirect blocks
     /// left with only holes are freed too). The logical size is unchanged.
     pub fn free_range(&self, obj: u64, start: u64, end: u64) -> Result<()> {
+        let _tx = self.tx();
         let bs = self.stat(obj)?.datablksz as u64;
         if start >= end {
             return Ok(());
@@ -572,10 +606,13 @@ impl Objset {
         blkid: u64,
         f: impl FnOnce(&mut Vec<u8>) -> R,
     ) -> Result<R> {
+        // The hold keeps the open txg open from the check to the change, so
+        // the block read below is still the open txg's when it goes in.
+        let _tx = self.tx();
         let dn = self.stat(obj)?;
         let bs = dn.datablksz as u64;
         if blkid >= dn.capacity(8) {
-            return Err(Error::invalid("write beyond the largest object size"));
+            return Err(Error::TooBig("write beyond the largest object size".into()));
         }
         let have = {
             let st = lock(&self.st);
@@ -584,21 +621,32 @@ impl Objset {
                 .get(&obj)
                 .is_some_and(|d| d.blocks.contains_key(&blkid))
         };
-        if !have {
-            let block = self.block_copy(obj, blkid, bs)?;
-            let mut st = lock(&self.st);
-            let d = st.open.objs.entry(obj).or_default();
-            if let std::collections::btree_map::Entry::Vacant(e) = d.blocks.entry(blkid) {
-                e.insert(Arc::new(block));
-                st.open.bytes += bs;
-            }
-        }
-        let mut st = lock(&self.st);
-        let d = st.open.objs.entry(obj).or_default();
-        let r = match d.blocks.get_mut(&blkid) {
-            Some(b) => f(Arc::make_mut(b)),
-            None => return Err(Error::invalid("block vanished from the open txg")),
+        // A copy of the current block (maybe a device read) without the
+        // object set's lock; another writer may put the block in first, in
+        // which case its version is the one to edit.
+        let copy = if have {
+            None
+        } else {
+            Some(self.block_copy(obj, blkid, bs)?)
         };
+        let mut st = lock(&self.st);
+        let st = &mut *st;
+        let d = st.open.objs.entry(obj).or_default();
+        let block = match d.blocks.entry(blkid) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let Some(copy) = copy else {
+                    // Only a free of the object or a punch in this txg
+                    // removes an open block; the caller's locks exclude both.
+                    return Err(Error::Internal(format!(
+                        "object {obj} block {blkid} left the open txg during a change"
+                    )));
+                };
+                st.open.bytes += bs;
+                e.insert(Arc::new(copy))
+            }
+        };
+        let r = f(Arc::make_mut(block));
         let end = (blkid + 1) * bs;
         let cur = d.size.unwrap_or(dn.size);
         d.size = Some(cur.max(end));
@@ -607,12 +655,13 @@ impl Objset {
 
     /// Write `data` at `offset`; returns the dirty bytes this added.
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<u64> {
+        let _tx = self.tx();
         let dn = self.stat(obj)?;
         let bs = dn.datablksz as u64;
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|e| e / bs < dn.capacity(8))
-            .ok_or_else(|| Error::invalid("write beyond the largest object size"))?;
+            .ok_or_else(|| Error::TooBig("write beyond the largest object size".into()))?;
         let mut added = 0;
         let mut pos = 0usize;
         while pos < data.len() {
@@ -640,10 +689,19 @@ impl Objset {
                     b
                 };
                 let mut st = lock(&self.st);
+                let st = &mut *st;
                 let d = st.open.objs.entry(obj).or_default();
-                if d.blocks.insert(blkid, Arc::new(block)).is_none() {
-                    st.open.bytes += bs;
-                    added += bs;
+                match d.blocks.entry(blkid) {
+                    // Another writer of this block got in first: apply this
+                    // write on top of its version, not over it.
+                    std::collections::btree_map::Entry::Occupied(mut e) => {
+                        Arc::make_mut(e.get_mut())[boff..boff + n].copy_from_slice(src);
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(Arc::new(block));
+                        st.open.bytes += bs;
+                        added += bs;
+                    }
                 }
             }
             pos += n;

@@ -231,7 +231,12 @@ impl Pool {
             .create_object(ot::DSL_DATASET, 512, &ObjProps::METADATA)?;
         self.mos.write(id, 0, &[0u8; 128])?;
         let reader: Arc<dyn BlockReader> = self.io.clone();
-        let os = Arc::new(Objset::create(OS_TYPE_DATASET, reader, open));
+        let os = Arc::new(Objset::create(
+            OS_TYPE_DATASET,
+            reader,
+            self.mos.gate().clone(),
+            open,
+        ));
         zpl::Zpl::format(&os, open, 0, 0, 0o755)?;
         let ds = Arc::new(Dataset {
             phys: RwLock::new(DsPhys {
@@ -606,7 +611,10 @@ impl DsCtx {
             }
             d = pool.parent_of(&x);
         }
-        pool.admit(bytes).map_err(zpl::fs::errno)
+        // Every copy of `copies=N` takes space.
+        let copies = rlock(&self.props).obj.copies.max(1) as u64;
+        pool.admit(bytes.saturating_mul(copies))
+            .map_err(zpl::fs::errno)
     }
 }
 
@@ -627,6 +635,9 @@ impl DatasetCtx for DsCtx {
             match self.try_admit(bytes) {
                 Err(e) if (e == libc::EDQUOT || e == libc::ENOSPC) && syncs < SPACE_RETRY_SYNCS => {
                     syncs += 1;
+                    // Frees waiting out their txgs: make the syncs happen
+                    // even if nothing else is dirty.
+                    self.pool.want_frees();
                     if self.pool.txg_wait_synced().is_err() {
                         return Err(e);
                     }

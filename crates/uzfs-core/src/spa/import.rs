@@ -284,7 +284,8 @@ impl Pool {
         let tops = build_tops(lcfg, found)?;
         let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
         let open_txg = ub.txg + 1;
-        let mos = Objset::open(&ub.rootbp, io.clone(), open_txg)?;
+        let gate = Arc::new(crate::dmu::tx::TxgGate::new());
+        let mos = Objset::open(&ub.rootbp, io.clone(), gate.clone(), open_txg)?;
         let dir: ObjectDirectory = Pool::read_json(&mos, 1, "object directory")?;
         let mut config: PoolConfig = Pool::read_json(&mos, dir.config, "pool config")?;
         feature::check_importable(&config.name, &config.features)?;
@@ -335,7 +336,7 @@ impl Pool {
             vallocs.push(va);
         }
         let root_bp = super::dataset_bp(&mos, dir.root_dataset)?;
-        let root = Arc::new(Objset::open(&root_bp, io.clone(), open_txg)?);
+        let root = Arc::new(Objset::open(&root_bp, io.clone(), gate.clone(), open_txg)?);
         let dsl: crate::dsl::DslDirPhys = if dir.dsl != 0 {
             Pool::read_json(&mos, dir.dsl, "DSL directory")?
         } else {
@@ -353,7 +354,7 @@ impl Pool {
                 return Err(Error::corrupt("DSL directory", "bad dataset record"));
             }
             let bp = super::dataset_bp(&mos, d.id)?;
-            let os = Arc::new(Objset::open(&bp, io.clone(), open_txg)?);
+            let os = Arc::new(Objset::open(&bp, io.clone(), gate.clone(), open_txg)?);
             children.push(Arc::new(crate::dsl::Dataset {
                 phys: std::sync::RwLock::new(d),
                 os,

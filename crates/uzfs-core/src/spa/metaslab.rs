@@ -206,6 +206,10 @@ impl Allocator {
     pub fn free_space(&self) -> u64 {
         self.vdevs.iter().map(|v| v.free_space()).sum()
     }
+    /// Bytes the allocator can hand out now (deferred frees excluded).
+    pub fn allocatable_space(&self) -> u64 {
+        self.vdevs.iter().map(|v| v.allocatable_space()).sum()
+    }
     pub fn total_space(&self) -> u64 {
         self.vdevs.iter().map(|v| v.asize).sum()
     }

@@ -96,8 +96,12 @@ pub struct Pool {
     /// Set when a sync failed: the pool takes no more writes. Its own lock,
     /// so writers never wait behind a sync holding `st`.
     pub(crate) suspended: Mutex<Option<String>>,
-    /// (size, allocated, free) as of the last sync, for the same reason.
-    pub(crate) space_snapshot: Mutex<(u64, u64, u64)>,
+    /// Space as of the last sync, for the same reason.
+    pub(crate) space_snapshot: Mutex<SpaceSnapshot>,
+    /// A write was refused for space while frees were still deferred: sync
+    /// even otherwise empty txgs until this txg has committed, when they
+    /// are allocatable again.
+    pub(crate) frees_wanted: std::sync::atomic::AtomicU64,
     pub(crate) txg_cv: Condvar,
     pub(crate) sync_lock: Mutex<()>,
     pub tun: Tunables,
@@ -107,6 +111,19 @@ pub struct Pool {
     pub scan_sig: scan::ScanSignals,
     /// When this pool was created or imported (iostat rates since then).
     pub opened: Instant,
+}
+
+/// The pool's space as of the last committed txg.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SpaceSnapshot {
+    pub size: u64,
+    /// Free, counting frees that wait out their two txgs.
+    pub free: u64,
+    /// What the allocator can hand out now (free less the deferred frees).
+    pub allocatable: u64,
+    pub pending_frees: u64,
+    /// Worst allocated/logical ratio of a block, in 1/1024ths.
+    pub inflation: u64,
 }
 
 /// Validate a pool name as zpool(8) does.
@@ -325,8 +342,9 @@ impl Pool {
         }
         let txg = 1;
         let io = Arc::new(SpaIo::new(tops.clone(), opts.tunables.cache_bytes));
-        let mos = Objset::create(OS_TYPE_META, io.clone(), txg);
-        let root = Arc::new(Objset::create(OS_TYPE_DATASET, io.clone(), txg));
+        let gate = Arc::new(crate::dmu::tx::TxgGate::new());
+        let mos = Objset::create(OS_TYPE_META, io.clone(), gate.clone(), txg);
+        let root = Arc::new(Objset::create(OS_TYPE_DATASET, io.clone(), gate, txg));
         let md = ObjProps::METADATA;
         let dir_obj = mos.create_object(ot::OBJECT_DIRECTORY, 4096, &md)?;
         debug_assert_eq!(dir_obj, 1);
@@ -416,7 +434,8 @@ impl Pool {
             }),
             txg_cv: Condvar::new(),
             suspended: Mutex::new(None),
-            space_snapshot: Mutex::new((0, 0, 0)),
+            space_snapshot: Mutex::new(SpaceSnapshot::default()),
+            frees_wanted: std::sync::atomic::AtomicU64::new(0),
             sync_lock: Mutex::new(()),
             scan_sig: scan::ScanSignals {
                 delay_us: std::sync::atomic::AtomicU64::new(tun.scan_delay_us),
@@ -437,6 +456,7 @@ impl Pool {
     /// Write a JSON document as the whole contents of a MOS object.
     pub(crate) fn write_json<T: serde::Serialize>(&self, obj: u64, v: &T) -> Result<()> {
         let bytes = serde_json::to_vec(v).map_err(|e| Error::invalid(e.to_string()))?;
+        let _tx = self.mos.tx();
         self.mos.write(obj, 0, &bytes)?;
         self.mos.set_size(obj, bytes.len() as u64)
     }
@@ -557,15 +577,34 @@ impl Pool {
     }
 
     /// (size, allocated, free) in bytes, as of the last committed txg.
+    /// Deferred frees count as free (they are, on disk), as `zpool list`
+    /// shows them.
     pub fn space(&self) -> (u64, u64, u64) {
-        *lock(&self.space_snapshot)
+        let s = *lock(&self.space_snapshot);
+        (s.size, s.size - s.free, s.free)
     }
 
     /// Refresh the space snapshot from the allocator (caller holds `st`).
     pub(crate) fn snapshot_space(&self, alloc: &Allocator) {
         let size = alloc.total_space();
         let free = alloc.free_space();
-        *lock(&self.space_snapshot) = (size, size - free, free);
+        // Worst allocation overhead of a 16 KiB block on any vdev (RAID-Z
+        // parity and padding, sector rounding), in 1/1024ths.
+        const PROBE: u64 = 16 << 10;
+        let inflation = alloc
+            .vdevs
+            .iter()
+            .map(|v| v.round(PROBE) * 1024 / PROBE)
+            .max()
+            .unwrap_or(1024)
+            .max(1024);
+        *lock(&self.space_snapshot) = SpaceSnapshot {
+            size,
+            free,
+            allocatable: alloc.allocatable_space(),
+            pending_frees: free.saturating_sub(alloc.allocatable_space()),
+            inflation,
+        };
     }
 
     pub fn last_txg(&self) -> u64 {
@@ -686,15 +725,28 @@ impl Pool {
 
     fn check_writable(&self, incoming: u64) -> Result<()> {
         if let Some(why) = self.suspended() {
-            return Err(Error::invalid(format!(
-                "pool '{}' is suspended: {why}",
-                self.name
-            )));
+            return Err(Error::suspended(&self.name, &why));
         }
-        if self.dirty_bytes() + incoming > self.writable_space() {
+        if self.admission_cost(self.dirty_bytes() + incoming) > self.writable_space() {
             return Err(Error::NoSpace);
         }
         Ok(())
+    }
+
+    /// What `dirty` bytes of logical data may take once allocated: RAID-Z
+    /// parity and sector rounding (the worst vdev's), plus 1/16 for the
+    /// indirect, dnode and ditto metadata above the data. Copies beyond one
+    /// are charged by the dataset that asks (`DsCtx`). An estimate: the
+    /// slop reserve (`writable_space`) absorbs what it misses.
+    pub fn admission_cost(&self, dirty: u64) -> u64 {
+        let inflation = lock(&self.space_snapshot).inflation.max(1024);
+        let bytes = dirty as u128 * inflation as u128 / 1024;
+        (bytes + bytes / 16).min(u64::MAX as u128) as u64
+    }
+
+    /// Bytes freed in the last two txgs that are not allocatable yet.
+    pub fn pending_frees(&self) -> u64 {
+        lock(&self.space_snapshot).pending_frees
     }
 
     /// Write through the throttle. Fails with `NoSpace` (losing nothing

@@ -690,7 +690,7 @@ impl Pool {
         };
         let ub = ub.ok_or_else(|| Error::invalid("pool has no committed txg"))?;
         let reader: Arc<dyn BlockReader> = self.io.clone();
-        let mos = Objset::open(&ub.rootbp, reader, ub.txg + 1)?;
+        let mos = Objset::open(&ub.rootbp, reader, Default::default(), ub.txg + 1)?;
         let datasets = super::committed_datasets(&mos, &dir)?;
         let mut g = Gather {
             io: &self.io,

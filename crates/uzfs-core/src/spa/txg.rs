@@ -413,16 +413,14 @@ impl Pool {
             || *lock(&self.dsl.dirty)
             || !lock(&self.dsl.doomed).is_empty()
             || !self.mos.open_is_empty()
+            || self.frees_wanted.load(Ordering::Relaxed) > lock(&self.txg).synced
     }
 
     /// Sync the open txg now and wait for it to commit. Returns the txg.
     pub fn sync(&self) -> Result<u64> {
         let _g = lock(&self.sync_lock);
         if let Some(why) = self.suspended() {
-            return Err(Error::invalid(format!(
-                "pool '{}' is suspended: {why}",
-                self.name
-            )));
+            return Err(Error::suspended(&self.name, &why));
         }
         if !self.has_pending_changes() && lock(&self.txg).synced > 0 {
             let mut t = lock(&self.txg);
@@ -441,6 +439,10 @@ impl Pool {
     }
 
     fn sync_locked(&self) -> Result<u64> {
+        // Close the open txg: wait for the operations holding it to finish
+        // (dmu/tx.rs), then freeze every object set and open the next txg
+        // while the gate is shut, so no operation straddles the two.
+        let quiesced = self.mos.gate().quiesce();
         let txg = {
             let mut t = lock(&self.txg);
             let txg = t.open;
@@ -461,6 +463,7 @@ impl Pool {
             .collect();
         let doomed = std::mem::take(&mut *lock(&self.dsl.doomed));
         let mos_dirty = self.mos.freeze(txg + 1);
+        drop(quiesced);
         let mut st = lock(&self.st);
         let st = &mut *st;
         // Leaves that cannot take this txg's writes lack it (DTL); changed
@@ -632,6 +635,7 @@ impl Pool {
         // Committed.
         st.alloc.sync_done();
         self.snapshot_space(&st.alloc);
+
         st.config_dirty = false;
         st.ub = Some(ub);
         for (d, _, _) in &frozen {
@@ -775,6 +779,10 @@ impl Pool {
     /// Ask the sync thread for a sync and wait until the current open txg
     /// has committed (or sync now if there is no thread).
     pub fn txg_wait_synced(&self) -> Result<u64> {
+        debug_assert!(
+            !crate::dmu::tx::held_any(),
+            "waiting for a sync while holding a txg (would deadlock the freeze)"
+        );
         if lock(&self.thread).is_none() {
             return self.sync();
         }
@@ -793,10 +801,7 @@ impl Pool {
             // Lock order is `st` before `txg`: never ask for `st` (inside
             // `suspended`) while holding `txg`.
             if let Some(why) = self.suspended() {
-                return Err(Error::invalid(format!(
-                    "pool '{}' is suspended: {why}",
-                    self.name
-                )));
+                return Err(Error::suspended(&self.name, &why));
             }
             let mut t = lock(&self.txg);
             if t.synced >= target {
@@ -810,14 +815,15 @@ impl Pool {
 
     /// The write throttle: delay or block the caller according to dirty data.
     pub fn throttle(&self, incoming: u64) -> Result<()> {
+        debug_assert!(
+            !crate::dmu::tx::held_any(),
+            "throttled while holding a txg (would deadlock the freeze)"
+        );
         let max = self.tun.dirty_max.max(1);
         let min = max * self.tun.delay_min_pct / 100;
         loop {
             if let Some(why) = self.suspended() {
-                return Err(Error::invalid(format!(
-                    "pool '{}' is suspended: {why}",
-                    self.name
-                )));
+                return Err(Error::suspended(&self.name, &why));
             }
             let dirty = self.dirty_bytes();
             if self.over_sync_threshold() {
@@ -838,13 +844,30 @@ impl Pool {
         }
     }
 
-    /// Bytes of space new writes may still claim, leaving 1/32 of the pool
-    /// (at least 16 MiB... or half the pool on tiny pools) so a sync can
-    /// always commit (OpenZFS spa_slop_shift = 5).
+    /// Bytes of space new writes may still claim: what the allocator can
+    /// hand out now (frees of the last two txgs are not reusable yet, so
+    /// they do not count), less the slop reserve: 1/32 of the pool, at
+    /// least 16 MiB or half of a tiny pool (OpenZFS `spa_slop_shift` = 5).
+    /// The slop is what the sync itself, deletes, `zfs destroy` and property
+    /// changes use on a full pool: they are never refused for space.
     pub fn writable_space(&self) -> u64 {
-        let (size, _, free) = self.space();
-        let slop = (size / 32).max((16u64 << 20).min(size / 2));
-        free.saturating_sub(slop)
+        let s = *lock(&self.space_snapshot);
+        let slop = (s.size / 32).max((16u64 << 20).min(s.size / 2));
+        s.allocatable.saturating_sub(slop)
+    }
+
+    /// A write was refused for space: if frees are waiting out their txgs,
+    /// have the next syncs run (even with nothing else to commit) until
+    /// they are allocatable. Returns whether any were pending.
+    pub fn want_frees(&self) -> bool {
+        let pending = self.pending_frees() > 0;
+        if pending {
+            // Frees of txg T are allocatable once T+1 has committed; the
+            // open txg's frees are the newest that can matter.
+            let until = lock(&self.txg).open + 1;
+            self.frees_wanted.fetch_max(until, Ordering::Relaxed);
+        }
+        pending
     }
 
     /// Run `f` with txg commits paused: the on-disk state stays exactly the

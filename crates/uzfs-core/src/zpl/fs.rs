@@ -104,12 +104,17 @@ pub fn now_ns() -> i64 {
 pub fn errno(e: Error) -> Errno {
     match e {
         Error::NoSpace => libc::ENOSPC,
-        Error::Invalid(ref m) if m.contains("suspended") => libc::EIO,
-        Error::Invalid(ref m) if m.contains("does not exist") => libc::ENOENT,
-        Error::Invalid(ref m) if m.contains("largest object size") => libc::EFBIG,
+        Error::NotFound(_) => libc::ENOENT,
+        Error::TooBig(_) => libc::EFBIG,
         Error::Invalid(_) => libc::EINVAL,
         Error::Unsupported(_) => libc::EOPNOTSUPP,
-        _ => libc::EIO,
+        // Suspended, internal, corrupt, checksum, device errors.
+        Error::Suspended { .. }
+        | Error::Internal(_)
+        | Error::Io { .. }
+        | Error::PowerLost
+        | Error::Corrupt { .. }
+        | Error::Checksum(_) => libc::EIO,
     }
 }
 
@@ -216,6 +221,7 @@ impl Zpl {
     /// Lay out an empty filesystem in `os` (a new dataset): master node,
     /// root directory owned by `uid:gid` with `mode`, unlinked set.
     pub fn format(os: &Objset, txg: u64, uid: u32, gid: u32, mode: u32) -> crate::Result<()> {
+        let _tx = os.tx();
         let meta = ObjProps::METADATA;
         let master = os.create_object(ot::MASTER_NODE, 512, &meta)?;
         if master != MASTER_OBJ {
@@ -295,6 +301,7 @@ impl Zpl {
             .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
         if !zpl.ctx.props().readonly {
             for e in Zap::open(&zpl.os, zpl.unlinked).all()? {
+                let _tx = zpl.os.tx();
                 let _ = zpl.destroy(e.value);
             }
         }
@@ -415,6 +422,9 @@ impl Zpl {
                 return Err(libc::ENAMETOOLONG);
             }
         }
+        // Admission may wait for syncs: before the txg hold (dmu/tx.rs).
+        self.ctx.admit(4096)?;
+        let _tx = self.os.tx();
         let _ns = lock(&self.ns);
         let _g = self.lock_objs(&[dir]);
         let mut pz = self.dir(dir)?;
@@ -425,7 +435,6 @@ impl Zpl {
         if io(zdir.lookup(name))?.is_some() {
             return Err(libc::EEXIST);
         }
-        self.ctx.admit(4096)?;
         let props = self.ctx.props();
         let obj = match kind {
             libc::S_IFDIR => {
@@ -546,6 +555,7 @@ impl Zpl {
             return Err(libc::ENAMETOOLONG);
         }
         self.writable()?;
+        let _tx = self.os.tx();
         let _ns = lock(&self.ns);
         self.dir(dir)?;
         let zdir = Zap::open(&self.os, dir);
@@ -610,6 +620,7 @@ impl Zpl {
             }
         }
         self.writable()?;
+        let _tx = self.os.tx();
         let _ns = lock(&self.ns);
         self.dir(sdir)?;
         let dz = self.dir(ddir)?;
@@ -708,6 +719,8 @@ impl Zpl {
     pub fn link(&self, obj: u64, ddir: u64, dname: &[u8]) -> ZResult<Attr> {
         check_name(dname)?;
         self.writable()?;
+        self.ctx.admit(512)?;
+        let _tx = self.os.tx();
         let _ns = lock(&self.ns);
         let mut dz = self.dir(ddir)?;
         if dz.nlink == 0 {
@@ -728,7 +741,6 @@ impl Zpl {
         if io(dzap.lookup(dname))?.is_some() {
             return Err(libc::EEXIST);
         }
-        self.ctx.admit(512)?;
         io(dzap.insert(dname, obj, dtype(z.mode)).map(|_| ()))?;
         let t = now_ns();
         z.nlink += 1;
@@ -761,6 +773,28 @@ impl Zpl {
 
     pub fn setattr(&self, obj: u64, a: &SetAttr) -> ZResult<Attr> {
         self.writable()?;
+        if let Some(size) = a.size {
+            // A truncate rewrites at most the block its new end falls in,
+            // or grows a small file's block towards the record size; one
+            // to a block boundary or zero needs no space (it frees).
+            let dn = io(self.os.stat(obj))?;
+            let bs = dn.datablksz as u64;
+            let need = if size < dn.size {
+                if size % bs != 0 {
+                    bs
+                } else {
+                    0
+                }
+            } else if size > bs && dn.size <= bs {
+                self.ctx.props().recordsize as u64
+            } else {
+                0
+            };
+            if need > 0 {
+                self.ctx.admit(need)?;
+            }
+        }
+        let _tx = self.os.tx();
         let _g = self.lock_objs(&[obj]);
         let (_, mut z) = self.load(obj)?;
         let t = now_ns();
@@ -808,7 +842,6 @@ impl Zpl {
             let tail = size % bs;
             let first_free = size.div_ceil(bs);
             if tail != 0 && io(self.os.read_block(obj, size / bs))?.is_some() {
-                self.ctx.admit(bs)?;
                 let zeros = vec![0u8; (bs - tail) as usize];
                 io(self.os.write(obj, size, &zeros))?;
             }
@@ -832,7 +865,6 @@ impl Zpl {
             end.div_ceil(512) * 512
         };
         if want > dn.datablksz as u64 {
-            self.ctx.admit(want)?;
             io(self.os.grow_blocksize(obj, want as u32))?;
         }
         Ok(())
@@ -867,6 +899,7 @@ impl Zpl {
         if last && !self.ctx.props().readonly {
             if let Ok((_, z)) = self.load(obj) {
                 if z.nlink == 0 {
+                    let _tx = self.os.tx();
                     let _ns = lock(&self.ns);
                     let still_closed = !lock(&self.opens).contains_key(&obj);
                     let _g = self.lock_objs(&[obj]);
@@ -914,6 +947,7 @@ impl Zpl {
             // change or a day old, so reads do not dirty every txg.
             let t = now_ns();
             if z.atime <= z.mtime || z.atime <= z.ctime || t - z.atime > 86_400_000_000_000 {
+                let _tx = self.os.tx();
                 let _g = self.lock_objs(&[obj]);
                 if let Ok((_, mut z)) = self.load(obj) {
                     z.atime = t;
@@ -954,6 +988,7 @@ impl Zpl {
         // The write throttle may sleep: not while holding the object, or
         // every writer of the file would queue behind one writer's delay.
         self.ctx.admit(data.len() as u64)?;
+        let _tx = self.os.tx();
         let _g = self.lock_objs(&[obj]);
         let (dn, mut z) = self.load(obj)?;
         if z.is_dir() {
@@ -979,6 +1014,16 @@ impl Zpl {
         if end > MAX_FILE_SIZE {
             return Err(libc::EFBIG);
         }
+        // At most the two partial blocks at the ends are rewritten, or a
+        // small file's block grows towards the record size.
+        let bs = io(self.os.stat(obj))?.datablksz as u64;
+        let partial = !offset.is_multiple_of(bs) || !end.is_multiple_of(bs);
+        let extends = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
+        if partial || extends {
+            self.ctx
+                .admit((2 * bs).max(self.ctx.props().recordsize as u64))?;
+        }
+        let _tx = self.os.tx();
         let _g = self.lock_objs(&[obj]);
         let (dn, mut z) = self.load(obj)?;
         if z.kind() != libc::S_IFREG {
@@ -1029,7 +1074,6 @@ impl Zpl {
             }
             let to = bend.min(end);
             if io(self.os.read_block(obj, blk))?.is_some() {
-                self.ctx.admit(bs)?;
                 io(self.os.write(obj, at, &vec![0u8; (to - at) as usize]))?;
             }
             at = to;
@@ -1116,6 +1160,17 @@ impl Zpl {
         if value.is_some_and(|v| v.len() > XATTR_SIZE_MAX) {
             return Err(libc::E2BIG);
         }
+        // The whole list is rewritten: admit what it holds now plus the new
+        // value before the txg hold.
+        let (_, z0) = self.load(obj)?;
+        let cur = if z0.xattr == 0 {
+            0
+        } else {
+            io(self.os.stat(z0.xattr))?.size
+        };
+        self.ctx
+            .admit(cur + name.len() as u64 + value.map_or(0, |v| v.len() as u64) + 5)?;
+        let _tx = self.os.tx();
         let _g = self.lock_objs(&[obj]);
         let (_, mut z) = self.load(obj)?;
         let mut all = self.xattrs(&z)?;
@@ -1134,7 +1189,6 @@ impl Zpl {
         if b.len() > XATTR_TOTAL_MAX {
             return Err(libc::ENOSPC);
         }
-        self.ctx.admit(b.len() as u64)?;
         if z.xattr == 0 {
             z.xattr = io(self.os.create_object(ot::XATTR, 512, &ObjProps::METADATA))?;
         } else {
