@@ -35,13 +35,20 @@ pub struct Report {
     pub double_allocated: Vec<String>,
     pub leaked: Vec<String>,
     pub referenced_but_free: Vec<String>,
+    /// Filesystem namespace violations (`zpl/verify.rs`), per dataset.
+    pub namespace: Vec<String>,
+    /// Directories, files and unlinked files the namespace walk saw.
+    pub ns_stats: crate::zpl::verify::NamespaceStats,
     pub by_type: BTreeMap<&'static str, (u64, u64)>,
 }
 
 impl Report {
     /// No damage and exact space accounting.
     pub fn is_clean(&self) -> bool {
-        self.bad_copies.is_empty() && self.space_exact() && self.unreadable.is_empty()
+        self.bad_copies.is_empty()
+            && self.space_exact()
+            && self.unreadable.is_empty()
+            && self.namespace.is_empty()
     }
     pub fn space_exact(&self) -> bool {
         self.double_allocated.is_empty()
@@ -243,7 +250,28 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             } else {
                 format!("{} dataset {id}", pool.name)
             };
-            w.walk_objset(&bp, &name);
+            let dnodes = w.walk_objset(&bp, &name);
+            let fs = dnodes
+                .iter()
+                .any(|(o, d)| *o == 1 && d.obj_type == ot::MASTER_NODE);
+            if fs {
+                let os = crate::dmu::objset::Objset::open(
+                    &bp,
+                    pool.io.clone(),
+                    Default::default(),
+                    ub.txg + 1,
+                )?;
+                match crate::zpl::verify::check_namespace(&os) {
+                    Ok((st, bad)) => {
+                        w.r.ns_stats.directories += st.directories;
+                        w.r.ns_stats.files += st.files;
+                        w.r.ns_stats.unlinked += st.unlinked;
+                        w.r.namespace
+                            .extend(bad.into_iter().map(|b| format!("{name}: {b}")));
+                    }
+                    Err(e) => w.r.namespace.push(format!("{name}: {e}")),
+                }
+            }
         }
     }
     // Compare referenced space with the space maps.
@@ -394,12 +422,18 @@ pub fn format_report(r: &Report) -> String {
     for (t, (n, a)) in &r.by_type {
         let _ = writeln!(out, "\t{n:>8} {a:>12}  {t}");
     }
-    let sections: [(&str, &Vec<String>); 5] = [
+    let _ = writeln!(
+        out,
+        "\t{:>12} directories, {} files, {} unlinked (namespace)",
+        r.ns_stats.directories, r.ns_stats.files, r.ns_stats.unlinked
+    );
+    let sections: [(&str, &Vec<String>); 6] = [
         ("bad copies", &r.bad_copies),
         ("unreadable blocks", &r.unreadable),
         ("double allocations", &r.double_allocated),
         ("leaked space", &r.leaked),
         ("referenced but free", &r.referenced_but_free),
+        ("namespace violations", &r.namespace),
     ];
     for (name, list) in sections {
         if !list.is_empty() {

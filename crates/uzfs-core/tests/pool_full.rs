@@ -38,10 +38,10 @@ fn mount(p: &Arc<Pool>) -> Zpl {
     Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).expect("mount")
 }
 
-fn new_pool(world: &SimWorld, size: u64, seed: u64) -> (Arc<Pool>, Vec<SimDevice>) {
+fn new_pool(world: &SimWorld, size: u64, seed: u64, tun: Tunables) -> (Arc<Pool>, Vec<SimDevice>) {
     let disks = vec![world.disk("d0", size), world.disk("d1", size)];
     let mut o = opts(seed);
-    o.tunables = live_tunables();
+    o.tunables = tun;
     let pool = Pool::create("full", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
     pool.format_root_fs().expect("format");
     (pool, disks)
@@ -95,7 +95,15 @@ fn reopen(world: &SimWorld, pool: Arc<Pool>, disks: &[SimDevice]) -> (Arc<Pool>,
 #[test]
 fn write_after_delete_on_a_full_pool_is_refused_not_lost() {
     let world = SimWorld::new();
-    let (pool, disks) = new_pool(&world, 256 * MIB, 1);
+    // As the daemon runs: a dirty limit far above the pool's size and the
+    // 5 s timeout, so the 100 MiB land in one txg with the frees of the
+    // deletes still deferred.
+    let tun = Tunables {
+        txg_timeout: Duration::from_secs(5),
+        dirty_max: 1 << 30,
+        ..live_tunables()
+    };
+    let (pool, disks) = new_pool(&world, 256 * MIB, 1, tun);
     let fs = mount(&pool);
     for i in 0..3 {
         let ino = create(&fs, &format!("old{i}"));
@@ -144,7 +152,7 @@ fn fill_seed(seed: u64) -> u64 {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
     let size = (64 + rng.below(4) * 64) * MIB;
-    let (pool, disks) = new_pool(&world, size, seed);
+    let (pool, disks) = new_pool(&world, size, seed, live_tunables());
     let fs = Arc::new(mount(&pool));
     // name -> (pattern seed, acknowledged length)
     let model: Arc<Mutex<BTreeMap<String, (u64, u64)>>> = Arc::default();

@@ -25,6 +25,7 @@
 //! after a concurrent write to it.
 
 pub mod fs;
+pub mod verify;
 pub mod zap;
 pub mod znode;
 
