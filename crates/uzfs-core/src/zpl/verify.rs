@@ -172,9 +172,7 @@ pub fn check_namespace(os: &Objset) -> Result<(NamespaceStats, Vec<String>)> {
                 for e in entries {
                     stats.unlinked += 1;
                     match znode(e.value) {
-                        Some((t, z))
-                            if matches!(t, ot::PLAIN_FILE | ot::DIRECTORY | ot::SYMLINK) =>
-                        {
+                        Some((ot::PLAIN_FILE | ot::DIRECTORY | ot::SYMLINK, z)) => {
                             if z.nlink != 0 {
                                 bad.push(format!(
                                     "object {} is in the unlinked set with {} links",
@@ -231,7 +229,7 @@ pub fn check_namespace(os: &Objset) -> Result<(NamespaceStats, Vec<String>)> {
         }
     }
     for x in &xattrs {
-        if !os.dnode(*x)?.is_some_and(|d| d.obj_type == ot::XATTR) {
+        if os.dnode(*x)?.is_none_or(|d| d.obj_type != ot::XATTR) {
             bad.push(format!("xattr object {x} is missing"));
         }
     }
