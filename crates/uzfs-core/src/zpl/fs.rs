@@ -312,7 +312,16 @@ impl Zpl {
         &self.ctx
     }
 
+    /// The namespace lock. Taken under a txg hold, never before one: an
+    /// operation that waited for a hold while holding it would deadlock
+    /// against the freeze (dmu/tx.rs).
+    fn lock_ns(&self) -> MutexGuard<'_, ()> {
+        debug_assert!(self.os.gate().held(), "namespace lock without a txg hold");
+        lock(&self.ns)
+    }
+
     fn lock_objs(&self, objs: &[u64]) -> Vec<MutexGuard<'_, ()>> {
+        debug_assert!(self.os.gate().held(), "object lock without a txg hold");
         let mut idx: Vec<usize> = objs.iter().map(|o| (*o as usize) % STRIPES).collect();
         idx.sort_unstable();
         idx.dedup();
@@ -425,7 +434,7 @@ impl Zpl {
         // Admission may wait for syncs: before the txg hold (dmu/tx.rs).
         self.ctx.admit(4096)?;
         let _tx = self.os.tx();
-        let _ns = lock(&self.ns);
+        let _ns = self.lock_ns();
         let _g = self.lock_objs(&[dir]);
         let mut pz = self.dir(dir)?;
         if pz.nlink == 0 {
@@ -556,7 +565,7 @@ impl Zpl {
         }
         self.writable()?;
         let _tx = self.os.tx();
-        let _ns = lock(&self.ns);
+        let _ns = self.lock_ns();
         self.dir(dir)?;
         let zdir = Zap::open(&self.os, dir);
         let e = io(zdir.lookup(name))?.ok_or(libc::ENOENT)?;
@@ -621,7 +630,7 @@ impl Zpl {
         }
         self.writable()?;
         let _tx = self.os.tx();
-        let _ns = lock(&self.ns);
+        let _ns = self.lock_ns();
         self.dir(sdir)?;
         let dz = self.dir(ddir)?;
         if dz.nlink == 0 {
@@ -721,7 +730,7 @@ impl Zpl {
         self.writable()?;
         self.ctx.admit(512)?;
         let _tx = self.os.tx();
-        let _ns = lock(&self.ns);
+        let _ns = self.lock_ns();
         let mut dz = self.dir(ddir)?;
         if dz.nlink == 0 {
             return Err(libc::ENOENT);
@@ -900,7 +909,7 @@ impl Zpl {
             if let Ok((_, z)) = self.load(obj) {
                 if z.nlink == 0 {
                     let _tx = self.os.tx();
-                    let _ns = lock(&self.ns);
+                    let _ns = self.lock_ns();
                     let still_closed = !lock(&self.opens).contains_key(&obj);
                     let _g = self.lock_objs(&[obj]);
                     if still_closed && self.load(obj).is_ok_and(|(_, z)| z.nlink == 0) {
