@@ -680,3 +680,32 @@ fn a_full_pool_gives_enospc_and_stays_consistent() {
     let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "small"]);
     assert!(z.contains("No errors"), "{z}");
 }
+
+/// syncfs(2) and fsync(2) after a closed file was unlinked: with the
+/// writeback cache the kernel still writes back the dead inode's times,
+/// which must not fail the caller with ENOENT.
+#[test]
+fn syncfs_after_unlinking_a_closed_file_succeeds() {
+    use std::os::fd::AsRawFd;
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    for round in 0..20 {
+        let p = m.join(format!("f{round}"));
+        std::fs::write(&p, vec![round as u8; 10_000]).expect("write");
+        let keep = std::fs::File::open(&m).expect("open dir");
+        std::fs::remove_file(&p).expect("rm");
+        // SAFETY: a valid descriptor for the whole call.
+        let r = unsafe { libc::syncfs(keep.as_raw_fd()) };
+        assert_eq!(
+            r,
+            0,
+            "syncfs after unlink, round {round}: {}",
+            std::io::Error::last_os_error()
+        );
+        keep.sync_all().expect("fsync of the directory");
+    }
+    e.ok(&["zpool", "export", "tank"]);
+}

@@ -436,13 +436,7 @@ impl Objset {
         // A number freed in the open txg stays unused until the next one:
         // its new incarnation gets a later creation txg, so the generation
         // the POSIX layer stamps (and FUSE hands the kernel) always differs.
-        let freed_now = |o: u64| {
-            lock(&self.st)
-                .open
-                .objs
-                .get(&o)
-                .is_some_and(|d| d.freed)
-        };
+        let freed_now = |o: u64| lock(&self.st).open.objs.get(&o).is_some_and(|d| d.freed);
         while freed_now(cand) || self.exists(cand)? {
             cand += 1;
         }

@@ -19,7 +19,7 @@ use fuser::{Config, InitFlags, KernelConfig, MountOption, SessionACL};
 use std::path::Path;
 use std::sync::Arc;
 use uzfs_core::zpl::fs::ZResult;
-use uzfs_core::zpl::{Attr, SetAttr, Zpl};
+use uzfs_core::zpl::{Attr, SetAttr, Znode, Zpl};
 
 pub use session::{Handler, Session};
 
@@ -144,7 +144,31 @@ impl FuseFs {
                     || s.valid & abi::FATTR_KILL_SUIDGID != 0
                     || (size.is_some() && h.uid != 0)),
         };
-        let a = self.zpl.setattr(self.obj(h.nodeid), &a)?;
+        let obj = self.obj(h.nodeid);
+        let a = match self.zpl.setattr(obj, &a) {
+            // With the writeback cache the kernel writes back the times of
+            // an inode it still caches after the file was unlinked and
+            // freed (at syncfs, or at eviction). Nothing can see that file
+            // any more; answer with a dead inode's attributes instead of
+            // failing the caller's syncfs(2) with ENOENT.
+            Err(e) if e == libc::ENOENT && mode.is_none() && uid.is_none() && gid.is_none() => {
+                Attr {
+                    ino: obj,
+                    size: size.unwrap_or(0),
+                    blocks: 0,
+                    blksize: 4096,
+                    z: Znode {
+                        mode: libc::S_IFREG,
+                        nlink: 0,
+                        atime: a.atime.unwrap_or(0),
+                        mtime: a.mtime.unwrap_or(0),
+                        ctime: a.mtime.unwrap_or(0),
+                        ..Default::default()
+                    },
+                }
+            }
+            r => r?,
+        };
         out.attr_out(&self.fattr(&a), TTL);
         Ok(())
     }
