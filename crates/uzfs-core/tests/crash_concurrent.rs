@@ -87,6 +87,8 @@ struct Worker {
     /// Open handles: (fs index, object) held across the crash.
     open: Vec<(usize, u64)>,
     seq: u64,
+    /// The kind of the last operation (for a failure's message).
+    op: u64,
 }
 
 impl Worker {
@@ -100,7 +102,8 @@ impl Worker {
         let reg = libc::S_IFREG | 0o644;
         self.seq += 1;
         let tag = self.id << 48 | self.seq;
-        match rng.below(100) {
+        self.op = rng.below(100);
+        match self.op {
             0..=11 => {
                 fs.mknod(dino, name.as_bytes(), reg, 0, 0, 0, None)?;
             }
@@ -227,6 +230,25 @@ fn live_tunables() -> Tunables {
     }
 }
 
+/// Import after the crash with the power failing again at a random I/O of
+/// the recovery; returns the images the second cut leaves.
+fn second_crash(images: Vec<(String, Vec<u8>)>, rng: &mut SimRng) -> Vec<(String, Vec<u8>)> {
+    let w = SimWorld::new();
+    let (_disks, found) = find(&w, images);
+    w.cut_power_after(rng.below(400));
+    if let Ok(pool) = Pool::import(&found, None, live_tunables()) {
+        for name in ["cc", "cc/two"] {
+            if let Ok(ds) = pool.dataset(name) {
+                if let Ok(fs) = Zpl::mount(ds.os.clone(), DsCtx::new(pool.clone(), ds)) {
+                    let _ = fs.mknod(fs.root, b"x", libc::S_IFREG | 0o644, 0, 0, 0, None);
+                    let _ = fs.fsync(fs.root);
+                }
+            }
+        }
+    }
+    w.crash(rng)
+}
+
 /// Everything checked after a crash; returns (seed crashed inside the run,
 /// files seen) for the test's statistics.
 fn run_seed(seed: u64) -> (bool, u64) {
@@ -282,6 +304,7 @@ fn run_seed(seed: u64) -> (bool, u64) {
                 rng: SimRng::new(seed * 31 + id),
                 open: Vec::new(),
                 seq: 0,
+                op: 0,
             };
             std::thread::spawn(move || {
                 let mut done = 0;
@@ -289,7 +312,11 @@ fn run_seed(seed: u64) -> (bool, u64) {
                     match w.step(&fss, &fsynced[id as usize]) {
                         Ok(()) => done += 1,
                         Err(_) if world.power_lost() => break,
-                        Err(e) => assert!(allowed(e), "seed {seed}: worker {id}: errno {e}"),
+                        Err(e) => assert!(
+                            allowed(e),
+                            "seed {seed}: worker {id}: errno {e} from operation kind {}",
+                            w.op
+                        ),
                     }
                 }
                 (w.open.len(), done)
@@ -311,6 +338,13 @@ fn run_seed(seed: u64) -> (bool, u64) {
     let images = world.crash(&mut rng);
     drop(fss);
     drop(pool);
+    // Every third seed: the power fails again during the recovery (the
+    // import, the mount that reaps the unlinked set, the first syncs).
+    let images = if seed % 3 == 0 {
+        second_crash(images, &mut rng)
+    } else {
+        images
+    };
 
     let w2 = SimWorld::new();
     let (disks2, found) = find(&w2, images);
