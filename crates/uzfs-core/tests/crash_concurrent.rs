@@ -340,7 +340,7 @@ fn run_seed(seed: u64) -> (bool, u64) {
     drop(pool);
     // Every third seed: the power fails again during the recovery (the
     // import, the mount that reaps the unlinked set, the first syncs).
-    let images = if seed % 3 == 0 {
+    let images = if seed.is_multiple_of(3) {
         second_crash(images, &mut rng)
     } else {
         images
