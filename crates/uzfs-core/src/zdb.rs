@@ -266,6 +266,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                         w.r.ns_stats.directories += st.directories;
                         w.r.ns_stats.files += st.files;
                         w.r.ns_stats.unlinked += st.unlinked;
+                        w.r.ns_stats.raw_objects += st.raw_objects;
                         w.r.namespace
                             .extend(bad.into_iter().map(|b| format!("{name}: {b}")));
                     }

@@ -352,3 +352,49 @@ fn cache_keeps_a_pool_whose_devices_are_away() {
         "'away' fell out of the pool cache: {names}"
     );
 }
+
+/// Admin commands read a published snapshot of the pool's config and
+/// properties: they answer at once while a sync waits on a device that
+/// takes 30 s per I/O (they would hang for minutes if they waited for it).
+/// The bound here is generous; it separates "answers" from "waits for the
+/// sync", it is not a performance target.
+#[test]
+fn admin_commands_answer_during_a_hung_sync() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 128), e.disk("b", 128));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    let data = e.dir.path().join("data");
+    std::fs::write(&data, vec![7u8; 3 << 20]).expect("data");
+    e.ok(&["zinject", "-d", &a, "-D", "30000", "tank"]);
+    // Dirty data, and a command waiting for its sync (which hangs on `a`).
+    let mut sync = Command::new(env!("CARGO_BIN_EXE_uzfs"))
+        .args(["object", "put", "tank", "data"])
+        .env("UZFS_RUNDIR", &e.rundir)
+        .current_dir(e.dir.path())
+        .spawn()
+        .expect("object put");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    for args in [
+        &["zpool", "status", "tank"][..],
+        &["zpool", "list"],
+        &["zpool", "get", "all", "tank"],
+        &["zfs", "list"],
+        &["zfs", "get", "all", "tank"],
+        &["zpool", "iostat", "tank"],
+    ] {
+        let t = std::time::Instant::now();
+        e.ok(args);
+        let took = t.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{args:?} took {took:?} while a sync hung on a device"
+        );
+    }
+    assert!(
+        sync.try_wait().expect("wait").is_none(),
+        "the sync did not hang"
+    );
+    e.ok(&["zinject", "-c", "all", "tank"]);
+    assert!(sync.wait().expect("sync").success());
+    e.ok(&["zpool", "export", "tank"]);
+}

@@ -98,6 +98,8 @@ pub struct Pool {
     pub(crate) suspended: Mutex<Option<String>>,
     /// Space as of the last sync, for the same reason.
     pub(crate) space_snapshot: Mutex<SpaceSnapshot>,
+    /// What admin commands read while a sync holds `st` (`published()`).
+    pub(crate) published: Mutex<std::sync::Arc<Published>>,
     /// A write was refused for space while frees were still deferred: sync
     /// even otherwise empty txgs until this txg has committed, when they
     /// are allocatable again.
@@ -111,6 +113,15 @@ pub struct Pool {
     pub scan_sig: scan::ScanSignals,
     /// When this pool was created or imported (iostat rates since then).
     pub opened: Instant,
+}
+
+/// A copy of the pool state admin commands read (see `Pool::published`).
+#[derive(Debug)]
+pub(crate) struct Published {
+    pub config: PoolConfig,
+    pub props: PoolProps,
+    pub ub: Option<Uberblock>,
+    pub vdev_space: Vec<(u64, u64)>,
 }
 
 /// The pool's space as of the last committed txg.
@@ -416,7 +427,14 @@ impl Pool {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(st.dir.root_dataset, root_ds);
+        let published = Arc::new(Published {
+            config: st.config.clone(),
+            props: st.props.clone(),
+            ub: st.ub,
+            vdev_space: Vec::new(),
+        });
         let pool = Arc::new(Pool {
+            published: Mutex::new(published),
             name: st.config.name.clone(),
             guid: st.config.pool_guid,
             io,
@@ -475,12 +493,42 @@ impl Pool {
         serde_json::from_slice(&buf).map_err(|e| Error::corrupt(what, e.to_string()))
     }
 
+    /// Read the pool state without waiting for a sync: the live state when
+    /// `st` is free (and publish it), else what was last published. The
+    /// sync holds `st` for its whole length, which a hung device makes
+    /// minutes; `zpool status`, `get`, `list` and `zfs list`/`get` must
+    /// answer anyway (OpenZFS reads the config under a lock the sync does
+    /// not hold for I/O).
+    pub(crate) fn published(&self) -> std::sync::Arc<Published> {
+        match self.st.try_lock() {
+            Ok(st) => {
+                let p = std::sync::Arc::new(Published {
+                    config: st.config.clone(),
+                    props: st.props.clone(),
+                    ub: st.ub,
+                    vdev_space: st
+                        .alloc
+                        .vdevs
+                        .iter()
+                        .map(|v| {
+                            let f = v.free_space();
+                            (v.asize - f, f)
+                        })
+                        .collect(),
+                });
+                *lock(&self.published) = p.clone();
+                p
+            }
+            Err(_) => lock(&self.published).clone(),
+        }
+    }
+
     pub fn config(&self) -> PoolConfig {
-        lock(&self.st).config.clone()
+        self.published().config.clone()
     }
 
     pub fn props(&self) -> PoolProps {
-        lock(&self.st).props.clone()
+        self.published().props.clone()
     }
 
     pub fn set_comment(&self, comment: &str) -> Result<()> {
@@ -565,15 +613,7 @@ impl Pool {
 
     /// (allocated, free) of each top-level vdev, in vdev order.
     pub fn vdev_space(&self) -> Vec<(u64, u64)> {
-        lock(&self.st)
-            .alloc
-            .vdevs
-            .iter()
-            .map(|v| {
-                let f = v.free_space();
-                (v.asize - f, f)
-            })
-            .collect()
+        self.published().vdev_space.clone()
     }
 
     /// (size, allocated, free) in bytes, as of the last committed txg.
@@ -612,7 +652,7 @@ impl Pool {
     }
 
     pub fn uberblock(&self) -> Option<Uberblock> {
-        lock(&self.st).ub
+        self.published().ub
     }
 
     pub fn suspended(&self) -> Option<String> {

@@ -430,11 +430,15 @@ impl Pool {
             return Ok(t.synced);
         }
         let r = self.sync_locked();
-        lock(&self.txg).syncing = None;
+        // Suspend before the txg stops being "syncing", so no waiter can
+        // see it neither syncing nor failed.
         if let Err(e) = &r {
             *lock(&self.suspended) = Some(e.to_string());
-            self.txg_cv.notify_all();
         }
+        lock(&self.txg).syncing = None;
+        self.txg_cv.notify_all();
+        // What admin commands see during the next sync.
+        let _ = self.published();
         r
     }
 
@@ -786,15 +790,20 @@ impl Pool {
         if lock(&self.thread).is_none() {
             return self.sync();
         }
-        // Wait for the open txg if it holds changes, else for the one being
-        // written out, else for nothing (empty txgs are never synced).
+        // Everything done before this call is in the open txg or an earlier
+        // one: wait for the open txg if it holds changes, else for the one
+        // before it (being written out, or already committed). Never for
+        // `synced` as read now: a sync that just failed has cleared its
+        // `syncing` mark, and its txg is not committed (an fsync returned
+        // success for a txg a power cut then lost; found by
+        // tests/crash_concurrent.rs).
         let pending = self.has_pending_changes();
         let target = {
             let t = lock(&self.txg);
             if pending {
                 t.open
             } else {
-                t.syncing.unwrap_or(t.synced)
+                t.open - 1
             }
         };
         loop {

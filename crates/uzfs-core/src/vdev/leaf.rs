@@ -338,9 +338,16 @@ impl Leaf {
                 std::thread::sleep(Duration::from_micros(us));
             }
         }
-        let us = self.inject.delay_us.load(Ordering::Relaxed);
-        if us > 0 {
-            std::thread::sleep(Duration::from_micros(us));
+        // Injected latency, in slices: clearing it (`zinject -c`) ends a
+        // long delay within 50 ms.
+        let t0 = std::time::Instant::now();
+        loop {
+            let us = self.inject.delay_us.load(Ordering::Relaxed);
+            let left = Duration::from_micros(us).saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
         }
         if self.inject.vanished.load(Ordering::Relaxed) {
             return Err(Error::Io {

@@ -13,8 +13,9 @@
 //! * a directory's stored entry count (what `stat` reports as its size)
 //!   equals the entries it holds;
 //! * every object is the master node, the unlinked set, reachable, an
-//!   extended-attribute object of one of those, or in the unlinked set
-//!   with no links left.
+//!   extended-attribute object of one of those, in the unlinked set with
+//!   no links left, or a raw object of the engine's object API (a plain
+//!   object with no znode, which no POSIX operation creates).
 //!
 //! Reads only: it runs on an object set opened at a committed txg.
 
@@ -36,6 +37,9 @@ pub struct NamespaceStats {
     pub directories: u64,
     pub files: u64,
     pub unlinked: u64,
+    /// Objects of the engine's object API (`uzfs object put`): plain
+    /// objects with no znode (mode 0), outside the namespace by design.
+    pub raw_objects: u64,
 }
 
 fn word(b: &[u8], i: usize) -> u64 {
@@ -213,7 +217,13 @@ pub fn check_namespace(os: &Objset) -> Result<(NamespaceStats, Vec<String>)> {
             ot::MASTER_NODE => obj == MASTER_OBJ,
             ot::UNLINKED_SET => obj == unlinked,
             ot::PLAIN_FILE | ot::DIRECTORY | ot::SYMLINK => {
-                reached.contains(&obj) || parked.contains(&obj)
+                let known = reached.contains(&obj) || parked.contains(&obj);
+                // No POSIX file has mode 0: this is a raw object.
+                let raw = dn.obj_type == ot::PLAIN_FILE && Znode::decode(&dn.bonus).mode == 0;
+                if !known && raw {
+                    stats.raw_objects += 1;
+                }
+                known || raw
             }
             ot::XATTR => xattrs.contains(&obj),
             _ => false,
