@@ -185,6 +185,12 @@ impl Daemon {
                 "cannot import '{name}': a pool with that name already exists"
             ));
         }
+        // One owner per pool: hold every device before anything is written.
+        for d in &found.devices {
+            d.dev
+                .claim()
+                .map_err(|e| format!("cannot import '{}': {e}", found.config.name))?;
+        }
         let pool = Pool::import(found, new_name, Self::tunables()).map_err(|e| e.to_string())?;
         pool.log_history(&format!("zpool import {}", found.config.name));
         pool.txg_wait_synced().map_err(|e| e.to_string())?;
@@ -302,6 +308,43 @@ pub fn run(rundir: &Path) -> i32 {
         ));
         return 1;
     }
+    // One daemon per run directory: concurrent auto-starts race here, and
+    // all but one stop before touching the socket or any pool. The lock
+    // lives as long as this process.
+    let lock_path = rundir.join("uzfsd.lock");
+    let _run_lock = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+    {
+        Ok(f) => match f.try_lock() {
+            Ok(()) => f,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let pid = std::fs::read_to_string(rundir.join("uzfsd.pid")).unwrap_or_default();
+                crate::err(&format!(
+                    "uzfs daemon: another daemon (pid {}) already serves {}\n",
+                    pid.trim(),
+                    rundir.display()
+                ));
+                return 1;
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                crate::err(&format!(
+                    "uzfs daemon: cannot lock {}: {e}\n",
+                    lock_path.display()
+                ));
+                return 1;
+            }
+        },
+        Err(e) => {
+            crate::err(&format!(
+                "uzfs daemon: cannot open {}: {e}\n",
+                lock_path.display()
+            ));
+            return 1;
+        }
+    };
     let sock = socket_path(rundir);
     if UnixStream::connect(&sock).is_ok() {
         crate::err(&format!(

@@ -132,7 +132,12 @@ pub fn attach_or_replace(
         (Some(o), None) if replace => (o, o.clone()),
         _ => return usage_err("missing <device> [new-device]"),
     };
-    let (new_path, dev) = match open_dev(cwd, &new) {
+    let opened = if &new == old {
+        crate::zpool::open_dev_unclaimed(cwd, &new)
+    } else {
+        open_dev(cwd, &new)
+    };
+    let (new_path, dev) = match opened {
         Ok(x) => x,
         Err(e) => return err(e),
     };

@@ -107,6 +107,20 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
 }
 
 pub(crate) fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevice>), String> {
+    let (path, dev) = open_dev_unclaimed(cwd, p)?;
+    // A device named for a pool (create, add, attach, replace, spare) is
+    // held from here on: no other process, and no other pool of this one,
+    // can take a disk a live pool uses, `-f` or not.
+    dev.claim().map_err(|e| format!("cannot use '{p}': {e}"))?;
+    Ok((path, dev))
+}
+
+/// `open_dev` without the exclusive hold: `zpool replace POOL DEV` of the
+/// very device the pool holds (a disk swapped in place).
+pub(crate) fn open_dev_unclaimed(
+    cwd: &Path,
+    p: &str,
+) -> Result<(String, Arc<dyn BlockDevice>), String> {
     let path = resolve(cwd, p);
     let dev = FileDevice::open(&path).map_err(|e| format!("cannot open '{p}': {e}"))?;
     Ok((path.display().to_string(), Arc::new(dev)))

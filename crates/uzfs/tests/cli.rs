@@ -398,3 +398,85 @@ fn admin_commands_answer_during_a_hung_sync() {
     assert!(sync.wait().expect("sync").success());
     e.ok(&["zpool", "export", "tank"]);
 }
+
+fn daemons_of(rundir: &Path) -> usize {
+    let want = format!("--rundir\0{}\0daemon", rundir.display());
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|p| {
+            std::fs::read(p.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&want))
+        })
+        .count()
+}
+
+/// One owner per pool: concurrent auto-starts make one daemon; a second
+/// daemon (another run directory) cannot import a pool the first holds and
+/// is told who holds it; `zpool create -f` cannot take a live pool's disk;
+/// after `kill -9` the next command restarts the daemon, which re-imports.
+#[test]
+fn one_daemon_and_one_owner_per_pool() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 128), e.disk("b", 128));
+    // Eight commands at once against a run directory with no daemon.
+    let kids: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_uzfs"))
+                .args(["zpool", "list"])
+                .env("UZFS_RUNDIR", &e.rundir)
+                .output_async()
+        })
+        .collect();
+    for k in kids {
+        let o = k.wait_with_output().expect("zpool list");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(
+        daemons_of(&e.rundir),
+        1,
+        "concurrent auto-starts made several daemons"
+    );
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+
+    // Another daemon, another run directory, the same devices.
+    let e2 = Env::new();
+    let dir = e.dir.path().display().to_string();
+    let o = e2.run(&["zpool", "import", "-d", &dir, "tank"]);
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a second daemon imported a live pool");
+    assert!(msg.contains("in use by process"), "{msg}");
+    // And the same daemon will not build a new pool on a live pool's disk.
+    e.fails(&["zpool", "create", "-f", "other", &a], 1, "in use");
+    assert!(e.ok(&["zpool", "status", "tank"]).contains("ONLINE"));
+
+    // A crash of the daemon: the next command restarts it and the pool
+    // comes back from the cache.
+    let pid: i32 = std::fs::read_to_string(e.rundir.join("uzfsd.pid"))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: kill(2) with a pid read from the daemon's pid file.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(st.contains("state: ONLINE"), "{st}");
+    assert_eq!(daemons_of(&e.rundir), 1);
+    e.ok(&["zpool", "export", "tank"]);
+    // Exported: now the other daemon may have it.
+    e2.ok(&["zpool", "import", "-d", &dir, "tank"]);
+    e2.ok(&["zpool", "export", "tank"]);
+}
+
+trait SpawnOut {
+    fn output_async(&mut self) -> std::process::Child;
+}
+impl SpawnOut for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    }
+}

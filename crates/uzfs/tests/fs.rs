@@ -709,3 +709,60 @@ fn syncfs_after_unlinking_a_closed_file_succeeds() {
     }
     e.ok(&["zpool", "export", "tank"]);
 }
+
+/// A daemon killed under load: the next command restarts it, the pool is
+/// re-imported from the cache, every mount (nested ones included) comes
+/// back in place of the dead FUSE mounts, and the namespace is consistent.
+#[test]
+fn mounts_come_back_after_the_daemon_is_killed() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    e.ok(&["zfs", "create", "tank/a"]);
+    e.ok(&["zfs", "create", "tank/a/b"]);
+    std::fs::write(m.join("a/b/f"), b"before").expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    // Load: renames and writes in three processes while the daemon dies.
+    let load: Vec<_> = (0..3)
+        .map(|i| {
+            let d = m.join("a");
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "i=0; while [ $i -lt 400 ]; do echo $i > {d}/x{i}-$i 2>/dev/null; mv {d}/x{i}-$i {d}/y{i} 2>/dev/null; i=$((i+1)); done",
+                    d = d.display(),
+                    i = i
+                ))
+                .spawn()
+                .expect("load")
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid: i32 = std::fs::read_to_string(e.rundir.join("uzfsd.pid"))
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: kill(2) with the daemon's pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    for mut l in load {
+        let _ = l.wait();
+    }
+    let t = std::time::Instant::now();
+    e.ok(&["zfs", "list"]);
+    for d in [m.clone(), m.join("a"), m.join("a/b")] {
+        assert!(
+            std::fs::read_dir(&d).is_ok(),
+            "{} did not come back",
+            d.display()
+        );
+    }
+    assert_eq!(std::fs::read(m.join("a/b/f")).expect("read"), b"before");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    std::fs::write(m.join("a/after"), b"x").expect("writable again");
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+}

@@ -24,6 +24,44 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> Result<()>;
     fn size(&self) -> u64;
     fn name(&self) -> String;
+    /// Hold the device exclusively for a pool this process imports or
+    /// creates, so no second process (another daemon, another run
+    /// directory) can import it at the same time. Released when the device
+    /// is closed. The default (simulated devices) holds nothing.
+    fn claim(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Processes other than this one that have `path` open (from /proc), for
+/// the message when a device is held elsewhere.
+pub fn holders(path: &Path) -> Vec<u32> {
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        if fds
+            .flatten()
+            .any(|f| std::fs::read_link(f.path()).is_ok_and(|l| l == target))
+        {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// Whether `flush` reaches the device. `Ignore` is for devices whose write
@@ -88,6 +126,9 @@ pub fn direct_io_enabled() -> bool {
 /// I/O is refused (tmpfs, some filesystems) the device stays buffered.
 pub struct FileDevice {
     file: File,
+    /// A block device opened with O_EXCL by `claim` (the kernel's own
+    /// exclusive hold: no mount, no second O_EXCL opener).
+    excl: std::sync::OnceLock<File>,
     direct: Option<File>,
     direct_ok: std::sync::atomic::AtomicBool,
     path: PathBuf,
@@ -138,6 +179,7 @@ impl FileDevice {
                 .ok()
         };
         Ok(FileDevice {
+            excl: std::sync::OnceLock::new(),
             direct_ok: std::sync::atomic::AtomicBool::new(direct.is_some()),
             direct,
             file,
@@ -171,6 +213,51 @@ impl FileDevice {
 }
 
 impl BlockDevice for FileDevice {
+    fn claim(&self) -> Result<()> {
+        let busy = || {
+            let who = holders(&self.path);
+            let by = if who.is_empty() {
+                "another process".to_string()
+            } else {
+                format!(
+                    "process {}",
+                    who.iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            Error::invalid(format!(
+                "{} is in use by {by} (another uzfs daemon holds its pool?)",
+                self.path.display()
+            ))
+        };
+        match self.file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(busy()),
+            Err(std::fs::TryLockError::Error(e)) => return Err(self.io_err(e)),
+        }
+        let is_block = self
+            .file
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
+        if is_block && self.excl.get().is_none() {
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_EXCL)
+                .open(&self.path)
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EBUSY) {
+                        busy()
+                    } else {
+                        self.io_err(e)
+                    }
+                })?;
+            let _ = self.excl.set(f);
+        }
+        Ok(())
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.file
             .read_exact_at(buf, offset)
