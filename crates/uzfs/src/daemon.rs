@@ -199,7 +199,7 @@ impl Daemon {
             .unwrap_or_else(|e| e.into_inner())
             .insert(name, pool.clone());
         for e in crate::mounts::mount_all(self, &pool) {
-            crate::err(&format!("uzfsd: {e}\n"));
+            log::warn!("{e}");
         }
         Ok(pool)
     }
@@ -218,15 +218,12 @@ impl Daemon {
             }
             match found {
                 Some(f) => match self.import(&f, Some(&e.name)) {
-                    Ok(_) => crate::err(&format!("uzfsd: imported '{}' from the cache\n", e.name)),
+                    Ok(_) => log::info!("imported '{}' from the cache", e.name),
                     Err(err) => {
-                        crate::err(&format!("uzfsd: cannot re-import '{}': {err}\n", e.name))
+                        log::error!("cannot re-import '{}': {err}", e.name)
                     }
                 },
-                None => crate::err(&format!(
-                    "uzfsd: cannot re-import '{}': devices not found\n",
-                    e.name
-                )),
+                None => log::error!("cannot re-import '{}': devices not found", e.name),
             }
         }
         // The cache is left as it was: a pool whose devices are absent now
@@ -239,7 +236,7 @@ impl Daemon {
             .map(|(n, _)| n)
             .collect();
         if let Err(e) = crate::mounts::unmount_many(self, names, true) {
-            crate::err(&format!("uzfsd: {e}\n"));
+            log::warn!("{e}");
         }
         let pools: Vec<Arc<Pool>> = self
             .pools
@@ -250,7 +247,7 @@ impl Daemon {
             .collect();
         for p in pools {
             if let Err(e) = p.close() {
-                crate::err(&format!("uzfsd: closing '{}': {e}\n", p.name));
+                log::error!("closing '{}': {e}", p.name);
             }
         }
     }
@@ -299,13 +296,21 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
     }
 }
 
+/// The daemon log (stderr, which an auto-started daemon sends to
+/// `uzfsd.log`): a timestamp and a level on every line. `UZFS_LOG` sets the
+/// filter (`info` by default; `debug` adds per-txg and scan traces).
+fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("UZFS_LOG", "info"))
+        .format_timestamp_millis()
+        .format_target(false)
+        .try_init();
+}
+
 /// Run the daemon in the foreground until a `shutdown` request.
 pub fn run(rundir: &Path) -> i32 {
+    init_logging();
     if let Err(e) = prepare_rundir(rundir) {
-        crate::err(&format!(
-            "uzfs daemon: cannot create run directory {}: {e}\n",
-            rundir.display()
-        ));
+        log::error!("cannot create run directory {}: {e}", rundir.display());
         return 1;
     }
     // One daemon per run directory: concurrent auto-starts race here, and
@@ -322,45 +327,33 @@ pub fn run(rundir: &Path) -> i32 {
             Ok(()) => f,
             Err(std::fs::TryLockError::WouldBlock) => {
                 let pid = std::fs::read_to_string(rundir.join("uzfsd.pid")).unwrap_or_default();
-                crate::err(&format!(
-                    "uzfs daemon: another daemon (pid {}) already serves {}\n",
+                log::error!(
+                    "another daemon (pid {}) already serves {}",
                     pid.trim(),
                     rundir.display()
-                ));
+                );
                 return 1;
             }
             Err(std::fs::TryLockError::Error(e)) => {
-                crate::err(&format!(
-                    "uzfs daemon: cannot lock {}: {e}\n",
-                    lock_path.display()
-                ));
+                log::error!("cannot lock {}: {e}", lock_path.display());
                 return 1;
             }
         },
         Err(e) => {
-            crate::err(&format!(
-                "uzfs daemon: cannot open {}: {e}\n",
-                lock_path.display()
-            ));
+            log::error!("cannot open {}: {e}", lock_path.display());
             return 1;
         }
     };
     let sock = socket_path(rundir);
     if UnixStream::connect(&sock).is_ok() {
-        crate::err(&format!(
-            "uzfs daemon: another daemon is already serving {}\n",
-            sock.display()
-        ));
+        log::error!("another daemon is already serving {}", sock.display());
         return 1;
     }
     let _ = std::fs::remove_file(&sock);
     let listener = match UnixListener::bind(&sock) {
         Ok(l) => l,
         Err(e) => {
-            crate::err(&format!(
-                "uzfs daemon: cannot listen on {}: {e}\n",
-                sock.display()
-            ));
+            log::error!("cannot listen on {}: {e}", sock.display());
             return 1;
         }
     };
@@ -391,7 +384,7 @@ pub fn run(rundir: &Path) -> i32 {
                 }
             });
     }
-    crate::err(&format!("uzfsd: serving {}\n", sock.display()));
+    log::info!("serving {}", sock.display());
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
         let d2 = d.clone();

@@ -54,6 +54,11 @@ fn emit(r: client::Response) -> i32 {
 }
 
 fn main() {
+    // The engine reads no environment: tunables that come from it are
+    // handed over here (and in `Daemon::tunables`).
+    uzfs_core::vdev::device::set_direct_io(
+        std::env::var("UZFS_DIRECT_IO").map_or(true, |v| v != "0"),
+    );
     let args: Vec<String> = std::env::args().collect();
     let argv0 = args
         .first()

@@ -103,8 +103,8 @@ pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), Stri
         .unwrap_or(false);
     let session = crate::fuse::mount(zpl.clone(), &path, &name, readonly)
         .map_err(|e| format!("cannot mount '{name}' on {}: {e}", path.display()))?;
-    eprintln!(
-        "uzfsd: mounted {name} at {} over {}",
+    log::info!(
+        "mounted {name} at {} over {}",
         path.display(),
         session.transport
     );

@@ -479,10 +479,10 @@ fn uring_expected() -> bool {
 /// The transport the daemon's log says `dataset` was mounted over.
 fn transport_of(e: &Env, dataset: &str) -> String {
     let log = std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default();
-    let prefix = format!("uzfsd: mounted {dataset} at ");
+    let prefix = format!("mounted {dataset} at ");
     log.lines()
         .rev()
-        .find_map(|l| Some(l.strip_prefix(&prefix)?.split_once(" over ")?.1))
+        .find_map(|l| Some(l.split_once(&prefix)?.1.split_once(" over ")?.1))
         .unwrap_or("not in the log")
         .to_string()
 }

@@ -642,9 +642,10 @@ impl Objset {
                 let Some(copy) = copy else {
                     // Only a free of the object or a punch in this txg
                     // removes an open block; the caller's locks exclude both.
-                    return Err(Error::Internal(format!(
-                        "object {obj} block {blkid} left the open txg during a change"
-                    )));
+                    let why =
+                        format!("object {obj} block {blkid} left the open txg during a change");
+                    self.gate.poison(&why);
+                    return Err(Error::Internal(why));
                 };
                 st.open.bytes += bs;
                 e.insert(Arc::new(copy))

@@ -58,6 +58,9 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[derive(Debug, Default)]
 pub struct TxgGate {
     lock: RwLock<()>,
+    /// Why the open txg may hold half an operation (a panic under a hold,
+    /// a broken invariant): the sync must not commit it (fail-stop).
+    poisoned: std::sync::Mutex<Option<String>>,
 }
 
 thread_local! {
@@ -109,6 +112,23 @@ impl TxgGate {
         }
     }
 
+    /// The open txg must never commit: an operation broke off half done
+    /// (`why` says how). The next sync suspends the pool instead.
+    pub fn poison(&self, why: &str) {
+        let mut p = self.poisoned.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_none() {
+            *p = Some(why.to_string());
+        }
+    }
+
+    /// Why the open txg must not commit, if it must not.
+    pub fn poisoned(&self) -> Option<String> {
+        self.poisoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Does this thread hold this gate?
     pub fn held(&self) -> bool {
         let key = self.key();
@@ -132,6 +152,13 @@ pub fn held_any() -> bool {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
+        // A panic unwinding through a hold leaves whatever the operation
+        // had changed so far in the open txg: poison it before the hold is
+        // released, so the freeze that may follow at once sees it.
+        if std::thread::panicking() {
+            self.gate
+                .poison("an operation panicked while it held the open txg");
+        }
         let key = self.gate.key();
         HELD.with(|h| {
             let mut h = h.borrow_mut();
@@ -178,6 +205,22 @@ mod tests {
         h.join().expect("quiesce thread");
         assert!(frozen.load(Ordering::SeqCst));
         assert!(!gate.held() && !held_any());
+    }
+
+    #[test]
+    fn a_panic_under_a_hold_poisons_the_gate() {
+        let gate = Arc::new(TxgGate::new());
+        let g = gate.clone();
+        let r = std::thread::spawn(move || {
+            let _tx = g.hold();
+            panic!("broken invariant");
+        })
+        .join();
+        assert!(r.is_err());
+        assert!(gate.poisoned().is_some_and(|w| w.contains("panicked")));
+        // The gate itself still works (reads may continue).
+        drop(gate.hold());
+        drop(gate.quiesce());
     }
 
     #[test]

@@ -663,6 +663,9 @@ impl DatasetCtx for DsCtx {
     fn txg(&self) -> u64 {
         lock(&self.pool.txg).open
     }
+    fn live(&self) -> bool {
+        self.pool.suspended().is_none()
+    }
 }
 
 #[cfg(test)]

@@ -655,8 +655,12 @@ impl Pool {
         self.published().ub
     }
 
+    /// Why the pool takes no more changes: a sync failed, or an operation
+    /// broke off half done under a txg hold (fail-stop, `dmu/tx.rs`).
     pub fn suspended(&self) -> Option<String> {
-        lock(&self.suspended).clone()
+        lock(&self.suspended)
+            .clone()
+            .or_else(|| self.mos.gate().poisoned())
     }
 
     /// `zpool add`: a new top-level vdev, committed before returning.

@@ -626,15 +626,13 @@ impl Pool {
                 lock(&self.scan).batch_examined = b.examined;
                 let t1 = Instant::now();
                 let r = self.issue_batch(&b.bps, phys.func, phys.order)?;
-                if std::env::var_os("UZFS_SCAN_TRACE").is_some() {
-                    eprintln!(
-                        "scan batch: {} blocks, {} MiB: gather {:?}, issue {:?}",
-                        b.bps.len(),
-                        r.0 >> 20,
-                        t1 - t0,
-                        t1.elapsed()
-                    );
-                }
+                log::debug!(
+                    "scan batch: {} blocks, {} MiB: gather {:?}, issue {:?}",
+                    b.bps.len(),
+                    r.0 >> 20,
+                    t1 - t0,
+                    t1.elapsed()
+                );
                 Ok((b, r))
             });
             lock(&self.st).alloc.set_scan_hold(false);

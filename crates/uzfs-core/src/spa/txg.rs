@@ -433,6 +433,10 @@ impl Pool {
         // Suspend before the txg stops being "syncing", so no waiter can
         // see it neither syncing nor failed.
         if let Err(e) = &r {
+            log::error!(
+                "pool '{}' suspended: the sync failed: {e}; writes get EIO until `zpool clear`",
+                self.name
+            );
             *lock(&self.suspended) = Some(e.to_string());
         }
         lock(&self.txg).syncing = None;
@@ -447,6 +451,11 @@ impl Pool {
         // (dmu/tx.rs), then freeze every object set and open the next txg
         // while the gate is shut, so no operation straddles the two.
         let quiesced = self.mos.gate().quiesce();
+        // Fail-stop: an operation that broke off half done poisoned the
+        // open txg; nothing more may commit (the pool suspends, below).
+        if let Some(why) = self.mos.gate().poisoned() {
+            return Err(Error::Internal(why));
+        }
         let txg = {
             let mut t = lock(&self.txg);
             let txg = t.open;
@@ -589,15 +598,14 @@ impl Pool {
         for t in &tops {
             t.flush(txg)?;
         }
-        if std::env::var_os("UZFS_SYNC_TRACE").is_some() {
-            eprintln!(
-                "txg {txg}: {} MiB dirty, data {:?}, mos {:?}, flush {:?}",
-                data_bytes >> 20,
-                t_data,
-                t_flush0 - t_start - t_data,
-                t_flush0.elapsed()
-            );
-        }
+        log::debug!(
+            "pool '{}' txg {txg}: {} MiB dirty, data {:?}, mos {:?}, flush {:?}",
+            self.name,
+            data_bytes >> 20,
+            t_data,
+            t_flush0 - t_start - t_data,
+            t_flush0.elapsed()
+        );
         if config_dirty {
             self.write_labels(&st.config, &tops, txg)?;
         }

@@ -109,8 +109,16 @@ pub const DIRECT_ALIGN: usize = 4096;
 /// existed, buffered writes were faster on the benchmark VMs, because the
 /// page cache served those reads (bench/RESULTS.md).
 pub fn direct_io_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("UZFS_DIRECT_IO").map_or(true, |v| v != "0"))
+    DIRECT_IO.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static DIRECT_IO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Switch direct I/O for runs of data blocks on or off for the devices this
+/// process opens from now on (default on). The binary maps
+/// `UZFS_DIRECT_IO=0` here; the library reads no environment.
+pub fn set_direct_io(on: bool) {
+    DIRECT_IO.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A regular file or a block device.

@@ -36,6 +36,11 @@ pub trait DatasetCtx: Send + Sync {
     fn space(&self) -> (u64, u64);
     /// The open txg (stamped into new znodes as their generation).
     fn txg(&self) -> u64;
+    /// Whether the pool still takes changes: a suspended pool (a failed
+    /// sync, an operation that broke off half done) refuses them with EIO.
+    fn live(&self) -> bool {
+        true
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -375,6 +380,9 @@ impl Zpl {
     fn writable(&self) -> ZResult<()> {
         if self.ctx.props().readonly {
             return Err(libc::EROFS);
+        }
+        if !self.ctx.live() || self.os.gate().poisoned().is_some() {
+            return Err(libc::EIO);
         }
         Ok(())
     }

@@ -352,7 +352,7 @@ pub fn negotiate(config: &mut KernelConfig) {
     // One at a time: fuser adds none of a set if the kernel lacks one.
     for flag in want.iter() {
         if config.add_capabilities(flag).is_err() && std::env::var_os("UZFS_FUSE_STATS").is_some() {
-            eprintln!("uzfsd: kernel lacks FUSE capability {flag:?}");
+            log::debug!("kernel lacks FUSE capability {flag:?}");
         }
     }
     let _ = config.set_max_write(1 << 20);

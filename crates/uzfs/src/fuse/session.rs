@@ -85,8 +85,8 @@ fn hint_uring_off() {
     let off = std::fs::read_to_string(URING_PARAM).is_ok_and(|v| v.trim() == "N");
     if off && uring_wanted() {
         ONCE.call_once(|| {
-            eprintln!(
-                "uzfsd: FUSE over io_uring is off in this kernel (echo Y > {URING_PARAM}, \
+            log::warn!(
+                "FUSE over io_uring is off in this kernel (echo Y > {URING_PARAM}, \
                  as root, makes small-file work 2-3x faster); mounts use /dev/fuse"
             )
         });
@@ -154,8 +154,8 @@ impl Session {
         }
         self.fs.destroy();
         if std::env::var_os("UZFS_FUSE_STATS").is_some() {
-            eprintln!(
-                "uzfs: fuse requests over {:?}: {}",
+            log::info!(
+                "fuse requests over {:?}: {}",
                 self.transport,
                 opcode_counts()
             );
@@ -229,7 +229,7 @@ pub fn mount(
             }
             // A failed REGISTER makes the kernel route requests to
             // /dev/fuse again.
-            Err(e) => eprintln!("uzfsd: FUSE over io_uring unavailable ({e}); using /dev/fuse"),
+            Err(e) => log::warn!("FUSE over io_uring unavailable ({e}); using /dev/fuse"),
         }
     }
     for i in 0..classic {
