@@ -306,6 +306,25 @@ fn init_logging() {
         .try_init();
 }
 
+/// Take the run directory's lock. A daemon that is stopping (`daemon
+/// --stop`, then a command auto-starts the next) still holds it for a
+/// moment: wait for that, up to 10 s, but give up at once while another
+/// daemon answers on the socket.
+fn lock_run_dir(f: &std::fs::File, rundir: &Path) -> Result<(), std::fs::TryLockError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match f.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock)
+                if std::time::Instant::now() < deadline
+                    && UnixStream::connect(socket_path(rundir)).is_err() =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Run the daemon in the foreground until a `shutdown` request.
 pub fn run(rundir: &Path) -> i32 {
     init_logging();
@@ -323,7 +342,7 @@ pub fn run(rundir: &Path) -> i32 {
         .write(true)
         .open(&lock_path)
     {
-        Ok(f) => match f.try_lock() {
+        Ok(f) => match lock_run_dir(&f, rundir) {
             Ok(()) => f,
             Err(std::fs::TryLockError::WouldBlock) => {
                 let pid = std::fs::read_to_string(rundir.join("uzfsd.pid")).unwrap_or_default();

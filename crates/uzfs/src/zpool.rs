@@ -111,7 +111,13 @@ pub(crate) fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevi
     // A device named for a pool (create, add, attach, replace, spare) is
     // held from here on: no other process, and no other pool of this one,
     // can take a disk a live pool uses, `-f` or not.
-    dev.claim().map_err(|e| format!("cannot use '{p}': {e}"))?;
+    if let Err(e) = dev.claim() {
+        // Say which pool, as OpenZFS does, when the label tells.
+        return Err(match uzfs_core::spa::probe_label(&*dev) {
+            Some(l) => format!("{p} is part of active pool '{}' ({e})", l.pool.name),
+            None => format!("cannot use '{p}': {e}"),
+        });
+    }
     Ok((path, dev))
 }
 
@@ -993,7 +999,7 @@ fn labelclear(d: &Daemon, args: &[String], cwd: &Path) -> Response {
     let Some(dev) = rest.first() else {
         return usage_err("missing vdev name");
     };
-    let (path, dev) = match open_dev(cwd, dev) {
+    let (path, dev) = match open_dev_unclaimed(cwd, dev) {
         Ok(x) => x,
         Err(e) => return err(e),
     };

@@ -805,14 +805,16 @@ impl Pool {
         // `syncing` mark, and its txg is not committed (an fsync returned
         // success for a txg a power cut then lost; found by
         // tests/crash_concurrent.rs).
+        // The open txg is read before the check: a txg that opened after
+        // it holds nothing of the caller's, and waiting for it would hang
+        // when it stays empty (found by tests/crash_concurrent.rs: a wait
+        // for space's extra syncs raced with this check).
+        let open_before = lock(&self.txg).open;
         let pending = self.has_pending_changes();
-        let target = {
-            let t = lock(&self.txg);
-            if pending {
-                t.open
-            } else {
-                t.open - 1
-            }
+        let target = if pending {
+            open_before
+        } else {
+            lock(&self.txg).open - 1
         };
         loop {
             // Lock order is `st` before `txg`: never ask for `st` (inside

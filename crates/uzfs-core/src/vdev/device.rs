@@ -225,7 +225,7 @@ impl BlockDevice for FileDevice {
         let busy = || {
             let who = holders(&self.path);
             let by = if who.is_empty() {
-                "another process".to_string()
+                "a pool of this process".to_string()
             } else {
                 format!(
                     "process {}",
@@ -235,10 +235,7 @@ impl BlockDevice for FileDevice {
                         .join(", ")
                 )
             };
-            Error::invalid(format!(
-                "{} is in use by {by} (another uzfs daemon holds its pool?)",
-                self.path.display()
-            ))
+            Error::invalid(format!("{} is in use by {by}", self.path.display()))
         };
         match self.file.try_lock() {
             Ok(()) => {}
