@@ -10,15 +10,17 @@
 //! numbers. Symlinks keep their target as object data. A file's extended
 //! attributes live in one object of type `XATTR` named by its znode.
 //!
-//! Every change a system call makes lands in the open txg of the object set
-//! in one critical section, and txgs commit atomically, so any crash leaves
+//! Every change a system call makes lands in one txg: the call holds the
+//! open txg (`dmu::tx::Tx`) from its first change to its last, and txgs
+//! commit atomically, so any crash leaves
 //! each call entirely applied or not at all. A file unlinked while open
 //! (link count zero) is put in the unlinked set in the same txg; its object
 //! is freed at the last close, or at the next mount after a crash.
 //!
 //! # Locks
 //!
-//! `ns` (one namespace change at a time) before the per-object stripes
+//! A `Tx` hold first (taken after admission, which may wait for syncs),
+//! then `ns` (one namespace change at a time), then the per-object stripes
 //! (`obj_lock`, taken in ascending stripe order). Data writes and attribute
 //! updates take only the stripe of their object. Reads take no lock: an
 //! object set hands out whole blocks, so a read sees each block before or
