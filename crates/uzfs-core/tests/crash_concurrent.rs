@@ -436,25 +436,14 @@ fn run_seed(seed: u64) -> (bool, u64) {
     fs.fsync(f.ino).expect("fsync");
     drop(fss);
     pool.close().expect("close");
-    let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(
-        report.is_clean(),
-        "seed {seed}: zdb after more changes:\n{}",
-        zdb::format_report(&report)
-    );
+    assert_zdb_clean(&disks2, &format!("seed {seed}: after more changes"));
     (crashed_in_run, files)
 }
 
 #[test]
 fn concurrent_operations_survive_power_cuts() {
-    let n: u64 = std::env::var("UZFS_CONC_CRASH_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
-    let base: u64 = std::env::var("UZFS_CONC_CRASH_BASE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let n: u64 = env_u64("UZFS_CONC_CRASH_SEEDS", 12);
+    let base: u64 = env_u64("UZFS_CONC_CRASH_BASE", 0);
     let mut mid = 0;
     for seed in base..base + n {
         let (crashed, _files) = run_seed(seed);

@@ -140,8 +140,7 @@ fn write_after_delete_on_a_full_pool_is_refused_not_lost() {
     assert!(fs.lookup(fs.root, b"new").is_err());
     drop(fs);
     pool.close().expect("close");
-    let report = zdb::verify(devs(&disks2)).expect("zdb");
-    assert!(report.is_clean(), "{}", zdb::format_report(&report));
+    assert_zdb_clean(&disks2, "after the full-pool writes");
 }
 
 /// Several writers fill a small pool with files of random sizes, delete
@@ -244,10 +243,7 @@ fn fill_seed(seed: u64) -> u64 {
 
 #[test]
 fn writers_fill_small_pools_many_times_over() {
-    let n: u64 = std::env::var("UZFS_FULL_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let n: u64 = env_u64("UZFS_FULL_SEEDS", 3);
     let full = (0..n).filter(|&seed| fill_seed(seed) > 0).count() as u64;
     assert!(full * 2 >= n, "only {full} of {n} seeds filled the pool");
 }

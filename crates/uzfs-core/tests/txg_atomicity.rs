@@ -40,10 +40,7 @@ fn count(fs: &Zpl, dir: &[u8]) -> usize {
 
 #[test]
 fn rename_is_never_split_across_txgs() {
-    let secs: u64 = std::env::var("UZFS_TX_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let secs: u64 = env_u64("UZFS_TX_SECS", 3);
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", DISK)];
     let pool = Pool::create("tx", vec![spec(TopKind::Disk, &disks)], opts(1)).expect("create");

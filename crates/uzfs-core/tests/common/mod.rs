@@ -71,3 +71,22 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     r.fill(&mut v);
     v
 }
+
+/// A count from the environment (seeds, seconds), or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// zdb over the devices finds every checksum good, space exact and every
+/// namespace consistent; `what` names the check in the failure.
+pub fn assert_zdb_clean(disks: &[SimDevice], what: &str) {
+    let r = uzfs_core::zdb::verify(devs(disks)).unwrap_or_else(|e| panic!("{what}: zdb: {e}"));
+    assert!(
+        r.is_clean(),
+        "{what}: zdb:\n{}",
+        uzfs_core::zdb::format_report(&r)
+    );
+}
