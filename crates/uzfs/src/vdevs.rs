@@ -132,11 +132,17 @@ pub fn attach_or_replace(
         (Some(o), None) if replace => (o, o.clone()),
         _ => return usage_err("missing <device> [new-device]"),
     };
-    let opened = if &new == old {
-        crate::zpool::open_dev_unclaimed(cwd, &new)
-    } else {
-        open_dev(cwd, &new)
-    };
+    // The very device the pool holds (a disk swapped in place), or one
+    // this pool already uses (refused below with the pool's own message),
+    // is opened without the exclusive hold; any other is claimed.
+    let opened = crate::zpool::open_dev_unclaimed(cwd, &new).and_then(|(path, dev)| {
+        let ours = uzfs_core::spa::probe_label(&*dev).is_some_and(|l| l.pool.pool_guid == p.guid);
+        if &new == old || ours {
+            Ok((path, dev))
+        } else {
+            open_dev(cwd, &new)
+        }
+    });
     let (new_path, dev) = match opened {
         Ok(x) => x,
         Err(e) => return err(e),
