@@ -28,7 +28,7 @@ pub enum Error {
     #[error("{0}")]
     TooBig(String),
     /// The pool stopped committing (a sync failed or an invariant broke):
-    /// writes get EIO until `zpool clear` resumes it.
+    /// writes get EIO until it is exported and imported again.
     #[error("pool '{pool}' is suspended: {why}")]
     Suspended { pool: String, why: String },
     /// A broken invariant of the engine itself: a bug, never bad input.

@@ -4,7 +4,7 @@
 
 use crate::client::Response;
 use crate::daemon::Daemon;
-use crate::zpool::{err, get_pool, getopt, has, open_dev, usage_err, values};
+use crate::zpool::{err, get_pool, getopt, has, usage_err, values};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -137,11 +137,10 @@ pub fn attach_or_replace(
     // is opened without the exclusive hold; any other is claimed.
     let opened = crate::zpool::open_dev_unclaimed(cwd, &new).and_then(|(path, dev)| {
         let ours = uzfs_core::spa::probe_label(&*dev).is_some_and(|l| l.pool.pool_guid == p.guid);
-        if &new == old || ours {
-            Ok((path, dev))
-        } else {
-            open_dev(cwd, &new)
+        if &new != old && !ours {
+            crate::zpool::claim_dev(&new, &*dev)?;
         }
+        Ok((path, dev))
     });
     let (new_path, dev) = match opened {
         Ok(x) => x,

@@ -108,17 +108,21 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
 
 pub(crate) fn open_dev(cwd: &Path, p: &str) -> Result<(String, Arc<dyn BlockDevice>), String> {
     let (path, dev) = open_dev_unclaimed(cwd, p)?;
-    // A device named for a pool (create, add, attach, replace, spare) is
-    // held from here on: no other process, and no other pool of this one,
-    // can take a disk a live pool uses, `-f` or not.
-    if let Err(e) = dev.claim() {
+    claim_dev(p, &*dev)?;
+    Ok((path, dev))
+}
+
+/// Hold a device named for a pool (create, add, attach, replace, spare)
+/// from here on: no other process, and no other pool of this one, can take
+/// a disk a live pool uses, `-f` or not.
+pub(crate) fn claim_dev(p: &str, dev: &dyn BlockDevice) -> Result<(), String> {
+    dev.claim().map_err(|e| {
         // Say which pool, as OpenZFS does, when the label tells.
-        return Err(match uzfs_core::spa::probe_label(&*dev) {
+        match uzfs_core::spa::probe_label(dev) {
             Some(l) => format!("{p} is part of active pool '{}' ({e})", l.pool.name),
             None => format!("cannot use '{p}': {e}"),
-        });
-    }
-    Ok((path, dev))
+        }
+    })
 }
 
 /// `open_dev` without the exclusive hold: `zpool replace POOL DEV` of the

@@ -121,7 +121,27 @@ pub(crate) struct Published {
     pub config: PoolConfig,
     pub props: PoolProps,
     pub ub: Option<Uberblock>,
+    /// (allocated, free) of each top-level vdev, in vdev order.
     pub vdev_space: Vec<(u64, u64)>,
+}
+
+impl Published {
+    fn of(st: &SpaState) -> Published {
+        Published {
+            config: st.config.clone(),
+            props: st.props.clone(),
+            ub: st.ub,
+            vdev_space: st
+                .alloc
+                .vdevs
+                .iter()
+                .map(|v| {
+                    let f = v.free_space();
+                    (v.asize - f, f)
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The pool's space as of the last committed txg.
@@ -427,12 +447,7 @@ impl Pool {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(st.dir.root_dataset, root_ds);
-        let published = Arc::new(Published {
-            config: st.config.clone(),
-            props: st.props.clone(),
-            ub: st.ub,
-            vdev_space: Vec::new(),
-        });
+        let published = Arc::new(Published::of(&st));
         let pool = Arc::new(Pool {
             published: Mutex::new(published),
             name: st.config.name.clone(),
@@ -502,20 +517,7 @@ impl Pool {
     pub(crate) fn published(&self) -> std::sync::Arc<Published> {
         match self.st.try_lock() {
             Ok(st) => {
-                let p = std::sync::Arc::new(Published {
-                    config: st.config.clone(),
-                    props: st.props.clone(),
-                    ub: st.ub,
-                    vdev_space: st
-                        .alloc
-                        .vdevs
-                        .iter()
-                        .map(|v| {
-                            let f = v.free_space();
-                            (v.asize - f, f)
-                        })
-                        .collect(),
-                });
+                let p = std::sync::Arc::new(Published::of(&st));
                 *lock(&self.published) = p.clone();
                 p
             }
@@ -628,6 +630,7 @@ impl Pool {
     pub(crate) fn snapshot_space(&self, alloc: &Allocator) {
         let size = alloc.total_space();
         let free = alloc.free_space();
+        let allocatable = alloc.allocatable_space();
         // Worst allocation overhead of a 16 KiB block on any vdev (RAID-Z
         // parity and padding, sector rounding), in 1/1024ths.
         const PROBE: u64 = 16 << 10;
@@ -641,8 +644,8 @@ impl Pool {
         *lock(&self.space_snapshot) = SpaceSnapshot {
             size,
             free,
-            allocatable: alloc.allocatable_space(),
-            pending_frees: free.saturating_sub(alloc.allocatable_space()),
+            allocatable,
+            pending_frees: free.saturating_sub(allocatable),
             inflation,
         };
     }

@@ -434,7 +434,7 @@ impl Pool {
         // see it neither syncing nor failed.
         if let Err(e) = &r {
             log::error!(
-                "pool '{}' suspended: the sync failed: {e}; writes get EIO until `zpool clear`",
+                "pool '{}' suspended: the sync failed: {e}; writes get EIO until it is exported and imported again",
                 self.name
             );
             *lock(&self.suspended) = Some(e.to_string());
