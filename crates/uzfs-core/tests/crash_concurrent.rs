@@ -31,7 +31,6 @@ use std::time::Duration;
 use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::{Pool, Tunables};
 use uzfs_core::vdev::sim::{SimRng, SimWorld};
-use uzfs_core::vdev::TopKind;
 use uzfs_core::zdb;
 use uzfs_core::zpl::{SetAttr, Zpl};
 
@@ -41,8 +40,7 @@ const REC: usize = 4096;
 const WORKERS: u64 = 3;
 
 fn mount(p: &Arc<Pool>, name: &str) -> Zpl {
-    let ds = p.dataset(name).expect("dataset");
-    Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).expect("mount")
+    mount_fs(p, name)
 }
 
 /// A self-describing 4 KiB record: (file tag, sequence) and a fill derived
@@ -254,19 +252,11 @@ fn second_crash(images: Vec<(String, Vec<u8>)>, rng: &mut SimRng) -> Vec<(String
 fn run_seed(seed: u64) -> (bool, u64) {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
-    let mirror = rng.chance(1, 2);
-    let disks: Vec<_> = (0..if mirror { 2 } else { 1 })
-        .map(|i| world.disk(&format!("d{i}"), 96 << 20))
-        .collect();
-    let kind = if mirror {
-        TopKind::Mirror
-    } else {
-        TopKind::Disk
-    };
+    let (_disks, top) = disk_or_mirror(&world, &mut rng);
     let mut o = opts(seed);
     o.tunables = live_tunables();
-    let pool = Pool::create("cc", vec![spec(kind, &disks)], o)
-        .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
+    let pool =
+        Pool::create("cc", vec![top], o).unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     pool.format_root_fs().expect("format");
     pool.create_dataset("cc/two", &[("recordsize".into(), "16K".into())], false)
         .expect("dataset");

@@ -13,10 +13,8 @@ mod common;
 use common::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::{SimRng, SimWorld};
-use uzfs_core::vdev::TopKind;
 use uzfs_core::zdb;
 use uzfs_core::zpl::{SetAttr, Zpl};
 
@@ -26,8 +24,7 @@ type Model = BTreeMap<String, Vec<u8>>;
 const DIRS: [&str; 3] = ["a", "b", "c"];
 
 fn mount(p: &Arc<Pool>, name: &str) -> Zpl {
-    let ds = p.dataset(name).expect("dataset");
-    Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).expect("mount")
+    mount_fs(p, name)
 }
 
 fn dir_of(fs: &Zpl, d: &str) -> Option<u64> {
@@ -159,16 +156,8 @@ fn read_back(fss: &[(String, Zpl)]) -> Model {
 fn run_seed(seed: u64) -> usize {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
-    let mirror = rng.chance(1, 2);
-    let disks: Vec<_> = (0..if mirror { 2 } else { 1 })
-        .map(|i| world.disk(&format!("d{i}"), 96 << 20))
-        .collect();
-    let kind = if mirror {
-        TopKind::Mirror
-    } else {
-        TopKind::Disk
-    };
-    let pool = Pool::create("crash", vec![spec(kind, &disks)], opts(seed))
+    let (_disks, top) = disk_or_mirror(&world, &mut rng);
+    let pool = Pool::create("crash", vec![top], opts(seed))
         .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     pool.format_root_fs().expect("format");
     pool.create_dataset("crash/fs2", &[("recordsize".into(), "16K".into())], false)

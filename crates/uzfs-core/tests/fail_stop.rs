@@ -5,12 +5,10 @@
 
 mod common;
 use common::*;
-use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
 use uzfs_core::zdb;
-use uzfs_core::zpl::Zpl;
 
 #[test]
 fn a_panic_under_a_hold_suspends_the_pool_before_the_half_change_commits() {
@@ -18,10 +16,7 @@ fn a_panic_under_a_hold_suspends_the_pool_before_the_half_change_commits() {
     let disks = vec![world.disk("d0", DISK)];
     let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], opts(5)).expect("create");
     pool.format_root_fs().expect("format");
-    let ds = pool.dataset("fs").expect("ds");
-    let fs = std::sync::Arc::new(
-        Zpl::mount(ds.os.clone(), DsCtx::new(pool.clone(), ds)).expect("mount"),
-    );
+    let fs = std::sync::Arc::new(mount_fs(&pool, "fs"));
     let f = fs
         .mknod(fs.root, b"f", libc::S_IFREG | 0o644, 0, 0, 0, None)
         .expect("create");
@@ -56,8 +51,7 @@ fn a_panic_under_a_hold_suspends_the_pool_before_the_half_change_commits() {
     let (d2, found) = find(&SimWorld::new(), images(&disks));
     let p2 = Pool::import(&found, None, tunables()).expect("import");
     assert_eq!(p2.last_txg(), committed);
-    let ds2 = p2.dataset("fs").expect("ds");
-    let fs3 = Zpl::mount(ds2.os.clone(), DsCtx::new(p2.clone(), ds2)).expect("mount");
+    let fs3 = mount_fs(&p2, "fs");
     let a = fs3.lookup(fs3.root, b"f").expect("f");
     assert_eq!(fs3.read(a.ino, 0, 9).expect("read"), b"committed");
     drop(fs3);

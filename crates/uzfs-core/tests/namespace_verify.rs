@@ -6,7 +6,6 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::{SimDevice, SimWorld};
 use uzfs_core::vdev::TopKind;
@@ -18,8 +17,7 @@ fn setup(world: &SimWorld) -> (Arc<Pool>, Vec<SimDevice>, Zpl) {
     let disks = vec![world.disk("d0", DISK)];
     let pool = Pool::create("ns", vec![spec(TopKind::Disk, &disks)], opts(3)).expect("create");
     pool.format_root_fs().expect("format");
-    let ds = pool.dataset("ns").expect("ds");
-    let fs = Zpl::mount(ds.os.clone(), DsCtx::new(pool.clone(), ds)).expect("mount");
+    let fs = mount_fs(&pool, "ns");
     let reg = libc::S_IFREG | 0o644;
     let d = fs
         .mknod(fs.root, b"d", libc::S_IFDIR | 0o755, 0, 0, 0, None)

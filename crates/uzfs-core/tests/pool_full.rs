@@ -15,7 +15,6 @@ use common::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::{Pool, Tunables};
 use uzfs_core::vdev::sim::{SimDevice, SimRng, SimWorld};
 use uzfs_core::vdev::TopKind;
@@ -34,8 +33,7 @@ fn live_tunables() -> Tunables {
 }
 
 fn mount(p: &Arc<Pool>) -> Zpl {
-    let ds = p.dataset(&p.name).expect("dataset");
-    Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).expect("mount")
+    mount_fs(p, &p.name)
 }
 
 fn new_pool(world: &SimWorld, size: u64, seed: u64, tun: Tunables) -> (Arc<Pool>, Vec<SimDevice>) {

@@ -16,7 +16,6 @@ use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uzfs_core::dsl::DsCtx;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
@@ -25,8 +24,7 @@ use uzfs_core::zpl::Zpl;
 const FILES: usize = 20;
 
 fn mount(p: &Arc<Pool>, name: &str) -> Zpl {
-    let ds = p.dataset(name).expect("dataset");
-    Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).expect("mount")
+    mount_fs(p, name)
 }
 
 fn count(fs: &Zpl, dir: &[u8]) -> usize {

@@ -20,8 +20,7 @@ fn pool(world: &SimWorld, size: u64) -> (Vec<uzfs_core::vdev::sim::SimDevice>, A
 }
 
 fn mount(p: &Arc<Pool>, name: &str) -> Zpl {
-    let ds = p.dataset(name).expect("dataset");
-    Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).expect("mount")
+    mount_fs(p, name)
 }
 
 fn zdb_clean(world: &SimWorld, disks: &[uzfs_core::vdev::sim::SimDevice]) {

@@ -90,3 +90,28 @@ pub fn assert_zdb_clean(disks: &[SimDevice], what: &str) {
         uzfs_core::zdb::format_report(&r)
     );
 }
+
+/// Mount dataset `name` of `p` as a filesystem (the engine's POSIX layer).
+pub fn mount_fs(p: &Arc<Pool>, name: &str) -> uzfs_core::zpl::Zpl {
+    let ds = p.dataset(name).expect("dataset");
+    uzfs_core::zpl::Zpl::mount(ds.os.clone(), uzfs_core::dsl::DsCtx::new(p.clone(), ds))
+        .expect("mount")
+}
+
+/// One 96 MiB disk or a two-way mirror of them, picked by `rng`.
+pub fn disk_or_mirror(
+    world: &SimWorld,
+    rng: &mut uzfs_core::vdev::sim::SimRng,
+) -> (Vec<SimDevice>, TopSpec) {
+    let mirror = rng.chance(1, 2);
+    let disks: Vec<_> = (0..if mirror { 2 } else { 1 })
+        .map(|i| world.disk(&format!("d{i}"), 96 << 20))
+        .collect();
+    let kind = if mirror {
+        TopKind::Mirror
+    } else {
+        TopKind::Disk
+    };
+    let s = spec(kind, &disks);
+    (disks, s)
+}
