@@ -452,13 +452,7 @@ fn one_daemon_and_one_owner_per_pool() {
 
     // A crash of the daemon: the next command restarts it and the pool
     // comes back from the cache.
-    let pid: i32 = std::fs::read_to_string(e.rundir.join("uzfsd.pid"))
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("pid");
-    // SAFETY: kill(2) with a pid read from the daemon's pid file.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    e.kill_daemon();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let st = e.ok(&["zpool", "status", "tank"]);
     assert!(st.contains("state: ONLINE"), "{st}");

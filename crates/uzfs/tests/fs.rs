@@ -740,13 +740,7 @@ fn mounts_come_back_after_the_daemon_is_killed() {
         })
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid: i32 = std::fs::read_to_string(e.rundir.join("uzfsd.pid"))
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("pid");
-    // SAFETY: kill(2) with the daemon's pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    e.kill_daemon();
     for mut l in load {
         let _ = l.wait();
     }

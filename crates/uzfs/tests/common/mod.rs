@@ -55,6 +55,16 @@ impl Env {
         );
         String::from_utf8_lossy(&o.stdout).to_string()
     }
+    /// `kill -9` of this environment's daemon (a crash).
+    pub fn kill_daemon(&self) {
+        let pid: i32 = std::fs::read_to_string(self.rundir.join("uzfsd.pid"))
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("pid");
+        // SAFETY: kill(2) with a pid read from the daemon's pid file.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    }
     pub fn fails(&self, args: &[&str], code: i32, needle: &str) {
         let o = self.run(args);
         let err = String::from_utf8_lossy(&o.stderr);
