@@ -125,6 +125,7 @@ pub fn run(mnt: &Path) -> i32 {
         &config,
         crate::fuse::negotiate,
         crate::fuse::fuse_threads(),
+        false,
     ) {
         Ok(s) => s,
         Err(e) => {

@@ -15,6 +15,7 @@ pub struct Mounted {
     pub pool: String,
     pub path: PathBuf,
     pub ctx: Arc<DsCtx>,
+    zpl: Arc<Zpl>,
     session: Option<crate::fuse::Session>,
 }
 
@@ -101,7 +102,11 @@ pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), Stri
         .get_prop(ds, "readonly")
         .map(|(v, _)| v == "on")
         .unwrap_or(false);
-    let session = crate::fuse::mount(zpl.clone(), &path, &name, readonly)
+    let posix_acl = pool
+        .get_prop(ds, "acltype")
+        .map(|(v, _)| v == "posix")
+        .unwrap_or(false);
+    let session = crate::fuse::mount(zpl.clone(), &path, &name, readonly, posix_acl)
         .map_err(|e| format!("cannot mount '{name}' on {}: {e}", path.display()))?;
     log::info!(
         "mounted {name} at {} over {}",
@@ -114,6 +119,7 @@ pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), Stri
             pool: pool.name.clone(),
             path,
             ctx,
+            zpl,
             session: Some(session),
         },
     );
@@ -213,6 +219,49 @@ pub fn refresh(d: &Daemon, pool: &str) {
     for m in lock(d).by_name.values().filter(|m| m.pool == pool) {
         m.ctx.refresh();
     }
+}
+
+/// `acltype` changed in `pool`: a mount that enforces ACLs stops storing
+/// them at once when it goes `off` (the kernel then finds none); one that
+/// goes `posix` is mounted again, since only the INIT handshake can ask
+/// the kernel to check ACLs. A busy mount keeps refusing ACLs until it is
+/// next mounted; the returned notes say which.
+pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
+    let mut notes = Vec::new();
+    for ds in pool.datasets() {
+        let name = pool.ds_name(&ds.rel());
+        let want = pool
+            .get_prop(&ds, "acltype")
+            .map(|(v, _)| v == "posix")
+            .unwrap_or(false);
+        let have = match lock(d).by_name.get(&name) {
+            Some(m) if !want => {
+                m.zpl.set_posix_acl(false);
+                continue;
+            }
+            Some(m) => m.zpl.posix_acl(),
+            None => continue,
+        };
+        if have {
+            continue;
+        }
+        // Whatever is mounted beneath comes down first, and back after.
+        let Some(path) = is_mounted(d, &name) else {
+            continue;
+        };
+        let down: Vec<String> = list(d)
+            .into_iter()
+            .filter(|(_, p)| p.starts_with(&path))
+            .map(|(n, _)| n)
+            .collect();
+        if let Err(e) = unmount_many(d, down, false) {
+            notes.push(format!(
+                "acltype=posix takes effect when '{name}' is next mounted ({e})"
+            ));
+        }
+    }
+    notes.extend(mount_all(d, pool));
+    notes
 }
 
 pub fn is_mounted(d: &Daemon, name: &str) -> Option<PathBuf> {

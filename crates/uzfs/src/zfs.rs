@@ -404,12 +404,13 @@ fn set(d: &Daemon, args: &[String]) -> Response {
     if kvs.is_empty() || names.is_empty() {
         return usage_err("expected property=value and a filesystem");
     }
+    let mut notes = Vec::new();
     for n in names {
         let (pool, ds) = match lookup(d, n) {
             Ok(x) => x,
             Err(r) => return r,
         };
-        let mut moved = false;
+        let (mut moved, mut acl) = (false, false);
         for kv in &kvs {
             let Some((k, v)) = kv.split_once('=') else {
                 continue;
@@ -419,6 +420,7 @@ fn set(d: &Daemon, args: &[String]) -> Response {
                 return err(format!("cannot set property for '{n}': {e}"));
             }
             moved |= matches!(k.as_str(), "mountpoint" | "canmount" | "readonly");
+            acl |= k == "acltype";
         }
         pool.log_history(&format!("zfs set {}", args.join(" ")));
         if let Err(e) = pool.txg_wait_synced() {
@@ -431,8 +433,22 @@ fn set(d: &Daemon, args: &[String]) -> Response {
                 return err(errs.join("\n"));
             }
         }
+        if acl {
+            notes.extend(mounts::acl_changed(d, &pool));
+        }
     }
-    Response::ok(String::new())
+    acl_notes(notes)
+}
+
+/// Success, with notes about mounts that could not take a new `acltype`
+/// yet on stderr.
+fn acl_notes(notes: Vec<String>) -> Response {
+    let mut r = Response::ok(String::new());
+    for n in notes {
+        r.stderr.push_str(&n);
+        r.stderr.push('\n');
+    }
+    r
 }
 
 fn inherit(d: &Daemon, args: &[String]) -> Response {
@@ -447,6 +463,7 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
         return usage_err("missing filesystem argument");
     }
     let prop = canon(prop);
+    let mut notes = Vec::new();
     for n in names {
         let ts = match targets(d, std::slice::from_ref(n), has(&o, 'r')) {
             Ok(t) => t,
@@ -464,9 +481,12 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
             if !errs.is_empty() {
                 return err(errs.join("\n"));
             }
+            if prop == "acltype" {
+                notes.extend(mounts::acl_changed(d, pool));
+            }
         }
     }
-    Response::ok(String::new())
+    acl_notes(notes)
 }
 
 fn mount(d: &Daemon, args: &[String]) -> Response {

@@ -35,6 +35,11 @@ pub const SETTABLE: &[PropDef] = &[
         inherit: true,
     },
     PropDef {
+        name: "acltype",
+        default: "off",
+        inherit: true,
+    },
+    PropDef {
         name: "recordsize",
         default: "128K",
         inherit: true,
@@ -142,6 +147,14 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             _ => bad("must be 'on', 'off' or 'noauto'"),
         },
         "readonly" | "atime" => on_off(v),
+        // OpenZFS's names; `noacl` and `posixacl` are its aliases. NFSv4
+        // ACLs are not implemented: refused, never stored unenforced.
+        "acltype" => match v {
+            "off" | "noacl" => Ok("off".into()),
+            "posix" | "posixacl" => Ok("posix".into()),
+            "nfsv4" => bad("NFSv4 ACLs are not supported; use 'posix' or 'off'"),
+            _ => bad("must be 'off' or 'posix'"),
+        },
         "recordsize" => {
             let n = parse_size(v)?;
             if !(512..=1 << 20).contains(&n) || !n.is_power_of_two() {

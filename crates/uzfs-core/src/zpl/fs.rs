@@ -3,12 +3,14 @@
 //! errno on failure. See the module docs of [`crate::zpl`] for the layout
 //! and the locking rules.
 
+use super::acl;
 use super::zap::{self, Zap};
 use super::znode::Znode;
 use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
 use crate::dmu::objset::Objset;
 use crate::error::Error;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub type Errno = i32;
@@ -216,6 +218,9 @@ pub struct Zpl {
     stripes: Vec<Mutex<()>>,
     /// Open handles per object (unlinked files live until the last close).
     opens: Mutex<HashMap<u64, u64>>,
+    /// POSIX ACLs are stored and enforced on this mount (`acl.rs`); set
+    /// once the kernel agreed to check them, off otherwise.
+    posix_acl: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -301,6 +306,7 @@ impl Zpl {
             ns: Mutex::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             opens: Mutex::new(HashMap::new()),
+            posix_acl: AtomicBool::new(false),
         };
         zpl.getattr(zpl.root)
             .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
@@ -315,6 +321,17 @@ impl Zpl {
 
     pub fn ctx(&self) -> &Arc<dyn DatasetCtx> {
         &self.ctx
+    }
+
+    /// Store and apply POSIX ACLs (`acltype=posix`). Only for a mount
+    /// whose kernel checks them: an ACL stored where nothing enforces it
+    /// would be a restriction users believe in and do not have.
+    pub fn set_posix_acl(&self, on: bool) {
+        self.posix_acl.store(on, Ordering::Relaxed);
+    }
+
+    pub fn posix_acl(&self) -> bool {
+        self.posix_acl.load(Ordering::Relaxed)
     }
 
     /// The namespace lock. Taken under a txg hold, never before one: an
@@ -412,13 +429,32 @@ impl Zpl {
         self.getattr(obj)
     }
 
-    /// Create a file, directory, symlink (`target`) or device node in `dir`.
+    /// Create a file, directory, symlink (`target`) or device node in `dir`
+    /// with exactly `mode` (as [`Zpl::mknod_umask`] with no umask).
     #[allow(clippy::too_many_arguments)]
     pub fn mknod(
         &self,
         dir: u64,
         name: &[u8],
         mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+        target: Option<&[u8]>,
+    ) -> ZResult<Attr> {
+        self.mknod_umask(dir, name, mode, 0, rdev, uid, gid, target)
+    }
+
+    /// [`Zpl::mknod`] as the creating process asked: `umask` applies unless
+    /// the directory has a default ACL, which gives the new node its ACL
+    /// and limits its mode instead (acl.rs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod_umask(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
         rdev: u64,
         uid: u32,
         gid: u32,
@@ -440,7 +476,9 @@ impl Zpl {
             }
         }
         // Admission may wait for syncs: before the txg hold (dmu/tx.rs).
-        self.ctx.admit(4096)?;
+        // An inherited ACL is one more small object.
+        self.ctx
+            .admit(if self.posix_acl() { 8192 } else { 4096 })?;
         let _tx = self.os.tx();
         let _ns = self.lock_ns();
         let _g = self.lock_objs(&[dir]);
@@ -468,6 +506,28 @@ impl Zpl {
         };
         let t = now_ns();
         let mut perm = mode & 0o7777;
+        let mut acls = Vec::new();
+        if kind != libc::S_IFLNK {
+            let default = match self.posix_acl() {
+                true => self.xattr_get(&pz, acl::DEFAULT)?,
+                false => None,
+            };
+            match default {
+                Some(v) => {
+                    let d = acl::Acl::parse(&v).map_err(|_| libc::EIO)?;
+                    let mut access = d.clone();
+                    let (m, store) = access.create_masq(perm);
+                    perm = m;
+                    if store {
+                        acls.push((acl::ACCESS.to_vec(), access.encode()));
+                    }
+                    if kind == libc::S_IFDIR {
+                        acls.push((acl::DEFAULT.to_vec(), v));
+                    }
+                }
+                None => perm &= !(umask & 0o777),
+            }
+        }
         let mut gid = gid;
         if pz.mode & libc::S_ISGID != 0 {
             gid = pz.gid;
@@ -475,7 +535,7 @@ impl Zpl {
                 perm |= libc::S_ISGID;
             }
         }
-        let z = Znode {
+        let mut z = Znode {
             mode: kind | if kind == libc::S_IFLNK { 0o777 } else { perm },
             uid,
             gid,
@@ -489,6 +549,9 @@ impl Zpl {
             gen: self.ctx.txg(),
             ..Default::default()
         };
+        if !acls.is_empty() {
+            self.put_xattrs(&mut z, &acls)?;
+        }
         self.store(obj, &z)?;
         if let Some(target) = target {
             io(self
@@ -497,6 +560,9 @@ impl Zpl {
             io(self.os.write(obj, 0, target))?;
         }
         if let Err(e) = zdir.insert(name, obj, dtype(z.mode)) {
+            if z.xattr != 0 {
+                let _ = self.os.free_object(z.xattr);
+            }
             let _ = self.os.free_object(obj);
             return Err(errno(e));
         }
@@ -811,6 +877,9 @@ impl Zpl {
                 self.ctx.admit(need)?;
             }
         }
+        if a.mode.is_some() && self.posix_acl() {
+            self.ctx.admit(4096)?;
+        }
         let _tx = self.os.tx();
         let _g = self.lock_objs(&[obj]);
         let (_, mut z) = self.load(obj)?;
@@ -830,6 +899,21 @@ impl Zpl {
         }
         if let Some(m) = a.mode {
             z.mode = (z.mode & libc::S_IFMT) | (m & 0o7777);
+            // chmod rewrites the entries of the access ACL that the mode
+            // stands for (acl.rs).
+            if self.posix_acl() {
+                if let Some(v) = self.xattr_get(&z, acl::ACCESS)? {
+                    let mut acl = acl::Acl::parse(&v).map_err(|_| libc::EIO)?;
+                    acl.chmod(z.mode);
+                    let mut all = self.xattrs(&z)?;
+                    for (n, v) in all.iter_mut() {
+                        if n == acl::ACCESS {
+                            *v = acl.encode();
+                        }
+                    }
+                    self.put_xattrs(&mut z, &all)?;
+                }
+            }
         }
         if let Some(u) = a.uid {
             z.uid = u;
@@ -1151,21 +1235,56 @@ impl Zpl {
     }
 
     pub fn getxattr(&self, obj: u64, name: &[u8]) -> ZResult<Vec<u8>> {
+        if acl::is_acl(name) && !self.posix_acl() {
+            return Err(libc::EOPNOTSUPP);
+        }
         let (_, z) = self.load(obj)?;
-        self.xattrs(&z)?
+        self.xattr_get(&z, name)?.ok_or(libc::ENODATA)
+    }
+
+    fn xattr_get(&self, z: &Znode, name: &[u8]) -> ZResult<Option<Vec<u8>>> {
+        if z.xattr == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .xattrs(z)?
             .into_iter()
             .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
-            .ok_or(libc::ENODATA)
+            .map(|(_, v)| v))
     }
 
     pub fn listxattr(&self, obj: u64) -> ZResult<Vec<Vec<u8>>> {
         let (_, z) = self.load(obj)?;
-        Ok(self.xattrs(&z)?.into_iter().map(|(n, _)| n).collect())
+        let acls = self.posix_acl();
+        Ok(self
+            .xattrs(&z)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| acls || !acl::is_acl(n))
+            .collect())
     }
 
     /// `flags`: XATTR_CREATE / XATTR_REPLACE. `value` `None` removes.
     pub fn setxattr(&self, obj: u64, name: &[u8], value: Option<&[u8]>, flags: i32) -> ZResult<()> {
+        self.setxattr_kill(obj, name, value, flags, false)
+    }
+
+    /// [`Zpl::setxattr`]; `kill_sgid`: the caller may not keep the file's
+    /// set-group-ID bit when it sets an access ACL (not in the owning group
+    /// and without CAP_FSETID; the kernel says so with
+    /// FUSE_SETXATTR_ACL_KILL_SGID).
+    pub fn setxattr_kill(
+        &self,
+        obj: u64,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: i32,
+        kill_sgid: bool,
+    ) -> ZResult<()> {
+        let is_acl = acl::is_acl(name);
+        if is_acl && !self.posix_acl() {
+            return Err(libc::EOPNOTSUPP);
+        }
         self.writable()?;
         if name.is_empty() || name.len() > 255 {
             return Err(if name.is_empty() {
@@ -1177,6 +1296,10 @@ impl Zpl {
         if value.is_some_and(|v| v.len() > XATTR_SIZE_MAX) {
             return Err(libc::E2BIG);
         }
+        let parsed = match value {
+            Some(v) if is_acl => Some(acl::Acl::parse(v)?),
+            _ => None,
+        };
         // The whole list is rewritten: admit what it holds now plus the new
         // value before the txg hold.
         let (_, z0) = self.load(obj)?;
@@ -1192,27 +1315,53 @@ impl Zpl {
         let (_, mut z) = self.load(obj)?;
         let mut all = self.xattrs(&z)?;
         let pos = all.iter().position(|(n, _)| n == name);
+        // An ACL: the mode follows an access ACL, and one the mode says
+        // all of is not stored (acl.rs).
+        let value = match (parsed, name == acl::DEFAULT) {
+            (Some(a), true) if !z.is_dir() && !a.is_empty() => return Err(libc::EACCES),
+            (Some(a), true) => (!a.is_empty()).then(|| a.encode()),
+            (Some(a), false) => {
+                let (mode, equiv) = a.mode();
+                z.mode = (z.mode & !0o777) | mode;
+                if kill_sgid {
+                    z.mode &= !libc::S_ISGID;
+                }
+                (!equiv).then(|| a.encode())
+            }
+            (None, _) => value.map(<[u8]>::to_vec),
+        };
         match (value, pos) {
+            (None, None) if is_acl => {}
             (None, None) => return Err(libc::ENODATA),
             (None, Some(i)) => {
                 all.remove(i);
             }
             (Some(_), Some(_)) if flags & libc::XATTR_CREATE != 0 => return Err(libc::EEXIST),
             (Some(_), None) if flags & libc::XATTR_REPLACE != 0 => return Err(libc::ENODATA),
-            (Some(v), Some(i)) => all[i].1 = v.to_vec(),
-            (Some(v), None) => all.push((name.to_vec(), v.to_vec())),
+            (Some(v), Some(i)) => all[i].1 = v,
+            (Some(v), None) => all.push((name.to_vec(), v)),
         }
-        let b = encode_xattrs(&all);
+        self.put_xattrs(&mut z, &all)?;
+        z.ctime = now_ns();
+        self.store(obj, &z)
+    }
+
+    /// Write `all` as `z`'s extended attributes (the caller holds the txg
+    /// and the object's lock, and stores `z`): a fresh object sized for
+    /// the list, or none for an empty one.
+    fn put_xattrs(&self, z: &mut Znode, all: &[(Vec<u8>, Vec<u8>)]) -> ZResult<()> {
+        let b = encode_xattrs(all);
         if b.len() > XATTR_TOTAL_MAX {
             return Err(libc::ENOSPC);
         }
-        if z.xattr == 0 {
-            z.xattr = io(self.os.create_object(ot::XATTR, 512, &ObjProps::METADATA))?;
-        } else {
-            // Rewrite from scratch: a fresh object sized for the new list.
+        if z.xattr != 0 {
             let _ = self.os.free_object(z.xattr);
-            z.xattr = io(self.os.create_object(ot::XATTR, 512, &ObjProps::METADATA))?;
+            z.xattr = 0;
         }
+        if all.is_empty() {
+            return Ok(());
+        }
+        z.xattr = io(self.os.create_object(ot::XATTR, 512, &ObjProps::METADATA))?;
         let bs = if b.len() <= 128 << 10 {
             (b.len().max(1) as u32).div_ceil(512) * 512
         } else {
@@ -1221,8 +1370,7 @@ impl Zpl {
         io(self.os.grow_blocksize(z.xattr, bs))?;
         io(self.os.write(z.xattr, 0, &b))?;
         io(self.os.set_size(z.xattr, b.len() as u64))?;
-        z.ctime = now_ns();
-        self.store(obj, &z)
+        Ok(())
     }
 }
 

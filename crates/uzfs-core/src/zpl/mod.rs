@@ -26,6 +26,7 @@
 //! object set hands out whole blocks, so a read sees each block before or
 //! after a concurrent write to it.
 
+pub mod acl;
 pub mod fs;
 pub mod verify;
 pub mod zap;

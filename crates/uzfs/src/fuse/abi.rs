@@ -121,11 +121,21 @@ pub fn is_one_way(opcode: u32) -> bool {
     matches!(opcode, FORGET | BATCH_FORGET | INTERRUPT)
 }
 
+/// Whether the kernel granted FUSE_SETXATTR_EXT (`fuse::negotiate` asks
+/// every mount for it, so it is the same for all sessions of a process):
+/// SETXATTR then carries `setxattr_flags`, and its header is 16 bytes.
+pub static SETXATTR_EXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// In `setxattr_flags`: the caller may not keep the set-group-ID bit when
+/// setting an access ACL.
+pub const SETXATTR_ACL_KILL_SGID: u32 = 1;
+
 /// Size of the fixed struct that precedes the payload of `opcode`, as the
-/// kernel sends it at protocol 7.40 without the SETXATTR_EXT and
-/// security-context extensions (uzfs negotiates neither).
+/// kernel sends it at protocol 7.40 without the security-context extension
+/// (not negotiated).
 pub fn op_header_len(opcode: u32) -> usize {
     match opcode {
+        SETXATTR if SETXATTR_EXT.load(std::sync::atomic::Ordering::Relaxed) => 16,
         FORGET | MKDIR | RENAME | LINK | OPEN | OPENDIR | SETXATTR | GETXATTR | LISTXATTR
         | ACCESS | INTERRUPT | BATCH_FORGET => 8,
         GETATTR | MKNOD | CREATE | FSYNC | FSYNCDIR | RENAME2 => 16,
@@ -247,6 +257,8 @@ pub enum Op<'a> {
     Fsync,
     Setxattr {
         flags: u32,
+        /// `SETXATTR_ACL_KILL_SGID` (0 without SETXATTR_EXT).
+        setxattr_flags: u32,
         name: &'a [u8],
         value: &'a [u8],
     },
@@ -379,6 +391,7 @@ pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
             let (name, rest) = cstr(payload)?;
             Op::Setxattr {
                 flags: r.u32(4)?,
+                setxattr_flags: if h.len() >= 16 { r.u32(8)? } else { 0 },
                 name,
                 value: rest.get(..size)?,
             }

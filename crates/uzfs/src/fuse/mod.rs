@@ -92,16 +92,28 @@ impl FuseFs {
 
     /// Create any kind of node in the request's directory, owned by the
     /// caller.
+    /// `umask`: the creating process's, applied by the ZPL unless the
+    /// directory has a default ACL (with ACLs the kernel leaves it to us,
+    /// FUSE_DONT_MASK; without, it has applied it already).
     fn make(
         &self,
         h: &InHeader,
         name: &[u8],
         mode: u32,
+        umask: u32,
         rdev: u64,
         target: Option<&[u8]>,
     ) -> ZResult<Attr> {
-        self.zpl
-            .mknod(self.obj(h.nodeid), name, mode, rdev, h.uid, h.gid, target)
+        self.zpl.mknod_umask(
+            self.obj(h.nodeid),
+            name,
+            mode,
+            umask,
+            rdev,
+            h.uid,
+            h.gid,
+            target,
+        )
     }
 
     fn entry(&self, a: ZResult<Attr>, out: &mut Out<'_>) -> ZResult<()> {
@@ -247,17 +259,17 @@ impl Handler for FuseFs {
                 umask,
                 name,
             } => {
-                let r = self.make(h, name, mode & !(umask & 0o777), rdev as u64, None);
+                let r = self.make(h, name, mode, umask, rdev as u64, None);
                 self.entry(r, out)
             }
             Op::Mkdir { mode, umask, name } => {
-                let r = self.make(h, name, libc::S_IFDIR | (mode & !umask & 0o7777), 0, None);
+                let r = self.make(h, name, libc::S_IFDIR | (mode & 0o7777), umask, 0, None);
                 self.entry(r, out)
             }
             Op::Unlink { name } => zpl.unlink(obj, name),
             Op::Rmdir { name } => zpl.rmdir(obj, name),
             Op::Symlink { name, target } => {
-                let r = self.make(h, name, libc::S_IFLNK | 0o777, 0, Some(target));
+                let r = self.make(h, name, libc::S_IFLNK | 0o777, 0, 0, Some(target));
                 self.entry(r, out)
             }
             Op::Rename {
@@ -298,8 +310,14 @@ impl Handler for FuseFs {
             Op::Flush => Err(libc::ENOSYS),
             Op::Release => zpl.release(obj),
             Op::Fsync | Op::Fsyncdir => zpl.fsync(obj),
-            Op::Setxattr { flags, name, value } => {
-                zpl.setxattr(obj, name, Some(value), flags as i32)
+            Op::Setxattr {
+                flags,
+                setxattr_flags,
+                name,
+                value,
+            } => {
+                let kill_sgid = setxattr_flags & abi::SETXATTR_ACL_KILL_SGID != 0;
+                zpl.setxattr_kill(obj, name, Some(value), flags as i32, kill_sgid)
             }
             Op::Getxattr { size, name } => xattr_reply(&zpl.getxattr(obj, name)?, size, out),
             Op::Listxattr { size } => {
@@ -318,7 +336,7 @@ impl Handler for FuseFs {
             Op::Readdir { offset, size } => self.readdir(obj, offset, size, out),
             Op::Releasedir => Ok(()),
             Op::Create { mode, umask, name } => {
-                let a = self.make(h, name, libc::S_IFREG | (mode & !umask & 0o7777), 0, None)?;
+                let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
                 zpl.open(a.ino)?;
                 out.entry(&self.fattr(&a), a.z.gen, TTL);
                 out.open(0, abi::FOPEN_KEEP_CACHE);
@@ -332,6 +350,10 @@ impl Handler for FuseFs {
             Op::Lseek { offset, whence } => self.lseek(obj, offset, whence, out),
             Op::OneWay | Op::Unsupported => Err(libc::ENOSYS),
         }
+    }
+
+    fn negotiated(&self, posix_acl: bool) {
+        self.zpl.set_posix_acl(posix_acl);
     }
 }
 
@@ -355,6 +377,13 @@ pub fn negotiate(config: &mut KernelConfig) {
             log::debug!("kernel lacks FUSE capability {flag:?}");
         }
     }
+    // SETXATTR_EXT: the kernel says when setting an ACL must drop the
+    // set-group-ID bit (posix_acl_update_mode's rule, which needs the
+    // caller's groups and capabilities; only the kernel has them).
+    let ext = config
+        .add_capabilities(InitFlags::FUSE_SETXATTR_EXT)
+        .is_ok();
+    abi::SETXATTR_EXT.store(ext, std::sync::atomic::Ordering::Relaxed);
     let _ = config.set_max_write(1 << 20);
     let _ = config.set_max_readahead(1 << 20);
     let _ = config.set_max_background(64);
@@ -382,11 +411,14 @@ pub fn session_config(fsname: &str, readonly: bool) -> Config {
 
 /// Mount `zpl` at `mountpoint`; returns the running session (its `join`
 /// waits for the request threads once the mount is gone).
+/// `posix_acl`: the dataset's `acltype` is `posix` (the kernel checks
+/// ACLs if it offers to; the mount refuses them otherwise).
 pub fn mount(
     zpl: Arc<Zpl>,
     mountpoint: &Path,
     fsname: &str,
     readonly: bool,
+    posix_acl: bool,
 ) -> std::io::Result<Session> {
     std::fs::create_dir_all(mountpoint)?;
     let config = session_config(fsname, readonly);
@@ -396,6 +428,7 @@ pub fn mount(
         &config,
         negotiate,
         fuse_threads(),
+        posix_acl,
     )
 }
 

@@ -52,6 +52,11 @@ pub trait Handler: Send + Sync + 'static {
     /// return the errno. Never called for one-way requests.
     fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> Result<(), i32>;
 
+    /// The INIT handshake is done, before the first request: `posix_acl`
+    /// says whether the kernel checks POSIX ACLs (FUSE_POSIX_ACL) and
+    /// leaves the umask to the filesystem (FUSE_DONT_MASK).
+    fn negotiated(&self, _posix_acl: bool) {}
+
     /// The session ends (the mount went away).
     fn destroy(&self) {}
 }
@@ -171,11 +176,23 @@ pub struct Negotiator {
     pub want_uring: bool,
     /// Set when INIT granted FUSE over io_uring.
     pub got_uring: Arc<AtomicBool>,
+    pub want_acl: bool,
+    /// Set when INIT granted POSIX ACLs (with DONT_MASK).
+    pub got_acl: Arc<AtomicBool>,
 }
 
 impl fuser::Filesystem for Negotiator {
     fn init(&mut self, _req: &fuser::Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
         (self.negotiate)(config);
+        // Both or neither: ACLs without DONT_MASK would have the kernel
+        // apply the umask where a default ACL says not to.
+        if self.want_acl
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK)
+                .is_ok()
+        {
+            self.got_acl.store(true, Ordering::Relaxed);
+        }
         if self.want_uring
             && config
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
@@ -199,14 +216,25 @@ pub fn mount(
     config: &fuser::Config,
     negotiate: fn(&mut fuser::KernelConfig),
     threads: usize,
+    posix_acl: bool,
 ) -> io::Result<Session> {
     let got_uring = Arc::new(AtomicBool::new(false));
+    let got_acl = Arc::new(AtomicBool::new(false));
     let neg = Negotiator {
         negotiate,
         want_uring: uring_wanted(),
         got_uring: got_uring.clone(),
+        want_acl: posix_acl,
+        got_acl: got_acl.clone(),
     };
     let fsess = fuser::Session::new(neg, mountpoint, config)?;
+    fs.negotiated(got_acl.load(Ordering::Relaxed));
+    if posix_acl && !got_acl.load(Ordering::Relaxed) {
+        log::warn!(
+            "{}: the kernel does not offer POSIX ACLs over FUSE; ACLs are refused on this mount",
+            mountpoint.display()
+        );
+    }
     let dev = Arc::new(File::from(fsess.as_fd().try_clone_to_owned()?));
     let mut session = Session {
         mount: Some(fsess),
