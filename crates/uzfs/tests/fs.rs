@@ -789,9 +789,12 @@ fn acl_xattr_errno(path: &Path, value: Option<&[u8]>) -> i32 {
     let r = unsafe {
         match value {
             Some(v) => libc::setxattr(p.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0),
-            None => {
-                libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) as i32
-            }
+            None => libc::getxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            ) as i32,
         }
     };
     if r < 0 {
@@ -841,7 +844,11 @@ fn posix_acls_behave_as_on_ext4() {
     let got = acl_transcript(&m.join("acl"));
     if got != want {
         let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
-        let at = w.iter().zip(&g).position(|(a, b)| a != b).unwrap_or(w.len().min(g.len()));
+        let at = w
+            .iter()
+            .zip(&g)
+            .position(|(a, b)| a != b)
+            .unwrap_or(w.len().min(g.len()));
         panic!(
             "uzfs differs from ext4 at line {}:\next4: {:?}\nuzfs: {:?}\n--- uzfs transcript ---\n{got}",
             at + 1,
@@ -854,7 +861,13 @@ fn posix_acls_behave_as_on_ext4() {
     let list = "getfacl -R w | grep -v '^$' | sort";
     let before = sh(&m.join("acl"), list);
     e.ok(&["zpool", "export", "tank"]);
-    e.ok(&["zpool", "import", "-d", e.dir.path().to_str().expect("path"), "tank"]);
+    e.ok(&[
+        "zpool",
+        "import",
+        "-d",
+        e.dir.path().to_str().expect("path"),
+        "tank",
+    ]);
     assert_eq!(sh(&m.join("acl"), list), before);
 
     // acltype=off (the root dataset's default): refused, never stored.
@@ -868,7 +881,10 @@ fn posix_acls_behave_as_on_ext4() {
         &[0x20, 0, 0, 0, 255, 255, 255, 255],
     ]
     .concat();
-    assert_eq!(acl_xattr_errno(&m.join("plain"), Some(&v)), libc::EOPNOTSUPP);
+    assert_eq!(
+        acl_xattr_errno(&m.join("plain"), Some(&v)),
+        libc::EOPNOTSUPP
+    );
     assert_eq!(acl_xattr_errno(&m.join("plain"), None), libc::EOPNOTSUPP);
     let o = Command::new("setfacl")
         .args(["-m", "u:1001:r", "plain"])
@@ -883,11 +899,21 @@ fn posix_acls_behave_as_on_ext4() {
     assert_eq!(acl_xattr_errno(&m.join("plain"), Some(&v)), 0);
     assert_eq!(acl_xattr_errno(&m.join("plain"), None), 0);
     let mode = std::fs::metadata(m.join("plain")).expect("stat");
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o640);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o640
+    );
     e.ok(&["zfs", "set", "acltype=off", "tank"]);
     assert_eq!(acl_xattr_errno(&m.join("plain"), None), libc::EOPNOTSUPP);
-    assert_eq!(acl_xattr_errno(&m.join("plain"), Some(&v)), libc::EOPNOTSUPP);
-    e.fails(&["zfs", "set", "acltype=nfsv4", "tank"], 1, "NFSv4 ACLs are not supported");
+    assert_eq!(
+        acl_xattr_errno(&m.join("plain"), Some(&v)),
+        libc::EOPNOTSUPP
+    );
+    e.fails(
+        &["zfs", "set", "acltype=nfsv4", "tank"],
+        1,
+        "NFSv4 ACLs are not supported",
+    );
     e.ok(&["zpool", "export", "tank"]);
     let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
     assert!(z.contains("No errors"), "{z}");

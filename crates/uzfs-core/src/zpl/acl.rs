@@ -68,7 +68,7 @@ impl Acl {
     /// An empty list (header only) parses as no entries.
     pub fn parse(b: &[u8]) -> ZResult<Acl> {
         let bad = Err(libc::EINVAL);
-        if b.len() < 4 || (b.len() - 4) % 8 != 0 {
+        if b.len() < 4 || !(b.len() - 4).is_multiple_of(8) {
             return bad;
         }
         let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -237,8 +237,18 @@ mod tests {
         // A named entry without a mask, a repeated owner, entries out of
         // order, stray permission bits, a bad version, a short buffer.
         for bad in [
-            acl(&[(USER_OBJ, 7, 0), (USER, 5, 1), (GROUP_OBJ, 5, 0), (OTHER, 0, 0)]),
-            acl(&[(USER_OBJ, 7, 0), (USER_OBJ, 7, 0), (GROUP_OBJ, 5, 0), (OTHER, 0, 0)]),
+            acl(&[
+                (USER_OBJ, 7, 0),
+                (USER, 5, 1),
+                (GROUP_OBJ, 5, 0),
+                (OTHER, 0, 0),
+            ]),
+            acl(&[
+                (USER_OBJ, 7, 0),
+                (USER_OBJ, 7, 0),
+                (GROUP_OBJ, 5, 0),
+                (OTHER, 0, 0),
+            ]),
             acl(&[(GROUP_OBJ, 5, 0), (USER_OBJ, 7, 0), (OTHER, 0, 0)]),
             acl(&[(USER_OBJ, 8, 0), (GROUP_OBJ, 5, 0), (OTHER, 0, 0)]),
             acl(&[
@@ -256,7 +266,9 @@ mod tests {
         v[0] = 1;
         assert_eq!(Acl::parse(&v), Err(libc::EINVAL));
         assert_eq!(Acl::parse(&v[..7]), Err(libc::EINVAL));
-        assert!(Acl::parse(&VERSION.to_le_bytes()).expect("empty").is_empty());
+        assert!(Acl::parse(&VERSION.to_le_bytes())
+            .expect("empty")
+            .is_empty());
     }
 
     #[test]

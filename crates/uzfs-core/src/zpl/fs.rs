@@ -477,8 +477,7 @@ impl Zpl {
         }
         // Admission may wait for syncs: before the txg hold (dmu/tx.rs).
         // An inherited ACL is one more small object.
-        self.ctx
-            .admit(if self.posix_acl() { 8192 } else { 4096 })?;
+        self.ctx.admit(if self.posix_acl() { 8192 } else { 4096 })?;
         let _tx = self.os.tx();
         let _ns = self.lock_ns();
         let _g = self.lock_objs(&[dir]);

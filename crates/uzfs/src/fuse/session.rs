@@ -188,7 +188,9 @@ impl fuser::Filesystem for Negotiator {
         // apply the umask where a default ACL says not to.
         if self.want_acl
             && config
-                .add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK)
+                .add_capabilities(
+                    fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK,
+                )
                 .is_ok()
         {
             self.got_acl.store(true, Ordering::Relaxed);
