@@ -59,3 +59,151 @@ fn a_panic_under_a_hold_suspends_the_pool_before_the_half_change_commits() {
     let r = zdb::verify(devs(&d2)).expect("zdb");
     assert!(r.is_clean(), "{}", zdb::format_report(&r));
 }
+
+/// A pool whose disks stop taking writes: the sync thread parks on the
+/// failed write and the pool suspends (fsync and changes get EIO, reads go
+/// on). `zpool clear` while the disks still fail suspends it again; once
+/// they are back it resumes the parked sync, and everything acknowledged
+/// before, and the fsync'd files, are on disk after export and import.
+/// Cases: a single disk; a mirror losing both sides at once; a mirror
+/// losing one side first (its writes absorbed, then resilvered) and the
+/// other later.
+#[test]
+fn zpool_clear_resumes_a_sync_parked_on_a_failed_write() {
+    for case in ["disk", "mirror", "mirror-staggered"] {
+        resume_case(case);
+    }
+}
+
+fn resume_case(case: &str) {
+    let world = SimWorld::new();
+    let n = if case == "disk" { 1 } else { 2 };
+    let disks: Vec<_> = (0..n).map(|i| world.disk(&format!("d{i}"), DISK)).collect();
+    let kind = if n == 1 {
+        TopKind::Disk
+    } else {
+        TopKind::Mirror
+    };
+    let mut o = opts(6);
+    o.tunables.sync_thread = true;
+    let pool = Pool::create("fs", vec![spec(kind, &disks)], o).expect("create");
+    pool.format_root_fs().expect("format");
+    let fs = mount_fs(&pool, "fs");
+    let mk = |name: &[u8]| {
+        fs.mknod(fs.root, name, libc::S_IFREG | 0o644, 0, 0, 0, None)
+            .map(|a| a.ino)
+    };
+    let a = mk(b"a").expect("create a");
+    fs.write(a, 0, &pattern(1, 200_000)).expect("write a");
+    fs.fsync(a).expect("fsync a");
+    if case == "mirror-staggered" {
+        disks[0].fail_writes(true);
+        let s = mk(b"s").expect("create s");
+        fs.write(s, 0, &pattern(3, 100_000)).expect("write s");
+        fs.fsync(s).expect("fsync s on one side");
+    }
+    for d in &disks {
+        d.fail_writes(true);
+    }
+    let b = mk(b"b").expect("create b");
+    fs.write(b, 0, &pattern(2, 300_000)).expect("write b");
+    assert_eq!(fs.fsync(b).err(), Some(libc::EIO), "{case}");
+    let why = pool.suspended().expect("suspended");
+    assert!(why.contains("failed"), "{case}: {why}");
+    assert!(pool.io.suspension.parked(), "{case}");
+    assert_eq!(mk(b"c").err(), Some(libc::EIO), "{case}");
+    assert_eq!(fs.read(a, 0, 10).expect("read"), pattern(1, 200_000)[..10]);
+
+    // The disks still fail: the retry fails, the pool suspends again.
+    let e = pool.clear(None).expect_err("the disks still fail");
+    assert!(e.to_string().contains("suspended"), "{case}: {e}");
+    assert!(pool.io.suspension.parked(), "{case}");
+
+    for d in &disks {
+        d.fail_writes(false);
+    }
+    pool.clear(None).expect("clear resumes");
+    assert_eq!(pool.suspended(), None, "{case}");
+    fs.fsync(b).expect("fsync b after the resume");
+    let c = mk(b"c").expect("create c");
+    fs.write(c, 0, b"after").expect("write c");
+    fs.fsync(c).expect("fsync c");
+    // A side that missed writes is resilvered from the other.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pool
+        .io
+        .tops()
+        .iter()
+        .flat_map(|t| t.leaves())
+        .any(|l| !l.dtl().is_empty())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{case}: resilver never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(fs);
+    pool.close().expect("close");
+
+    let p2 = reimport(&SimWorld::new(), images(&disks)).expect("import");
+    let fs = mount_fs(&p2, "fs");
+    let mut want = vec![
+        (&b"a"[..], pattern(1, 200_000)),
+        (b"b", pattern(2, 300_000)),
+        (b"c", b"after".to_vec()),
+    ];
+    if case == "mirror-staggered" {
+        want.push((b"s", pattern(3, 100_000)));
+    }
+    for (name, want) in want {
+        let at = fs.lookup(fs.root, name).expect("lookup");
+        assert_eq!(
+            fs.read(at.ino, 0, want.len()).expect("read"),
+            want,
+            "{case}"
+        );
+    }
+    drop(fs);
+    p2.close().expect("close");
+    assert_zdb_clean(&disks, case);
+}
+
+/// Export while the sync is parked: it gives up, and the pool imports at
+/// its last committed txg, consistent.
+#[test]
+fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", DISK)];
+    let mut o = opts(7);
+    o.tunables.sync_thread = true;
+    let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], o).expect("create");
+    pool.format_root_fs().expect("format");
+    let fs = mount_fs(&pool, "fs");
+    let a = fs
+        .mknod(fs.root, b"a", libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("a")
+        .ino;
+    fs.write(a, 0, b"kept").expect("write");
+    fs.fsync(a).expect("fsync");
+    disks[0].fail_writes(true);
+    let b = fs
+        .mknod(fs.root, b"b", libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("b")
+        .ino;
+    assert_eq!(fs.fsync(b).err(), Some(libc::EIO));
+    assert!(pool.io.suspension.parked());
+    // DSL and vdev changes are refused, not stuck behind the parked sync.
+    let root = pool.dataset("fs").expect("root dataset");
+    assert!(pool.set_prop(&root, "atime", "off").is_err());
+    drop(fs);
+    pool.close().expect("close gives up");
+    disks[0].fail_writes(false);
+    let p2 = reimport(&SimWorld::new(), images(&disks)).expect("import");
+    let fs = mount_fs(&p2, "fs");
+    assert!(fs.lookup(fs.root, b"a").is_ok());
+    assert_eq!(fs.lookup(fs.root, b"b").err(), Some(libc::ENOENT));
+    drop(fs);
+    p2.close().expect("close");
+    assert_zdb_clean(&disks, "after export of a parked pool");
+}

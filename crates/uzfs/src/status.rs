@@ -245,7 +245,12 @@ fn explain(p: &Pool, health: &str, resilvering: bool, errs: u64) -> String {
     let leaves: Vec<Arc<Leaf>> = p.io.tops().iter().flat_map(|t| t.leaves()).collect();
     let any = |s: LeafState| leaves.iter().any(|l| !l.is_missing() && l.state() == s);
     if let Some(why) = p.suspended() {
-        return format!("status: The pool is suspended: {why}\n\tNothing after the last committed txg is written; reads continue, writes fail\n\twith EIO.\naction: Make the devices available, then export and re-import the pool.\n");
+        let action = if p.io.suspension.parked() {
+            "Make the devices available, then run 'zpool clear': the sync resumes\n\twhere it stopped and nothing is lost."
+        } else {
+            "Export and re-import the pool: it comes back at its last committed txg."
+        };
+        return format!("status: The pool is suspended: {why}\n\tNothing after the last committed txg is written; reads continue, writes fail\n\twith EIO.\naction: {action}\n");
     }
     if resilvering {
         return "status: One or more devices is currently being resilvered.  The pool will\n\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n".into();

@@ -161,7 +161,9 @@ fn run_into(
                 .cloned()
         });
         let verified = match &paused {
-            Some(p) => p.with_syncs_paused(|| zdb::verify_found(&found)),
+            Some(p) => p
+                .with_syncs_paused(|| zdb::verify_found(&found))
+                .and_then(|r| r),
             None => zdb::verify_found(&found),
         };
         match verified {

@@ -191,7 +191,7 @@ impl Pool {
         for (k, v) in props {
             local.insert(k.clone(), validate_settable(k, v)?);
         }
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         let parts: Vec<&str> = rel.split('/').collect();
         for i in 1..=parts.len() {
             let sub = parts[..i].join("/");
@@ -286,7 +286,7 @@ impl Pool {
                 "cannot destroy '{name}': filesystem has children (use -r to destroy them too)"
             )));
         }
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         let mut gone = Vec::new();
         for x in kids.iter().chain(std::iter::once(&d)) {
             let id = x.id();
@@ -325,7 +325,7 @@ impl Pool {
                 self.ds_name(parent_rel)
             ))
         })?;
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         for x in self.descendants(&d) {
             let mut p = wlock(&x.phys);
             p.rel = format!("{new}{}", &p.rel[old.len()..]);
@@ -375,7 +375,7 @@ impl Pool {
 
     pub fn set_prop(&self, d: &Arc<Dataset>, name: &str, value: &str) -> Result<()> {
         let v = validate_settable(name, value)?;
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         wlock(&d.phys).props.insert(name.to_string(), v);
         *lock(&self.dsl.dirty) = true;
         Ok(())
@@ -387,7 +387,7 @@ impl Pool {
                 "'{name}' is not an inheritable property"
             )));
         }
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         wlock(&d.phys).props.remove(name);
         *lock(&self.dsl.dirty) = true;
         Ok(())

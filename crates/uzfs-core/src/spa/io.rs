@@ -28,6 +28,8 @@ pub struct SpaIo {
     /// Staging buffers for `write_phys_batch`, reused so their pages stay
     /// faulted in (two are in use while the sync thread pipelines).
     run_bufs: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// Whether the pool is suspended, and the sync parked on a failed I/O.
+    pub suspension: super::suspend::Suspension,
 }
 
 impl SpaIo {
@@ -37,6 +39,7 @@ impl SpaIo {
             spares: RwLock::new(Vec::new()),
             cache: BlockCache::new(cache_bytes),
             run_bufs: std::sync::Mutex::new(Vec::new()),
+            suspension: Default::default(),
         }
     }
 

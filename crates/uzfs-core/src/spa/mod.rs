@@ -11,6 +11,7 @@ pub mod metaslab;
 pub mod range_tree;
 pub mod scan;
 pub mod space_map;
+pub mod suspend;
 pub mod txg;
 pub mod uberblock;
 pub mod vdev_ops;
@@ -95,7 +96,6 @@ pub struct Pool {
     pub(crate) txg: Mutex<TxgState>,
     /// Set when a sync failed: the pool takes no more writes. Its own lock,
     /// so writers never wait behind a sync holding `st`.
-    pub(crate) suspended: Mutex<Option<String>>,
     /// Space as of the last sync, for the same reason.
     pub(crate) space_snapshot: Mutex<SpaceSnapshot>,
     /// What admin commands read while a sync holds `st` (`published()`).
@@ -466,7 +466,6 @@ impl Pool {
                 last_sync: Instant::now(),
             }),
             txg_cv: Condvar::new(),
-            suspended: Mutex::new(None),
             space_snapshot: Mutex::new(SpaceSnapshot::default()),
             frees_wanted: std::sync::atomic::AtomicU64::new(0),
             sync_lock: Mutex::new(()),
@@ -661,14 +660,15 @@ impl Pool {
     /// Why the pool takes no more changes: a sync failed, or an operation
     /// broke off half done under a txg hold (fail-stop, `dmu/tx.rs`).
     pub fn suspended(&self) -> Option<String> {
-        lock(&self.suspended)
-            .clone()
+        self.io
+            .suspension
+            .why()
             .or_else(|| self.mos.gate().poisoned())
     }
 
     /// `zpool add`: a new top-level vdev, committed before returning.
     pub fn add_vdev(&self, spec: TopSpec, ashift: Option<u8>, force: bool) -> Result<()> {
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         if !force {
             for (path, dev) in &spec.leaves {
                 check_not_in_use(path, &**dev)?;

@@ -139,6 +139,11 @@ pub(crate) struct SyncWriter<'a> {
     pub txg: u64,
     pub pass: u32,
     pub used: BTreeSet<&'static str>,
+    /// The pool's name, for the suspension's log.
+    pub name: &'a str,
+    /// A failed write parks until `zpool clear` (the sync thread) instead
+    /// of failing the sync (spa/suspend.rs).
+    pub wait: bool,
 }
 
 impl SyncWriter<'_> {
@@ -200,7 +205,10 @@ impl SyncWriter<'_> {
         self.note_features(comp, wp.checksum);
         let checksum = wp.checksum.compute(&phys);
         let dva = self.place(old, phys.len() as u64, wp.copies)?;
-        self.io.write_phys(&dva, &phys, self.txg)?;
+        let (io, txg) = (self.io, self.txg);
+        io.suspension.io(self.name, "block write", self.wait, || {
+            io.write_phys(&dva, &phys, txg)
+        })?;
         Ok(self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp))
     }
 
@@ -284,6 +292,7 @@ impl BlockWriter for SyncWriter<'_> {
             // allocates chunk k+1, so the devices are not idle meanwhile.
             let io = self.io;
             let txg = self.txg;
+            let (name, wait) = (self.name, self.wait);
             let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<()>>> = None;
             let join = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
                 h.join()
@@ -312,7 +321,9 @@ impl BlockWriter for SyncWriter<'_> {
                 pending = Some(s.spawn(move || {
                     let batch: Vec<([Dva; 3], &[u8])> =
                         placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
-                    io.write_phys_batch(&batch, txg)
+                    io.suspension.io(name, "block write", wait, || {
+                        io.write_phys_batch(&batch, txg)
+                    })
                 }));
             }
             if let Some(h) = pending.take() {
@@ -375,7 +386,9 @@ pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
-            let _ = p.sync();
+            // The sync thread parks on a failed write until `zpool clear`
+            // (spa/suspend.rs).
+            let _ = p.sync_as(true);
             p.zed_check();
         })
         .ok();
@@ -399,8 +412,18 @@ impl Pool {
     }
 
     fn has_pending_changes(&self) -> bool {
-        let st = lock(&self.st);
-        st.config_dirty
+        // A sync holds `st` from its start to its end (for good while it
+        // is parked on a failed I/O, until `zpool clear`), so the open txg
+        // has no config or history changes then: whatever was set before
+        // the sync took `st` is that sync's. Only wait for `st` when no
+        // sync is running (a short holder).
+        let st = match self.st.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if lock(&self.txg).syncing.is_some() => None,
+            Err(std::sync::TryLockError::WouldBlock) => Some(lock(&self.st)),
+        };
+        st.is_some_and(|st| st.config_dirty || !st.history_pending.is_empty())
             || self
                 .io
                 .tops()
@@ -408,7 +431,6 @@ impl Pool {
                 .flat_map(|t| t.leaves())
                 .chain(self.io.spares())
                 .any(|l| l.config_dirty.load(Ordering::Relaxed))
-            || !st.history_pending.is_empty()
             || self.datasets().iter().any(|d| !d.os.open_is_empty())
             || *lock(&self.dsl.dirty)
             || !lock(&self.dsl.doomed).is_empty()
@@ -417,8 +439,16 @@ impl Pool {
     }
 
     /// Sync the open txg now and wait for it to commit. Returns the txg.
+    /// A write that fails beyond redundancy fails the sync and suspends
+    /// the pool for good (the sync thread parks instead, `sync_as`).
     pub fn sync(&self) -> Result<u64> {
-        let _g = lock(&self.sync_lock);
+        self.sync_as(false)
+    }
+
+    /// [`Pool::sync`]; `wait`: a failed write parks the sync until `zpool
+    /// clear` resumes it (spa/suspend.rs).
+    pub(crate) fn sync_as(&self, wait: bool) -> Result<u64> {
+        let _g = self.sync_guard()?;
         if let Some(why) = self.suspended() {
             return Err(Error::suspended(&self.name, &why));
         }
@@ -429,15 +459,13 @@ impl Pool {
             self.txg_cv.notify_all();
             return Ok(t.synced);
         }
-        let r = self.sync_locked();
+        let r = self.sync_locked(wait);
         // Suspend before the txg stops being "syncing", so no waiter can
         // see it neither syncing nor failed.
         if let Err(e) = &r {
-            log::error!(
-                "pool '{}' suspended: the sync failed: {e}; writes get EIO until it is exported and imported again",
-                self.name
-            );
-            *lock(&self.suspended) = Some(e.to_string());
+            self.io
+                .suspension
+                .fail(&self.name, &format!("the sync failed: {e}"));
         }
         lock(&self.txg).syncing = None;
         self.txg_cv.notify_all();
@@ -446,7 +474,7 @@ impl Pool {
         r
     }
 
-    fn sync_locked(&self) -> Result<u64> {
+    fn sync_locked(&self, wait: bool) -> Result<u64> {
         // Close the open txg: wait for the operations holding it to finish
         // (dmu/tx.rs), then freeze every object set and open the next txg
         // while the gate is shut, so no operation straddles the two.
@@ -503,6 +531,8 @@ impl Pool {
             txg,
             pass: 1,
             used: BTreeSet::new(),
+            name: &self.name,
+            wait,
         };
         let t_start = Instant::now();
         let mut new_bps = Vec::new();
@@ -595,8 +625,9 @@ impl Pool {
         // Step 4: every block of this txg durable before any label points at it.
         let tops = self.io.tops();
         let t_flush0 = Instant::now();
+        let sus = &self.io.suspension;
         for t in &tops {
-            t.flush(txg)?;
+            sus.io(&self.name, "cache flush", wait, || t.flush(txg))?;
         }
         log::debug!(
             "pool '{}' txg {txg}: {} MiB dirty, data {:?}, mos {:?}, flush {:?}",
@@ -621,28 +652,31 @@ impl Pool {
         };
         // A leaf that fails here keeps an older uberblock, which import
         // passes over for the newest; the txg needs one good copy.
-        let mut ub_written = 0;
-        for t in &tops {
-            let slot = label::ub_slot_size(t.ashift);
-            let nslots = label::UB_RING_SIZE / slot;
-            for c in t.leaves().iter().filter(|c| c.is_usable()) {
-                for off in label::label_offsets(c.dev.size()) {
-                    let at = off + label::UB_RING_OFFSET + (txg % nslots) * slot;
-                    match c.write_raw(&ub.encode(slot as usize, at), at) {
-                        Ok(()) => ub_written += 1,
-                        Err(Error::PowerLost) => return Err(Error::PowerLost),
-                        Err(_) => {}
+        sus.io(&self.name, "uberblock write", wait, || {
+            let mut ub_written = 0;
+            for t in &tops {
+                let slot = label::ub_slot_size(t.ashift);
+                let nslots = label::UB_RING_SIZE / slot;
+                for c in t.leaves().iter().filter(|c| c.is_usable()) {
+                    for off in label::label_offsets(c.dev.size()) {
+                        let at = off + label::UB_RING_OFFSET + (txg % nslots) * slot;
+                        match c.write_raw(&ub.encode(slot as usize, at), at) {
+                            Ok(()) => ub_written += 1,
+                            Err(Error::PowerLost) => return Err(Error::PowerLost),
+                            Err(_) => {}
+                        }
                     }
                 }
             }
-        }
-        if ub_written == 0 {
-            return Err(Error::invalid(format!(
-                "txg {txg}: no device took the uberblock"
-            )));
-        }
+            if ub_written == 0 {
+                return Err(Error::invalid(format!(
+                    "txg {txg}: no device took the uberblock"
+                )));
+            }
+            Ok(())
+        })?;
         for t in &tops {
-            t.flush(txg)?;
+            sus.io(&self.name, "cache flush", wait, || t.flush(txg))?;
         }
         // Committed.
         st.alloc.sync_done();
@@ -892,13 +926,35 @@ impl Pool {
     /// Run `f` with txg commits paused: the on-disk state stays exactly the
     /// last committed txg while `f` runs (writers keep filling the open txg,
     /// throttled as usual). `zdb` on an imported pool uses this.
-    pub fn with_syncs_paused<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _g = lock(&self.sync_lock);
-        f()
+    pub fn with_syncs_paused<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        let _g = self.sync_guard()?;
+        Ok(f())
     }
 
-    /// Stop the sync thread (after committing everything dirty).
+    /// The sync lock, for a change that must not overlap a sync (DSL and
+    /// vdev changes). While the sync is parked on a failed I/O it is held
+    /// until `zpool clear`; such a change is refused instead of waiting.
+    pub(crate) fn sync_guard(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        loop {
+            match self.sync_lock.try_lock() {
+                Ok(g) => return Ok(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Ok(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if self.io.suspension.parked() {
+                let why = self.suspended().unwrap_or_default();
+                return Err(Error::suspended(&self.name, &why));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Stop the sync thread (after committing everything dirty). A sync
+    /// parked on a failed I/O gives up: its txg is not committed.
     pub fn close(&self) -> Result<()> {
+        if self.suspended().is_some() {
+            self.io.suspension.give_up();
+        }
         self.stop_scan_thread();
         let r = if self.suspended().is_none() {
             self.sync().map(|_| ())

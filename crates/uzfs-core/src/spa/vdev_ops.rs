@@ -69,7 +69,7 @@ impl Pool {
     pub fn offline(&self, name: &str) -> Result<()> {
         let pos = self.leaf_or_err(name)?;
         {
-            let _g = lock(&self.sync_lock);
+            let _g = self.sync_guard()?;
             let top = self.io.top(pos.top as u32)?;
             if pos.leaf.state() == LeafState::Offline {
                 return Ok(());
@@ -119,25 +119,54 @@ impl Pool {
         lock(&self.st).config_dirty = true;
     }
 
-    /// `zpool clear [dev]`: forget errors; faulted or removed leaves return.
+    /// A leaf returns while the sync is parked on a failed I/O (it holds
+    /// the sync lock and the pool state): only the leaf's own state
+    /// changes. It lacks what the parked txg wrote before it failed, so its
+    /// DTL closes at that txg, not at the last committed one.
+    fn bring_back_parked(&self, leaf: &Arc<Leaf>) {
+        leaf.inject.clear();
+        leaf.clear_errors();
+        if leaf.state() != LeafState::Online {
+            let t = lock(&self.txg);
+            let upto = t.syncing.unwrap_or(t.synced);
+            drop(t);
+            leaf.dtl_close(upto);
+            leaf.set_state(LeafState::Online, 0);
+        }
+    }
+
+    /// `zpool clear [dev]`: forget errors; faulted or removed leaves
+    /// return; a sync parked on a failed I/O is resumed (spa/suspend.rs)
+    /// and this waits until it commits or fails again. A suspension that
+    /// cannot be resumed is an error saying so.
     pub fn clear(self: &Arc<Self>, name: Option<&str>) -> Result<()> {
         let leaves: Vec<Arc<Leaf>> = match name {
             Some(n) => vec![self.leaf_or_err(n)?.leaf],
             None => self.io.tops().iter().flat_map(|t| t.leaves()).collect(),
         };
+        let parked = self.io.suspension.parked();
         for l in &leaves {
             l.clear_errors();
             if matches!(l.state(), LeafState::Faulted | LeafState::Removed) && !l.is_missing() {
-                self.bring_back(l);
+                if parked {
+                    self.bring_back_parked(l);
+                } else {
+                    self.bring_back(l);
+                }
             }
         }
         for s in self.io.spares() {
             s.clear_errors();
         }
-        // A suspended pool stays suspended: the failed txg's in-memory state
-        // cannot be trusted; export and re-import it.
-        if self.suspended().is_some() {
-            return Ok(());
+        if self.mos.gate().poisoned().is_some() {
+            let why = self.suspended().unwrap_or_default();
+            return Err(Error::suspended(
+                &self.name,
+                &format!("{why}; it cannot be resumed: export and import the pool"),
+            ));
+        }
+        if self.io.suspension.resume(&self.name)? == super::suspend::Resume::Retrying {
+            log::info!("pool '{}': zpool clear resumes the parked sync", self.name);
         }
         self.txg_wait_synced()?;
         self.maybe_resilver()
@@ -195,7 +224,7 @@ impl Pool {
     ) -> Result<()> {
         let pos = self.leaf_or_err(old)?;
         {
-            let _g = lock(&self.sync_lock);
+            let _g = self.sync_guard()?;
             let top = self.io.top(pos.top as u32)?;
             if pos.leaf.is_spare && !Arc::ptr_eq(&pos.leaf, &pos.primary) {
                 return Err(Error::invalid(format!(
@@ -237,7 +266,7 @@ impl Pool {
     ) -> Result<()> {
         let pos = self.leaf_or_err(existing)?;
         {
-            let _g = lock(&self.sync_lock);
+            let _g = self.sync_guard()?;
             let top = self.io.top(pos.top as u32)?;
             if top.kind.is_raidz() {
                 return Err(Error::invalid(format!(
@@ -267,7 +296,7 @@ impl Pool {
     pub fn detach(self: &Arc<Self>, name: &str) -> Result<()> {
         let pos = self.leaf_or_err(name)?;
         {
-            let _g = lock(&self.sync_lock);
+            let _g = self.sync_guard()?;
             let top = self.io.top(pos.top as u32)?;
             let attached = pos.primary.attached();
             if !Arc::ptr_eq(&pos.leaf, &pos.primary) {
@@ -337,7 +366,7 @@ impl Pool {
     /// `zpool add POOL spare DEV...`.
     pub fn add_spares(&self, devs: Vec<(String, Arc<dyn BlockDevice>)>, force: bool) -> Result<()> {
         {
-            let _g = lock(&self.sync_lock);
+            let _g = self.sync_guard()?;
             let min_need = self
                 .io
                 .tops()
@@ -380,7 +409,7 @@ impl Pool {
 
     /// `zpool remove POOL SPARE`: an unused spare leaves the pool.
     pub fn remove_spare(&self, name: &str) -> Result<()> {
-        let _g = lock(&self.sync_lock);
+        let _g = self.sync_guard()?;
         let spares = self.io.spares();
         let Some(s) = spares
             .iter()

@@ -127,27 +127,39 @@ fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
         .collect()
 }
 
-/// Run `op` on each of a column's `leaves`: whether one succeeded, and the
-/// first error. A failed leaf records `txg` in its DTL; a power loss ends
-/// the column at once (the `Err`).
-fn on_column(
-    leaves: &[Arc<Leaf>],
-    op: impl Fn(&Leaf) -> Result<()>,
-    txg: u64,
-) -> Result<(bool, Option<Error>)> {
+/// What one column made of an operation: whether some leaf took it, the
+/// first error, and the leaves that failed.
+type ColumnOutcome = (bool, Option<Error>, Vec<Arc<Leaf>>);
+
+/// Run `op` on each of a column's `leaves`; a power loss ends the column at
+/// once (the `Err`). The failed leaves lack `txg` only if the operation as
+/// a whole succeeds: the caller records them in their DTLs then
+/// ([`note_missed`]). An operation that fails beyond the redundancy is
+/// issued again whole (a parked sync, spa/suspend.rs) or its txg never
+/// commits, so it leaves no DTL behind (a single disk that failed and came
+/// back would otherwise lack a txg it has, with no copy to resilver from).
+fn on_column(leaves: &[Arc<Leaf>], op: impl Fn(&Leaf) -> Result<()>) -> Result<ColumnOutcome> {
     let mut ok = false;
     let mut first_err = None;
+    let mut failed = Vec::new();
     for l in leaves {
         match op(l) {
             Ok(()) => ok = true,
             Err(e) if is_power_lost(&e) => return Err(e),
             Err(e) => {
-                l.dtl_add(txg);
+                failed.push(l.clone());
                 first_err.get_or_insert(e);
             }
         }
     }
-    Ok((ok, first_err))
+    Ok((ok, first_err, failed))
+}
+
+/// The operation succeeded: leaves that failed it lack `txg`.
+fn note_missed(failed: &[Arc<Leaf>], txg: u64) {
+    for l in failed {
+        l.dtl_add(txg);
+    }
 }
 
 /// Every way to pick `k` of `items`, in order.
@@ -703,7 +715,7 @@ impl TopVdev {
         // Per entry: did some leaf of the column take the write, and the
         // first error seen; or the power-loss error that stopped it.
         type Outcome = (
-            Vec<(std::ops::Range<usize>, bool, Option<Error>)>,
+            Vec<(std::ops::Range<usize>, bool, Option<Error>, Vec<Arc<Leaf>>)>,
             Option<Error>,
         );
         let write_column = |child: usize, list: &[ColumnWrite]| -> Outcome {
@@ -713,8 +725,8 @@ impl TopVdev {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return (res, Some(Error::PowerLost));
                 }
-                match on_column(&leaves, |l| l.write(bytes, *off), txg) {
-                    Ok((ok, err)) => res.push((r.clone(), ok, err)),
+                match on_column(&leaves, |l| l.write(bytes, *off)) {
+                    Ok((ok, err, failed)) => res.push((r.clone(), ok, err, failed)),
                     Err(e) => {
                         stop.store(true, std::sync::atomic::Ordering::Relaxed);
                         return (res, Some(e));
@@ -743,11 +755,13 @@ impl TopVdev {
         });
         let mut failed = vec![0usize; nblocks];
         let mut first_err: Vec<Option<Error>> = (0..nblocks).map(|_| None).collect();
+        let mut missed = Vec::new();
         for (res, fatal) in results {
             if let Some(e) = fatal {
                 return Err(e);
             }
-            for (r, ok, err) in res {
+            for (r, ok, err, leaves) in res {
+                missed.extend(leaves);
                 let text = err.as_ref().map(|e| e.to_string());
                 let mut err = err;
                 for b in r {
@@ -772,6 +786,7 @@ impl TopVdev {
                 }));
             }
         }
+        note_missed(&missed, txg);
         Ok(())
     }
 
@@ -800,8 +815,10 @@ impl TopVdev {
     ) -> Result<()> {
         let mut failed = 0;
         let mut first_err = None;
+        let mut missed = Vec::new();
         for (child, op) in cols {
-            let (ok, err) = on_column(&usable_leaves(&self.children[child]), op, txg)?;
+            let (ok, err, leaves) = on_column(&usable_leaves(&self.children[child]), op)?;
+            missed.extend(leaves);
             if !ok {
                 failed += 1;
             }
@@ -814,6 +831,7 @@ impl TopVdev {
                 first_err.unwrap_or_else(|| Error::invalid(format!("{}: {what}", self.name())))
             );
         }
+        note_missed(&missed, txg);
         Ok(())
     }
 
