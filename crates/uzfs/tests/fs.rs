@@ -918,3 +918,51 @@ fn posix_acls_behave_as_on_ext4() {
     let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
     assert!(z.contains("No errors"), "{z}");
 }
+
+/// A disk that stops taking writes suspends the pool (fsync gets EIO,
+/// `zpool status` says SUSPENDED and what to do); once the fault is gone,
+/// `zpool clear` resumes the parked sync and the pool goes on where it
+/// stopped: nothing committed or acknowledged is lost.
+#[test]
+fn zpool_clear_resumes_a_pool_suspended_by_failed_writes() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let a = e.disk("a", 256);
+    e.ok(&["zpool", "create", "tank", &a]);
+    let m = e.dir.path().join("mnt/tank");
+    std::fs::write(m.join("before"), vec![7u8; 1 << 20]).expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    e.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);
+    let r = std::fs::write(m.join("during"), vec![8u8; 1 << 20])
+        .and_then(|_| std::fs::File::open(m.join("during"))?.sync_all());
+    assert!(r.is_err(), "fsync succeeded on a pool that cannot write");
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(
+        st.contains("SUSPENDED") && st.contains("zpool clear"),
+        "{st}"
+    );
+    assert_eq!(
+        std::fs::read(m.join("before")).expect("read").len(),
+        1 << 20
+    );
+    e.ok(&["zinject", "-c", "all", "tank"]);
+    e.ok(&["zpool", "clear", "tank"]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(!st.contains("SUSPENDED") && st.contains("ONLINE"), "{st}");
+    std::fs::write(m.join("after"), b"resumed").expect("write after");
+    std::fs::File::open(m.join("after"))
+        .and_then(|f| f.sync_all())
+        .expect("fsync after the resume");
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+    e.ok(&["zpool", "import", "-d", ".", "tank"]);
+    assert_eq!(
+        std::fs::read(m.join("before")).expect("read"),
+        vec![7u8; 1 << 20]
+    );
+    assert_eq!(std::fs::read(m.join("after")).expect("read"), b"resumed");
+    e.ok(&["zpool", "export", "tank"]);
+}

@@ -174,7 +174,8 @@ mod tests {
         };
         // Each failure parks; each resume retries once.
         for _ in 0..2 {
-            while !s.parked() {
+            // Parked again after the previous resume (which cleared `why`).
+            while !(s.parked() && s.why().is_some()) {
                 std::thread::yield_now();
             }
             assert!(s.why().is_some_and(|w| w.contains("write failed: gone")));

@@ -101,14 +101,22 @@ impl Pool {
                 "cannot online {name}: the device was not found at import; re-import the pool once it is present"
             )));
         }
-        self.bring_back(&pos.leaf);
+        if !self.bring_back(&pos.leaf) {
+            // The sync is parked on a failed I/O: `zpool clear` resumes it.
+            return Ok(());
+        }
         self.log_history(&format!("online {name}"));
         self.txg_wait_synced()?;
         self.maybe_resilver()
     }
 
-    fn bring_back(&self, leaf: &Arc<Leaf>) {
-        let _g = lock(&self.sync_lock);
+    /// False if the sync was parked on a failed I/O (the leaf came back
+    /// as `bring_back_parked` does).
+    fn bring_back(&self, leaf: &Arc<Leaf>) -> bool {
+        let Ok(_g) = self.sync_guard() else {
+            self.bring_back_parked(leaf);
+            return false;
+        };
         leaf.inject.clear();
         leaf.clear_errors();
         if leaf.state() != LeafState::Online {
@@ -117,6 +125,7 @@ impl Pool {
             leaf.set_state(LeafState::Online, 0);
         }
         lock(&self.st).config_dirty = true;
+        true
     }
 
     /// A leaf returns while the sync is parked on a failed I/O (it holds
@@ -151,7 +160,7 @@ impl Pool {
                 if parked {
                     self.bring_back_parked(l);
                 } else {
-                    self.bring_back(l);
+                    let _ = self.bring_back(l);
                 }
             }
         }
