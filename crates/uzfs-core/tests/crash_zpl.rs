@@ -1,8 +1,9 @@
 //! Crash safety of the POSIX layer on the simulated device.
 //!
 //! Each seed makes a pool with two filesystems, runs random file operations
-//! (create, write, truncate, punch, unlink, rename, link, mkdir, rmdir,
-//! fsync) against a model of the namespace, and cuts the power at a random
+//! (create, write, truncate, punch, unlink, unlink of open files written
+//! to afterwards, rename, hard links, mkdir, rmdir, fsync) against a model
+//! of the namespace with link counts, and cuts the power at a random
 //! I/O. After import, every dataset is exactly its state at a committed
 //! txg: the last one an fsync returned from, or the one in flight. Nothing
 //! fsynced is lost, no file is half-renamed, and zdb finds the pool clean.
@@ -18,8 +19,54 @@ use uzfs_core::vdev::sim::{SimRng, SimWorld};
 use uzfs_core::zdb;
 use uzfs_core::zpl::{SetAttr, Zpl};
 
-/// Path ("fs/dir/name") -> contents; directories are "fs/dir/" with no data.
-type Model = BTreeMap<String, Vec<u8>>;
+/// Path ("fs/dir/name") -> (contents, link count); directories are
+/// "fs/dir/" with no data and count 0.
+type Model = BTreeMap<String, (Vec<u8>, u32)>;
+
+/// The model and, for each file path, its inode (hard links share one).
+#[derive(Clone, Default)]
+struct State {
+    files: BTreeMap<String, Vec<u8>>,
+    ino: BTreeMap<String, u64>,
+    next: u64,
+}
+
+impl State {
+    /// What a read-back must find: contents and the number of names of
+    /// each file's inode.
+    fn model(&self) -> Model {
+        self.files
+            .iter()
+            .map(|(k, v)| {
+                let n = self
+                    .ino
+                    .get(k)
+                    .map_or(0, |i| self.ino.values().filter(|j| *j == i).count() as u32);
+                (k.clone(), (v.clone(), n))
+            })
+            .collect()
+    }
+
+    /// Apply `f` to the contents of `key` and of every other name of it.
+    fn update(&mut self, key: &str, f: impl Fn(&mut Vec<u8>)) -> Result<(), i32> {
+        let i = *self.ino.get(key).ok_or(libc::EIO)?;
+        let names: Vec<String> = self
+            .ino
+            .iter()
+            .filter(|(_, j)| **j == i)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in names {
+            f(self.files.get_mut(&k).ok_or(libc::EIO)?);
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Vec<u8>> {
+        self.ino.remove(key);
+        self.files.remove(key)
+    }
+}
 
 const DIRS: [&str; 3] = ["a", "b", "c"];
 
@@ -31,26 +78,50 @@ fn dir_of(fs: &Zpl, d: &str) -> Option<u64> {
     fs.lookup(fs.root, d.as_bytes()).ok().map(|a| a.ino)
 }
 
-fn step(fss: &[(String, Zpl)], rng: &mut SimRng, model: &mut Model) -> Result<(), i32> {
-    let (fname, fs) = &fss[rng.below(fss.len() as u64) as usize];
+/// One random operation. `open`: files held open (fs index, object); an
+/// unlink may hit one, which then lives in the unlinked set, is written
+/// to, and is freed at its release or at the mount after the crash.
+fn step(
+    fss: &[(String, Zpl)],
+    rng: &mut SimRng,
+    st: &mut State,
+    open: &mut Vec<(usize, u64)>,
+) -> Result<(), i32> {
+    let fi = rng.below(fss.len() as u64) as usize;
+    if rng.chance(1, 12) {
+        if let Some(&(i, obj)) = open.first() {
+            let fs = &fss[i].1;
+            // Written to after its names may be gone, then closed.
+            fs.write(obj, 0, &pattern(rng.next_u64(), 3000))?;
+            if rng.chance(1, 2) {
+                fs.release(obj)?;
+                open.remove(0);
+            }
+            return Ok(());
+        }
+    }
+    let model = st;
+    let (fname, fs) = &fss[fi];
     let d = DIRS[rng.below(3) as usize];
     let dkey = format!("{fname}/{d}/");
-    let have_dir = model.contains_key(&dkey);
+    let have_dir = model.files.contains_key(&dkey);
     if !have_dir {
         if d == "c" || rng.chance(1, 2) {
             fs.mknod(fs.root, d.as_bytes(), libc::S_IFDIR | 0o755, 0, 0, 0, None)?;
-            model.insert(dkey, Vec::new());
+            model.files.insert(dkey, Vec::new());
         }
         return Ok(());
     }
     let dino = dir_of(fs, d).ok_or(libc::ENOENT)?;
     let name = format!("f{}", rng.below(6));
     let key = format!("{fname}/{d}/{name}");
-    let exists = model.contains_key(&key);
-    match rng.below(100) {
+    let exists = model.files.contains_key(&key);
+    match rng.below(108) {
         0..=14 if !exists => {
             fs.mknod(dino, name.as_bytes(), libc::S_IFREG | 0o644, 0, 0, 0, None)?;
-            model.insert(key, Vec::new());
+            model.files.insert(key.clone(), Vec::new());
+            model.next += 1;
+            model.ino.insert(key, model.next);
         }
         15..=49 if exists => {
             let a = fs.lookup(dino, name.as_bytes())?;
@@ -59,11 +130,12 @@ fn step(fss: &[(String, Zpl)], rng: &mut SimRng, model: &mut Model) -> Result<()
             let len = 1 + rng.below(cap) as usize;
             let data = pattern(rng.next_u64(), len);
             fs.write(a.ino, off as u64, &data)?;
-            let m = model.get_mut(&key).ok_or(libc::EIO)?;
-            if m.len() < off + len {
-                m.resize(off + len, 0);
-            }
-            m[off..off + len].copy_from_slice(&data);
+            model.update(&key, |m| {
+                if m.len() < off + len {
+                    m.resize(off + len, 0);
+                }
+                m[off..off + len].copy_from_slice(&data);
+            })?;
         }
         50..=57 if exists => {
             let a = fs.lookup(dino, name.as_bytes())?;
@@ -75,15 +147,12 @@ fn step(fss: &[(String, Zpl)], rng: &mut SimRng, model: &mut Model) -> Result<()
                     ..Default::default()
                 },
             )?;
-            model
-                .get_mut(&key)
-                .ok_or(libc::EIO)?
-                .resize(size as usize, 0);
+            model.update(&key, |m| m.resize(size as usize, 0))?;
         }
         58..=63 if exists => {
             let a = fs.lookup(dino, name.as_bytes())?;
-            let m = model.get_mut(&key).ok_or(libc::EIO)?;
-            let off = rng.below(m.len() as u64 + 1);
+            let flen = model.files.get(&key).ok_or(libc::EIO)?.len();
+            let off = rng.below(flen as u64 + 1);
             let len = rng.below(300_000);
             fs.fallocate(
                 a.ino,
@@ -91,33 +160,70 @@ fn step(fss: &[(String, Zpl)], rng: &mut SimRng, model: &mut Model) -> Result<()
                 off,
                 len,
             )?;
-            let end = ((off + len) as usize).min(m.len());
-            if (off as usize) < end {
-                m[off as usize..end].fill(0);
-            }
+            model.update(&key, |m| {
+                let end = ((off + len) as usize).min(m.len());
+                if (off as usize) < end {
+                    m[off as usize..end].fill(0);
+                }
+            })?;
         }
         64..=71 if exists => {
+            // Sometimes unlinked while open.
+            let i = model.ino.get(&key).copied();
+            let only_name = model.ino.values().filter(|j| Some(**j) == i).count() == 1;
+            if only_name && open.len() < 3 && rng.chance(1, 3) {
+                let a = fs.lookup(dino, name.as_bytes())?;
+                fs.open(a.ino)?;
+                open.push((fi, a.ino));
+            }
             fs.unlink(dino, name.as_bytes())?;
             model.remove(&key);
         }
         72..=81 if exists => {
             let d2 = DIRS[rng.below(3) as usize];
             let d2key = format!("{fname}/{d2}/");
-            if !model.contains_key(&d2key) {
+            if !model.files.contains_key(&d2key) {
                 return Ok(());
             }
             let n2 = format!("f{}", rng.below(6));
             let key2 = format!("{fname}/{d2}/{n2}");
             let d2ino = dir_of(fs, d2).ok_or(libc::ENOENT)?;
             fs.rename(dino, name.as_bytes(), d2ino, n2.as_bytes(), 0)?;
-            if key2 != key {
+            let same = model.ino.get(&key).is_some() && model.ino.get(&key) == model.ino.get(&key2);
+            if key2 != key && !same {
+                let i = model.ino.get(&key).copied();
                 let v = model.remove(&key).ok_or(libc::EIO)?;
-                model.insert(key2, v);
+                model.remove(&key2);
+                model.files.insert(key2.clone(), v);
+                if let Some(i) = i {
+                    model.ino.insert(key2, i);
+                }
             }
+        }
+        100..=107 if exists => {
+            // A hard link, in any directory of the same filesystem.
+            let d2 = DIRS[rng.below(3) as usize];
+            let n2 = format!("f{}", rng.below(6));
+            let key2 = format!("{fname}/{d2}/{n2}");
+            if !model.files.contains_key(&format!("{fname}/{d2}/"))
+                || model.files.contains_key(&key2)
+            {
+                return Ok(());
+            }
+            let d2ino = dir_of(fs, d2).ok_or(libc::ENOENT)?;
+            let a = fs.lookup(dino, name.as_bytes())?;
+            fs.link(a.ino, d2ino, n2.as_bytes())?;
+            let v = model.files.get(&key).ok_or(libc::EIO)?.clone();
+            let i = *model.ino.get(&key).ok_or(libc::EIO)?;
+            model.files.insert(key2.clone(), v);
+            model.ino.insert(key2, i);
         }
         82..=85 if d == "c" => {
             // rmdir c if empty, else leave it
-            let empty = !model.keys().any(|k| k.starts_with(&dkey) && k != &dkey);
+            let empty = !model
+                .files
+                .keys()
+                .any(|k| k.starts_with(&dkey) && k != &dkey);
             if empty {
                 fs.rmdir(fs.root, b"c")?;
                 model.remove(&dkey);
@@ -134,7 +240,7 @@ fn read_back(fss: &[(String, Zpl)]) -> Model {
     for (fname, fs) in fss {
         for d in DIRS {
             let Some(dino) = dir_of(fs, d) else { continue };
-            m.insert(format!("{fname}/{d}/"), Vec::new());
+            m.insert(format!("{fname}/{d}/"), (Vec::new(), 0));
             for (_, ino, _, name) in fs.readdir(dino, 0, 10_000).expect("readdir") {
                 if name == b"." || name == b".." {
                     continue;
@@ -143,7 +249,7 @@ fn read_back(fss: &[(String, Zpl)]) -> Model {
                 let data = fs.read(ino, 0, a.size as usize).expect("read");
                 m.insert(
                     format!("{fname}/{d}/{}", String::from_utf8_lossy(&name)),
-                    data,
+                    (data, a.z.nlink),
                 );
             }
         }
@@ -167,9 +273,10 @@ fn run_seed(seed: u64) -> usize {
         .iter()
         .map(|n| (n.to_string(), mount(&pool, n)))
         .collect();
-    let mut model = Model::new();
+    let mut model = State::default();
+    let mut open = Vec::new();
     let mut committed: BTreeMap<u64, Model> = BTreeMap::new();
-    committed.insert(pool.last_txg(), model.clone());
+    committed.insert(pool.last_txg(), model.model());
     if rng.chance(1, 3) {
         world.cut_power_at_flush(rng.below(20));
     } else {
@@ -179,18 +286,18 @@ fn run_seed(seed: u64) -> usize {
     for _ in 0..120 {
         let r = if rng.chance(1, 6) {
             // fsync of any file: commits everything (txg commit today).
-            in_flight = Some((pool.last_txg() + 1, model.clone()));
+            in_flight = Some((pool.last_txg() + 1, model.model()));
             let (_, fs) = &fss[0];
             match fs.fsync(fs.root) {
                 Ok(()) => {
-                    committed.insert(pool.last_txg(), model.clone());
+                    committed.insert(pool.last_txg(), model.model());
                     in_flight = None;
                     Ok(())
                 }
                 Err(e) => Err(e),
             }
         } else {
-            step(&fss, &mut rng, &mut model)
+            step(&fss, &mut rng, &mut model, &mut open)
         };
         if let Err(e) = r {
             assert!(
