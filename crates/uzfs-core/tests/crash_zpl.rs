@@ -189,7 +189,7 @@ fn step(
             let key2 = format!("{fname}/{d2}/{n2}");
             let d2ino = dir_of(fs, d2).ok_or(libc::ENOENT)?;
             fs.rename(dino, name.as_bytes(), d2ino, n2.as_bytes(), 0)?;
-            let same = model.ino.get(&key).is_some() && model.ino.get(&key) == model.ino.get(&key2);
+            let same = model.ino.contains_key(&key) && model.ino.get(&key) == model.ino.get(&key2);
             if key2 != key && !same {
                 let i = model.ino.get(&key).copied();
                 let v = model.remove(&key).ok_or(libc::EIO)?;
