@@ -258,8 +258,9 @@ fn read_back(fss: &[(String, Zpl)]) -> Model {
 }
 
 /// Returns how many files the imported state held (the test checks the
-/// seeds are not all trivially empty).
-fn run_seed(seed: u64) -> usize {
+/// seeds are not all trivially empty) and whether the power went out in
+/// the middle of a sync (the test checks enough seeds do).
+fn run_seed(seed: u64) -> (usize, bool) {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
     let (_disks, top) = disk_or_mirror(&world, &mut rng);
@@ -313,6 +314,7 @@ fn run_seed(seed: u64) -> usize {
             break;
         }
     }
+    let mid_sync = world.power_lost() && in_flight.is_some();
     let last = *committed.keys().next_back().expect("committed");
     let images = world.crash(&mut rng);
     drop(fss);
@@ -365,7 +367,7 @@ fn run_seed(seed: u64) -> usize {
         "seed {seed}: zdb after crash:\n{}",
         zdb::format_report(&report)
     );
-    files
+    (files, mid_sync)
 }
 
 #[test]
@@ -378,12 +380,17 @@ fn zpl_survives_power_cuts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let mut nontrivial = 0;
+    let (mut nontrivial, mut mid_sync) = (0, 0);
     for seed in base..base + n {
-        if run_seed(seed) > 0 {
-            nontrivial += 1;
-        }
+        let (files, mid) = run_seed(seed);
+        nontrivial += (files > 0) as u64;
+        mid_sync += mid as u64;
     }
+    eprintln!("{mid_sync} of {n} seeds lost power in the middle of a sync");
+    assert!(
+        mid_sync * 4 >= n,
+        "only {mid_sync} of {n} seeds lost power in the middle of a sync"
+    );
     assert!(
         nontrivial * 4 >= n,
         "only {nontrivial} of {n} seeds reached a crash with files committed"
