@@ -247,9 +247,10 @@ fn second_crash(images: Vec<(String, Vec<u8>)>, rng: &mut SimRng) -> Vec<(String
     w.crash(rng)
 }
 
-/// Everything checked after a crash; returns (seed crashed inside the run,
-/// files seen) for the test's statistics.
-fn run_seed(seed: u64) -> (bool, u64) {
+/// Everything checked after a crash; returns (the power went while the
+/// workers ran, it went in the middle of a sync, files seen) for the
+/// test's statistics.
+fn run_seed(seed: u64) -> (bool, bool, u64) {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
     let (_disks, top) = disk_or_mirror(&world, &mut rng);
@@ -324,6 +325,9 @@ fn run_seed(seed: u64) -> (bool, u64) {
     let txg_at_cut = pool.last_txg();
     let crashed_in_run = world.power_lost();
     world.cut_power_after(0);
+    // Writes issued and not flushed when the power went: a sync was in
+    // the middle of its work (the sync thread issues every write here).
+    let mid_sync = world.volatile_writes() > 0;
     let fsynced: Vec<u64> = fsynced.iter().map(|a| a.load(Ordering::SeqCst)).collect();
     let images = world.crash(&mut rng);
     drop(fss);
@@ -348,8 +352,9 @@ fn run_seed(seed: u64) -> (bool, u64) {
     let pool = Pool::import(&found, None, tunables())
         .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
     eprintln!(
-        "seed {seed}: {done} operations, {held_open} files held open, cut {} at txg {txg_at_cut}, imported txg {}, {} unlinked, {} files",
+        "seed {seed}: {done} operations, {held_open} files held open, cut {}{} at txg {txg_at_cut}, imported txg {}, {} unlinked, {} files",
         if crashed_in_run { "during the run" } else { "after it" },
+        if mid_sync { " in the middle of a sync" } else { "" },
         pool.last_txg(),
         report.ns_stats.unlinked,
         report.ns_stats.files
@@ -427,24 +432,26 @@ fn run_seed(seed: u64) -> (bool, u64) {
     drop(fss);
     pool.close().expect("close");
     assert_zdb_clean(&disks2, &format!("seed {seed}: after more changes"));
-    (crashed_in_run, files)
+    (crashed_in_run, mid_sync, files)
 }
 
 #[test]
 fn concurrent_operations_survive_power_cuts() {
     let n: u64 = env_u64("UZFS_CONC_CRASH_SEEDS", 12);
     let base: u64 = env_u64("UZFS_CONC_CRASH_BASE", 0);
-    let mut mid = 0;
+    let (mut during, mut mid) = (0, 0);
     for seed in base..base + n {
-        let (crashed, _files) = run_seed(seed);
-        if crashed {
-            mid += 1;
-        }
+        let (crashed, in_sync, _files) = run_seed(seed);
+        during += crashed as u64;
+        mid += in_sync as u64;
     }
-    // Nearly every device write is the sync's: a cut during the run lands
-    // in a sync.
+    eprintln!("{n} seeds: {during} cut while the workers ran, {mid} in the middle of a sync");
     assert!(
-        mid * 2 >= n,
-        "only {mid} of {n} seeds cut the power while the workers ran"
+        during * 2 >= n,
+        "only {during} of {n} seeds cut the power while the workers ran"
+    );
+    assert!(
+        mid * 3 >= n,
+        "only {mid} of {n} seeds cut the power in the middle of a sync"
     );
 }

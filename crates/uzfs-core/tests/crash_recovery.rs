@@ -31,8 +31,13 @@ type Model = BTreeMap<u64, Vec<u8>>;
 
 const SMALL: u64 = 64 << 20;
 
-fn check_matches(pool: &Pool, model: &Model, max_obj: u64, seed: u64) {
-    for obj in 1..=max_obj + 1 {
+/// Every object slot the object set spans (not only those up to the
+/// model's highest number): an object the model never made or freed must
+/// not exist, and every object of the model must hold its bytes.
+fn check_matches(pool: &Pool, model: &Model, seed: u64) {
+    let model_max = model.keys().next_back().copied().unwrap_or(0);
+    let span = pool.root.dnode_count_estimate().max(model_max + 1);
+    for obj in 1..span {
         let exists = pool
             .root
             .exists(obj)
@@ -61,12 +66,7 @@ fn check_matches(pool: &Pool, model: &Model, max_obj: u64, seed: u64) {
 }
 
 /// One random operation; `Err` only from the pool.
-fn step(
-    pool: &Pool,
-    rng: &mut SimRng,
-    model: &mut Model,
-    max_obj: &mut u64,
-) -> uzfs_core::Result<()> {
+fn step(pool: &Pool, rng: &mut SimRng, model: &mut Model) -> uzfs_core::Result<()> {
     let roll = rng.below(100);
     if roll < 15 || model.is_empty() {
         let blksz = [512u32, 4096, 16384, 131072][rng.below(4) as usize];
@@ -81,7 +81,6 @@ fn step(
             copies: 1 + rng.below(2) as u8,
         };
         let obj = pool.create_object(blksz, &props)?;
-        *max_obj = (*max_obj).max(obj);
         model.insert(obj, Vec::new());
     } else if roll < 25 {
         let keys: Vec<u64> = model.keys().copied().collect();
@@ -112,7 +111,9 @@ fn step(
     Ok(())
 }
 
-fn run_seed(seed: u64) {
+/// Returns whether the power went out in the middle of a sync (writes
+/// issued and not yet flushed): the test checks enough seeds do.
+fn run_seed(seed: u64) -> bool {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
     let topo = rng.below(5);
@@ -135,7 +136,6 @@ fn run_seed(seed: u64) {
     let pool = Pool::create("crash", specs, opts(seed))
         .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     let mut model = Model::new();
-    let mut max_obj = 0;
     let mut committed: BTreeMap<u64, Model> = BTreeMap::new();
     committed.insert(pool.last_txg(), model.clone());
     if rng.chance(1, 3) {
@@ -152,7 +152,7 @@ fn run_seed(seed: u64) {
                 in_flight = None;
             })
         } else {
-            step(&pool, &mut rng, &mut model, &mut max_obj)
+            step(&pool, &mut rng, &mut model)
         };
         match r {
             Ok(()) => {}
@@ -173,6 +173,8 @@ fn run_seed(seed: u64) {
         .keys()
         .next_back()
         .expect("create committed a txg");
+    // Every device write here is a sync's (no sync thread, no scan).
+    let mid_sync = world.power_lost() && world.volatile_writes() > 0;
     let images = world.crash(&mut rng);
     drop(pool);
 
@@ -201,7 +203,7 @@ fn run_seed(seed: u64) {
             expect.len()
         );
     }
-    check_matches(&pool, expect, max_obj, seed);
+    check_matches(&pool, expect, seed);
     let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
     assert!(
         report.is_clean(),
@@ -212,14 +214,14 @@ fn run_seed(seed: u64) {
     // The allocator state rebuilt from the space maps must be usable.
     let mut model = expect.clone();
     for _ in 0..20 {
-        match step(&pool, &mut rng, &mut model, &mut max_obj) {
+        match step(&pool, &mut rng, &mut model) {
             Ok(()) | Err(Error::NoSpace) => {}
             Err(e) => panic!("seed {seed}: after import: {e}"),
         }
     }
     pool.sync()
         .unwrap_or_else(|e| panic!("seed {seed}: sync after import: {e}"));
-    check_matches(&pool, &model, max_obj, seed);
+    check_matches(&pool, &model, seed);
     pool.close()
         .unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
     let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
@@ -228,12 +230,14 @@ fn run_seed(seed: u64) {
         "seed {seed}: zdb after more writes:\n{}",
         zdb::format_report(&report)
     );
+    mid_sync
 }
 
 #[test]
 fn crash_at_random_instants() {
     if let Ok(s) = std::env::var("UZFS_CRASH_SEED") {
-        run_seed(s.parse().expect("UZFS_CRASH_SEED is a number"));
+        let mid = run_seed(s.parse().expect("UZFS_CRASH_SEED is a number"));
+        eprintln!("power lost in the middle of a sync: {mid}");
         return;
     }
     let n: u64 = std::env::var("UZFS_CRASH_SEEDS")
@@ -244,7 +248,13 @@ fn crash_at_random_instants() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    let mut mid = 0;
     for seed in base..base + n {
-        run_seed(seed);
+        mid += run_seed(seed) as u64;
     }
+    eprintln!("{mid} of {n} seeds lost power in the middle of a sync");
+    assert!(
+        mid * 3 >= n,
+        "only {mid} of {n} seeds lost power in the middle of a sync"
+    );
 }

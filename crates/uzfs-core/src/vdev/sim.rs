@@ -152,6 +152,18 @@ impl SimWorld {
         lock(&self.state).power_lost
     }
 
+    /// Writes issued since the last flush, summed over every disk. After a
+    /// power cut, non-zero means the power went out in the middle of a
+    /// batch of writes: for a pool, inside a txg's sync (between its first
+    /// block and its uberblock's flush) or a scan's repair. Crash tests
+    /// count such seeds, to show the cuts land where they matter.
+    pub fn volatile_writes(&self) -> usize {
+        lock(&self.disks)
+            .iter()
+            .map(|d| lock(&d.inner).pending.len())
+            .sum()
+    }
+
     fn tick(&self) -> Result<()> {
         let mut s = lock(&self.state);
         if s.power_lost {
