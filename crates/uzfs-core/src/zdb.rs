@@ -28,6 +28,8 @@ pub struct Report {
     pub objects: u64,
     pub referenced_bytes: u64,
     pub allocated_bytes: u64,
+    /// Blocks stored as gang blocks (`spa/gang.rs`): a fragmented pool.
+    pub gang_blocks: u64,
     /// Copies that failed their checksum or could not be read.
     pub bad_copies: Vec<String>,
     /// Blocks with no good copy at all.
@@ -66,24 +68,55 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn visit(&mut self, bp: &BlkPtr, what: &str) -> Option<Arc<Vec<u8>>> {
         self.r.blocks += 1;
+        if bp
+            .dva
+            .iter()
+            .any(|d| d.flags & crate::spa::gang::DVA_GANG != 0)
+        {
+            self.r.gang_blocks += 1;
+        }
         let e = self.r.by_type.entry(ot::name(bp.obj_type)).or_default();
         e.0 += 1;
         e.1 += bp.asize();
         for (i, d) in bp.dva.iter().enumerate().filter(|(_, d)| d.is_valid()) {
             self.r.referenced_bytes += d.asize;
-            if !self.refd.entry(d.vdev).or_default().add(d.offset, d.asize) {
-                self.r.double_allocated.push(format!(
-                    "{what}: DVA {}:{:#x}:{:#x} referenced twice",
-                    d.vdev, d.offset, d.asize
-                ));
+            let gang = d.flags & crate::spa::gang::DVA_GANG != 0;
+            let top = self.pool.io.top(d.vdev);
+            // A gang DVA references its headers and pieces, not one extent.
+            let extents = match (&top, gang) {
+                (Ok(t), true) => {
+                    match crate::spa::gang::extents(t, d.offset, d.asize, bp.phys_birth) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            self.r
+                                .unreadable
+                                .push(format!("{what}: DVA[{i}] gang tree: {e}"));
+                            Vec::new()
+                        }
+                    }
+                }
+                _ => vec![(d.offset, d.asize)],
+            };
+            for (offset, asize) in extents {
+                if !self.refd.entry(d.vdev).or_default().add(offset, asize) {
+                    self.r.double_allocated.push(format!(
+                        "{what}: DVA {}:{:#x}:{:#x} referenced twice",
+                        d.vdev, offset, asize
+                    ));
+                }
             }
             // Every copy and column on usable leaves; a missing or offline
             // leaf is UNAVAIL or OFFLINE, not damaged.
-            let Ok(top) = self.pool.io.top(d.vdev) else {
+            let Ok(top) = top else {
                 continue;
             };
             let verify = |x: &[u8]| bp.checksum_type.compute(x) == bp.checksum;
-            match top.check_block(d.offset, bp.psize as u64, bp.phys_birth, &verify) {
+            let checked = if gang {
+                crate::spa::gang::check(&top, d.offset, bp.phys_birth)
+            } else {
+                top.check_block(d.offset, bp.psize as u64, bp.phys_birth, &verify)
+            };
+            match checked {
                 Ok(bad) => {
                     for (leaf, why) in bad {
                         self.r.bad_copies.push(format!(
@@ -419,6 +452,9 @@ pub fn format_report(r: &Report) -> String {
         "\t{:>12} bytes allocated (space maps)",
         r.allocated_bytes
     );
+    if r.gang_blocks > 0 {
+        let _ = writeln!(out, "\t{:>12} gang blocks", r.gang_blocks);
+    }
     let _ = writeln!(out, "\n\t{:>8} {:>12}  type", "blocks", "asize");
     for (t, (n, a)) in &r.by_type {
         let _ = writeln!(out, "\t{n:>8} {a:>12}  {t}");

@@ -8,27 +8,11 @@
 //! which turns that into a failure.
 
 mod common;
-use common::Env;
+use common::{can_mount, Env};
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn can_mount() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !Path::new("/dev/fuse").exists() {
-        // scripts/test.sh (and so CI) sets UZFS_REQUIRE_FUSE=1: there a
-        // missing mount capability is a failure, never a silent pass.
-        assert!(
-            std::env::var("UZFS_REQUIRE_FUSE").map_or(true, |v| v != "1"),
-            "UZFS_REQUIRE_FUSE=1 but this test cannot mount (needs root and /dev/fuse)"
-        );
-        eprintln!("skipped: needs root and /dev/fuse");
-        return false;
-    }
-    true
-}
 
 /// A pool "tank" on a 2-way mirror of 768 MiB files, mounted under the
 /// test's altroot.

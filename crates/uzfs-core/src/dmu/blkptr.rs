@@ -25,7 +25,10 @@
 //! relocation table described in docs/ON_DISK_FORMAT.md: a reader that finds
 //! it set must look the DVA up in the pool's remap table. This build never
 //! sets it and refuses to read a pointer that has it (feature
-//! `com.uzfs:block_remap` guards pools that would).
+//! `com.uzfs:block_remap` guards pools that would). Bit 1 (`DVA_GANG`):
+//! the DVA addresses a gang header, the block is stored in pieces and
+//! `asize` counts the whole gang tree (`spa/gang.rs`, feature
+//! `com.uzfs:gang_block`).
 
 use super::checksum::ChecksumType;
 use super::compress::Compression;
@@ -33,6 +36,8 @@ use crate::error::{Error, Result};
 
 pub const BLKPTR_SIZE: usize = 128;
 pub const DVA_REMAPPED: u8 = 1;
+/// The DVA addresses a gang header (`spa/gang.rs`).
+pub const DVA_GANG: u8 = 2;
 pub const SECTOR_SHIFT: u32 = 9;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

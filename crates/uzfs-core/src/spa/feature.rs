@@ -21,6 +21,7 @@ pub const LZ4: &str = "org.openzfs:lz4_compress";
 pub const ZSTD: &str = "org.freebsd:zstd_compress";
 pub const BLAKE3: &str = "org.openzfs:blake3";
 pub const BLOCK_REMAP: &str = "com.uzfs:block_remap";
+pub const GANG_BLOCK: &str = "com.uzfs:gang_block";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -42,6 +43,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: BLOCK_REMAP,
         read_only_compatible: false,
         description: "Relocate blocks through the remap table without rewriting their parents.",
+    },
+    FeatureInfo {
+        name: GANG_BLOCK,
+        read_only_compatible: false,
+        description: "Blocks stored in pieces when no free extent holds them whole.",
     },
 ];
 

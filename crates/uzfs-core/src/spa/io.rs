@@ -13,7 +13,7 @@
 //! the block pointer already vouches for.
 
 use crate::arc::BlockCache;
-use crate::dmu::blkptr::{BlkPtr, Dva, DVA_REMAPPED};
+use crate::dmu::blkptr::{BlkPtr, Dva, DVA_GANG, DVA_REMAPPED};
 use crate::dmu::compress;
 use crate::dmu::objset::BlockReader;
 use crate::error::{Error, Result};
@@ -76,11 +76,13 @@ impl SpaIo {
             ));
         }
         let top = self.top(dva.vdev)?;
-        if dva
-            .offset
-            .checked_add(psize as u64)
-            .is_none_or(|e| e > top.asize)
-        {
+        // A gang DVA addresses its header (spa/gang.rs checks the pieces).
+        let len = if dva.flags & DVA_GANG != 0 {
+            super::gang::HEADER_PSIZE
+        } else {
+            psize as u64
+        };
+        if dva.offset.checked_add(len).is_none_or(|e| e > top.asize) {
             return Err(Error::corrupt(
                 "block pointer",
                 format!(
@@ -108,9 +110,24 @@ impl SpaIo {
                     continue;
                 }
             };
-            match top.read_block(dva.offset, bp.psize as u64, bp.phys_birth, &verify, false) {
+            let r = if dva.flags & DVA_GANG != 0 {
+                super::gang::read(&top, dva.offset, bp.phys_birth).and_then(|d| {
+                    if verify(&d) {
+                        Ok((d, 0))
+                    } else {
+                        Err(Error::Checksum(
+                            "gang block does not match its pointer".into(),
+                        ))
+                    }
+                })
+            } else {
+                top.read_block(dva.offset, bp.psize as u64, bp.phys_birth, &verify, false)
+            };
+            match r {
                 Ok((data, _)) => {
-                    for (t, d) in &failed {
+                    // A gang copy is not one extent: it heals from its own
+                    // vdev's redundancy only (spa/gang.rs).
+                    for (t, d) in failed.iter().filter(|(_, d)| d.flags & DVA_GANG == 0) {
                         // Best effort: a failed repair leaves the copy bad, counted.
                         let _ = t.write_block(d.offset, &data, d.asize, bp.phys_birth);
                     }
@@ -140,7 +157,11 @@ impl SpaIo {
             let Ok(top) = self.check_dva(dva, bp.psize) else {
                 continue;
             };
-            let r = top.scan_block(dva.offset, bp.psize as u64, bp.phys_birth, &verify, scrub)?;
+            let r = if dva.flags & DVA_GANG != 0 {
+                super::gang::scan(&top, dva.offset, bp.phys_birth, scrub)?
+            } else {
+                top.scan_block(dva.offset, bp.psize as u64, bp.phys_birth, &verify, scrub)?
+            };
             total.repaired += r.repaired;
             good |= !r.unrecoverable;
         }

@@ -214,6 +214,30 @@ impl Allocator {
         self.vdevs.iter().map(|v| v.asize).sum()
     }
 
+    /// One extent for `psize` bytes on vdev `v` only (a gang block's
+    /// header or piece, `spa/gang.rs`).
+    pub fn alloc_on(&mut self, v: usize, psize: u64) -> Option<Dva> {
+        let vd = self.vdevs.get_mut(v)?;
+        let asize = vd.round(psize);
+        let (offset, _) = vd.alloc(asize, None)?;
+        Some(Dva {
+            vdev: v as u32,
+            asize,
+            offset,
+            flags: 0,
+        })
+    }
+
+    /// The longest free extent on any vdev (fragmentation, for errors).
+    pub fn largest_free(&self) -> u64 {
+        self.vdevs
+            .iter()
+            .flat_map(|v| &v.metaslabs)
+            .flat_map(|m| m.free.iter().map(|(_, len)| len))
+            .max()
+            .unwrap_or(0)
+    }
+
     fn quota(&self, v: usize) -> u64 {
         let n = self.vdevs.len() as u64;
         let total: u64 = self.vdevs.iter().map(|v| v.allocatable_space()).sum();
@@ -293,6 +317,13 @@ impl Allocator {
                     for (d, _) in &out {
                         self.free(d, true);
                     }
+                    log::debug!(
+                        "cannot allocate {psize} bytes (copy {} of {copies}): {} bytes allocatable, {} free, largest free extent {} bytes",
+                        copy + 1,
+                        self.allocatable_space(),
+                        self.free_space(),
+                        self.largest_free()
+                    );
                     return Err(Error::NoSpace);
                 }
             }

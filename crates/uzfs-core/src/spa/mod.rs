@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod feature;
+pub mod gang;
 pub mod import;
 pub mod io;
 pub mod metaslab;
@@ -623,6 +624,12 @@ impl Pool {
     pub fn space(&self) -> (u64, u64, u64) {
         let s = *lock(&self.space_snapshot);
         (s.size, s.size - s.free, s.free)
+    }
+
+    /// The longest free extent on any vdev, as of now: below the largest
+    /// block size, new blocks are stored as gang blocks (`spa/gang.rs`).
+    pub fn largest_free_extent(&self) -> u64 {
+        lock(&self.st).alloc.largest_free()
     }
 
     /// Refresh the space snapshot from the allocator (caller holds `st`).

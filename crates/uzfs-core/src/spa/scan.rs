@@ -738,16 +738,21 @@ impl Pool {
             IssueOrder::Logical => {}
         }
         let mut runs: Vec<Vec<usize>> = Vec::new();
+        // A gang block is not one extent: it runs alone (no prefetch).
+        let gang = |b: &BlkPtr| b.dva.iter().any(|d| d.flags & super::gang::DVA_GANG != 0);
         for &i in &order_idx {
             let d = bps[i].dva[0];
-            let joins = runs.last().is_some_and(|r| {
-                let first = bps[r[0]].dva[0];
-                let last = bps[r[r.len() - 1]].dva[0];
-                d.vdev == first.vdev
-                    && d.offset >= last.offset
-                    && d.offset <= last.offset + last.asize + RUN_GAP
-                    && d.offset + d.asize <= first.offset + RUN_SPAN
-            });
+            let joins = !gang(&bps[i])
+                && runs.last().is_some_and(|r| {
+                    !gang(&bps[r[0]]) && {
+                        let first = bps[r[0]].dva[0];
+                        let last = bps[r[r.len() - 1]].dva[0];
+                        d.vdev == first.vdev
+                            && d.offset >= last.offset
+                            && d.offset <= last.offset + last.asize + RUN_GAP
+                            && d.offset + d.asize <= first.offset + RUN_SPAN
+                    }
+                });
             match runs.last_mut() {
                 Some(r) if joins => r.push(i),
                 _ => runs.push(vec![i]),

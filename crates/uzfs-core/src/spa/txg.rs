@@ -47,7 +47,7 @@
 
 use super::metaslab::Allocator;
 use super::space_map;
-use super::{feature, lock, Pool};
+use super::{feature, gang, lock, Pool};
 use crate::dmu::blkptr::{BlkPtr, Dva};
 use crate::dmu::checksum::ChecksumType;
 use crate::dmu::compress::{self, Compression};
@@ -151,6 +151,11 @@ impl SyncWriter<'_> {
         if old.is_hole() || old.birth != self.txg || old.ndvas() != copies as usize {
             return false;
         }
+        // A gang block born in this txg is rewritten into its own pieces
+        // (`gang_rewrite`), which needs the same size.
+        if old.dva.iter().any(|d| d.flags & gang::DVA_GANG != 0) {
+            return old.psize as u64 == psize;
+        }
         old.dva.iter().filter(|d| d.is_valid()).all(|d| {
             self.alloc
                 .vdevs
@@ -176,21 +181,224 @@ impl SyncWriter<'_> {
         }
     }
 
-    /// Choose the DVAs for a new version of `old`: in place if allowed,
-    /// else freshly allocated (freeing `old`).
-    fn place(&mut self, old: &BlkPtr, psize: u64, copies: u8) -> Result<[Dva; 3]> {
+    /// Choose the DVAs for a new version of `old` holding `phys`: in place
+    /// if allowed, else freshly allocated (freeing `old`), else, when no
+    /// free extent is large enough, a gang block (`spa/gang.rs`). Returns
+    /// the DVAs and whether the bytes are already written (a gang block is
+    /// written piece by piece here).
+    fn place(&mut self, old: &BlkPtr, phys: &[u8], copies: u8) -> Result<([Dva; 3], bool)> {
+        let psize = phys.len() as u64;
         if self.fits_in_place(old, psize, copies) {
-            return Ok(old.dva);
+            if old.dva.iter().all(|d| d.flags & gang::DVA_GANG == 0) {
+                return Ok((old.dva, false));
+            }
+            // Later sync passes rewrite in place, or they never converge.
+            for d in old.dva.iter().filter(|d| d.is_valid()) {
+                if d.flags & gang::DVA_GANG != 0 {
+                    self.gang_rewrite(d.vdev, d.offset, phys, 0)?;
+                } else {
+                    self.write_extent(d, phys)?;
+                }
+            }
+            return Ok((old.dva, true));
         }
         if !old.is_hole() {
             self.free_bp(old);
         }
-        let got = self.alloc.alloc(psize, copies as usize)?;
-        let mut d = [Dva::default(); 3];
-        for (i, g) in got.into_iter().enumerate().take(3) {
-            d[i] = g;
+        match self.alloc.alloc(psize, copies as usize) {
+            Ok(got) => {
+                let mut d = [Dva::default(); 3];
+                for (i, g) in got.into_iter().enumerate().take(3) {
+                    d[i] = g;
+                }
+                Ok((d, false))
+            }
+            Err(Error::NoSpace) => Ok((self.write_gang(phys, copies)?, true)),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Write `phys` as a gang block, one tree per copy, each copy on a
+    /// vdev no other copy uses where there are several.
+    fn write_gang(&mut self, phys: &[u8], copies: u8) -> Result<[Dva; 3]> {
+        let n = self.alloc.vdevs.len();
+        let mut d = [Dva::default(); 3];
+        for c in 0..(copies as usize).min(3) {
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|v| d[..c].iter().any(|x| x.vdev as usize == *v));
+            let mut got = None;
+            for v in order {
+                let mut taken = Vec::new();
+                match self.gang_tree(v, phys, 0, &mut taken) {
+                    Ok((offset, asize)) => {
+                        got = Some(Dva {
+                            vdev: v as u32,
+                            asize,
+                            offset,
+                            flags: gang::DVA_GANG,
+                        });
+                        break;
+                    }
+                    Err(e) => {
+                        for t in &taken {
+                            self.alloc.free(t, true);
+                        }
+                        if !matches!(e, Error::NoSpace) {
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            let Some(g) = got else {
+                for x in &d[..c] {
+                    self.free_dva(x, true, self.txg);
+                }
+                log::warn!(
+                    "txg {}: cannot place a {}-byte block even in pieces: {} bytes allocatable, largest free extent {} bytes",
+                    self.txg,
+                    phys.len(),
+                    self.alloc.allocatable_space(),
+                    self.alloc.largest_free()
+                );
+                return Err(Error::NoSpace);
+            };
+            d[c] = g;
+        }
+        self.used.insert(feature::GANG_BLOCK);
         Ok(d)
+    }
+
+    /// Write `data` as a gang tree on vdev `v`: its pieces, then its header.
+    /// Returns (header offset, bytes the whole tree takes); every extent
+    /// allocated goes into `taken` (freed by the caller on failure).
+    fn gang_tree(
+        &mut self,
+        v: usize,
+        data: &[u8],
+        depth: u32,
+        taken: &mut Vec<Dva>,
+    ) -> Result<(u64, u64)> {
+        let hdr = self
+            .alloc
+            .alloc_on(v, gang::HEADER_PSIZE)
+            .ok_or(Error::NoSpace)?;
+        taken.push(hdr);
+        let sector = 1usize << self.alloc.vdevs[v].ashift;
+        let mut pieces = Vec::new();
+        let mut total = hdr.asize;
+        for part in data.chunks(gang::piece_len(data.len(), sector)) {
+            let checksum = gang::piece_checksum(part);
+            let (offset, asize, is_gang) = match self.alloc.alloc_on(v, part.len() as u64) {
+                Some(p) => {
+                    taken.push(p);
+                    self.write_extent(&p, part)?;
+                    (p.offset, p.asize, false)
+                }
+                None if part.len() <= sector || depth >= 5 => return Err(Error::NoSpace),
+                None => {
+                    let (o, a) = self.gang_tree(v, part, depth + 1, taken)?;
+                    (o, a, true)
+                }
+            };
+            pieces.push(gang::Piece {
+                offset,
+                asize,
+                psize: part.len() as u32,
+                gang: is_gang,
+                checksum,
+            });
+            total += asize;
+        }
+        let h = gang::encode_header(&pieces, hdr.offset);
+        self.write_extent(&hdr, &h)?;
+        Ok((hdr.offset, total))
+    }
+
+    /// Write `data` into the gang tree at `offset` on vdev `vdev` (born in
+    /// this txg, the same size): the same pieces, new bytes and checksums.
+    fn gang_rewrite(&mut self, vdev: u32, offset: u64, data: &[u8], depth: u32) -> Result<()> {
+        let top = self.io.top(vdev)?;
+        let mut pieces = gang::read_header(&top, offset, self.txg)?;
+        let total: u64 = pieces.iter().map(|p| p.psize as u64).sum();
+        if total != data.len() as u64 || depth > 5 {
+            return Err(Error::Internal(format!(
+                "gang block {vdev}:{offset:#x} rewritten with {} bytes, holds {total}",
+                data.len()
+            )));
+        }
+        let mut at = 0usize;
+        for p in &mut pieces {
+            let part = &data[at..at + p.psize as usize];
+            at += p.psize as usize;
+            if p.gang {
+                self.gang_rewrite(vdev, p.offset, part, depth + 1)?;
+            } else {
+                let d = Dva {
+                    vdev,
+                    asize: p.asize,
+                    offset: p.offset,
+                    flags: 0,
+                };
+                self.write_extent(&d, part)?;
+            }
+            p.checksum = gang::piece_checksum(part);
+        }
+        let hdr = Dva {
+            vdev,
+            asize: self
+                .alloc
+                .vdevs
+                .get(vdev as usize)
+                .map_or(gang::HEADER_PSIZE, |v| v.round(gang::HEADER_PSIZE)),
+            offset,
+            flags: 0,
+        };
+        self.write_extent(&hdr, &gang::encode_header(&pieces, offset))
+    }
+
+    fn write_extent(&self, d: &Dva, bytes: &[u8]) -> Result<()> {
+        let top = self.io.top(d.vdev)?;
+        let txg = self.txg;
+        self.io
+            .suspension
+            .io(self.name, "block write", self.wait, || {
+                top.write_block(d.offset, bytes, d.asize, txg)
+            })
+    }
+
+    /// Return one DVA's space: a gang DVA's every extent (read from its
+    /// headers).
+    fn free_dva(&mut self, d: &Dva, immediate: bool, birth: u64) {
+        if d.flags & gang::DVA_GANG == 0 {
+            self.alloc.free(d, immediate);
+            return;
+        }
+        match self
+            .io
+            .top(d.vdev)
+            .and_then(|t| gang::extents(&t, d.offset, d.asize, birth))
+        {
+            Ok(ex) => {
+                for (offset, asize) in ex {
+                    let e = Dva {
+                        vdev: d.vdev,
+                        asize,
+                        offset,
+                        flags: 0,
+                    };
+                    self.alloc.free(&e, immediate);
+                }
+            }
+            // Its headers cannot be read: the space stays allocated (zdb
+            // reports it as leaked) rather than risk freeing live data.
+            Err(e) => log::error!(
+                "txg {}: cannot free gang block {}:{:#x}: {e}; {} bytes stay allocated",
+                self.txg,
+                d.vdev,
+                d.offset,
+                d.asize
+            ),
+        }
     }
 
     /// Compress, checksum, place and write one block: `write_bp` without
@@ -204,11 +412,13 @@ impl SyncWriter<'_> {
         let (comp, phys) = compress::compress(alg, data);
         self.note_features(comp, wp.checksum);
         let checksum = wp.checksum.compute(&phys);
-        let dva = self.place(old, phys.len() as u64, wp.copies)?;
+        let (dva, written) = self.place(old, &phys, wp.copies)?;
         let (io, txg) = (self.io, self.txg);
-        io.suspension.io(self.name, "block write", self.wait, || {
-            io.write_phys(&dva, &phys, txg)
-        })?;
+        if !written {
+            io.suspension.io(self.name, "block write", self.wait, || {
+                io.write_phys(&dva, &phys, txg)
+            })?;
+        }
         Ok(self.make_bp(dva, data.len(), phys.len(), comp, checksum, &wp))
     }
 
@@ -311,9 +521,11 @@ impl BlockWriter for SyncWriter<'_> {
                 let mut placed = Vec::with_capacity(c.len());
                 for ((old, data), (comp, phys, ck)) in c.iter().zip(prepared) {
                     self.note_features(comp, wp.checksum);
-                    let dva = self.place(old, phys.len() as u64, wp.copies)?;
+                    let (dva, written) = self.place(old, &phys, wp.copies)?;
                     out.push(self.make_bp(dva, data.len(), phys.len(), comp, ck, &wp));
-                    placed.push((dva, phys));
+                    if !written {
+                        placed.push((dva, phys));
+                    }
                 }
                 if let Some(h) = pending.take() {
                     join(h)?;
@@ -345,7 +557,7 @@ impl BlockWriter for SyncWriter<'_> {
     fn free_bp(&mut self, bp: &BlkPtr) {
         let immediate = bp.birth == self.txg;
         for d in bp.dva.iter().filter(|d| d.is_valid()) {
-            self.alloc.free(d, immediate);
+            self.free_dva(d, immediate, bp.phys_birth);
         }
     }
 }

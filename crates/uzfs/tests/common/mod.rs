@@ -2,7 +2,7 @@
 //! The `uzfs` binary driven as a user would: its own run directory per test,
 //! the daemon auto-started on first use and stopped at the end.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub struct Env {
@@ -74,6 +74,25 @@ impl Env {
             "uzfs {args:?}: stderr lacks {needle:?}:\n{err}"
         );
     }
+}
+
+/// Whether this process can mount (root and /dev/fuse). Elsewhere a mount
+/// test says it is skipped and why, unless `UZFS_REQUIRE_FUSE=1` (set by
+/// scripts/test.sh, so by CI), which turns that into a failure.
+pub fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        // scripts/test.sh (and so CI) sets UZFS_REQUIRE_FUSE=1: there a
+        // missing mount capability is a failure, never a silent pass.
+        assert!(
+            std::env::var("UZFS_REQUIRE_FUSE").map_or(true, |v| v != "1"),
+            "UZFS_REQUIRE_FUSE=1 but this test cannot mount (needs root and /dev/fuse)"
+        );
+        eprintln!("skipped: needs root and /dev/fuse");
+        return false;
+    }
+    true
 }
 
 impl Drop for Env {
