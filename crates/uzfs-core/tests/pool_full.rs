@@ -245,3 +245,40 @@ fn writers_fill_small_pools_many_times_over() {
     let full = (0..n).filter(|&seed| fill_seed(seed) > 0).count() as u64;
     assert!(full * 2 >= n, "only {full} of {n} seeds filled the pool");
 }
+
+/// The last line of defence, below admission: a sync that needs more than
+/// the allocator can hand out uses the previous txg's frees early (they
+/// are free in the committed state) instead of failing and suspending the
+/// pool. The test writes below admission (the object layer) on purpose.
+#[test]
+fn a_sync_short_of_space_reuses_the_previous_txgs_frees() {
+    use uzfs_core::dmu::dnode::ObjProps;
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", 64 * MIB)];
+    let pool = Pool::create("short", vec![spec(TopKind::Disk, &disks)], opts(7)).expect("create");
+    let props = ObjProps::default();
+    let a = pool.create_object(131072, &props).expect("a");
+    pool.write(a, 0, &pattern(1, 24 << 20)).expect("write a");
+    pool.sync().expect("sync a");
+    pool.free_object(a).expect("free a");
+    pool.sync().expect("sync the free");
+    // A's 24 MiB wait out the next txg; write more than the rest.
+    let (size, _, free) = pool.space();
+    let b = pool.create_object(131072, &props).expect("b");
+    let want = free - (24 << 20) + (8 << 20);
+    assert!(want < free && want < size);
+    let data = pattern(2, want as usize);
+    pool.root.write(b, 0, &data).expect("write b");
+    pool.sync()
+        .unwrap_or_else(|e| panic!("sync of {want} bytes with {free} free (24 MiB deferred): {e}"));
+    assert!(pool.suspended().is_none());
+    let mut buf = vec![0u8; data.len()];
+    pool.read(b, 0, &mut buf).expect("read b");
+    assert!(buf == data);
+    pool.close().expect("close");
+    assert_zdb_clean(&disks, "after the early reuse");
+    let pool = reimport(&world, images(&disks)).expect("import");
+    let mut buf = vec![0u8; data.len()];
+    pool.read(b, 0, &mut buf).expect("read b after import");
+    assert!(buf == data);
+}

@@ -374,6 +374,30 @@ impl Allocator {
         }
     }
 
+    /// The sync is out of space: make the previous txg's frees
+    /// allocatable now instead of when this txg commits. Safe for the
+    /// committed state (the previous txg, already on disk, no longer
+    /// references them); what it costs is the fallback to the txg before
+    /// that if the previous txg's uberblocks were all lost. Not while a
+    /// scan holds frees (it may still read those blocks). Returns the bytes
+    /// released.
+    pub fn release_deferred_early(&mut self) -> u64 {
+        if self.scan_hold > 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for v in &mut self.vdevs {
+            for ms in &mut v.metaslabs {
+                for (off, len) in std::mem::take(&mut ms.defer) {
+                    let ok = ms.free.add(off, len);
+                    debug_assert!(ok, "deferred free overlaps free space");
+                    n += len;
+                }
+            }
+        }
+        n
+    }
+
     /// Take or drop a scan hold; dropping the last releases what was held.
     pub fn set_scan_hold(&mut self, on: bool) {
         if on {

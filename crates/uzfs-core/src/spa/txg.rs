@@ -213,7 +213,20 @@ impl SyncWriter<'_> {
                 }
                 Ok((d, false))
             }
-            Err(Error::NoSpace) => Ok((self.write_gang(phys, copies)?, true)),
+            Err(Error::NoSpace) => match self.write_gang(phys, copies) {
+                Ok(d) => Ok((d, true)),
+                // Short of space even in pieces (admission keeps this from
+                // happening; the slop is its margin): use the previous
+                // txg's frees now rather than fail the sync and suspend.
+                Err(Error::NoSpace) if self.alloc.release_deferred_early() > 0 => {
+                    log::warn!(
+                        "txg {}: out of space; the previous txg's frees are reused early (a rewind to the txg before it is no longer possible)",
+                        self.txg
+                    );
+                    self.place(&BlkPtr::default(), phys, copies)
+                }
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         }
     }
