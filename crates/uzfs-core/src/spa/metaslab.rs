@@ -446,4 +446,27 @@ mod tests {
         a.set_scan_hold(false);
         assert_eq!(a.vdevs[0].allocatable_space(), free0 + (1 << 20));
     }
+
+    /// Early reuse takes only the previous txg's frees (committed), never
+    /// the syncing txg's (still referenced by the committed state), and
+    /// nothing while a scan holds frees.
+    #[test]
+    fn early_reuse_takes_only_the_previous_txgs_frees() {
+        let mut a = Allocator::new(vec![VdevAlloc::new(0, 12, 64 << 20, 24, &[])]);
+        let d = a.alloc(2 << 20, 1).expect("alloc");
+        let e = a.alloc(1 << 20, 1).expect("alloc");
+        let base = a.vdevs[0].allocatable_space();
+        a.free(&d[0], false);
+        a.sync_done(); // d's txg committed: d is deferred
+        a.free(&e[0], false); // e: freed by the syncing txg
+        a.set_scan_hold(true);
+        assert_eq!(a.release_deferred_early(), 0, "reused under a scan hold");
+        a.set_scan_hold(false);
+        assert_eq!(a.release_deferred_early(), 2 << 20);
+        assert_eq!(a.vdevs[0].allocatable_space(), base + (2 << 20));
+        assert_eq!(a.release_deferred_early(), 0);
+        a.sync_done();
+        a.sync_done();
+        assert_eq!(a.vdevs[0].allocatable_space(), base + (3 << 20));
+    }
 }
