@@ -386,9 +386,7 @@ fn several_processes_fill_a_small_pool_past_full() {
         "{st}"
     );
     e.ok(&["zpool", "sync", "small"]);
-    e.ok(&["zpool", "export", "small"]);
-    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "small"]);
-    assert!(z.contains("No errors"), "{z}");
+    e.export_and_zdb("small");
     e.ok(&["zpool", "import", "-d", ".", "small"]);
 
     // Every acknowledged file, and nothing else.
@@ -449,7 +447,5 @@ fn several_processes_fill_a_small_pool_past_full() {
         .parse()
         .expect("used");
     assert!(used < 8 << 20, "{used} bytes still used after rm -rf");
-    e.ok(&["zpool", "export", "small"]);
-    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "small"]);
-    assert!(z.contains("No errors"), "{z}");
+    e.export_and_zdb("small");
 }

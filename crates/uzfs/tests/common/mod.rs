@@ -65,6 +65,13 @@ impl Env {
         // SAFETY: kill(2) with a pid read from the daemon's pid file.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     }
+    /// Export `pool` and check it with `zdb -b` (checksums of every copy,
+    /// space, and the namespace of every filesystem): no errors.
+    pub fn export_and_zdb(&self, pool: &str) {
+        self.ok(&["zpool", "export", pool]);
+        let z = self.ok(&["zdb", "-e", "-p", ".", "-b", pool]);
+        assert!(z.contains("No errors"), "zdb after the test:\n{z}");
+    }
     pub fn fails(&self, args: &[&str], code: i32, needle: &str) {
         let o = self.run(args);
         let err = String::from_utf8_lossy(&o.stderr);
