@@ -79,7 +79,7 @@ proptest! {
 
     #[test]
     fn mutated_uberblock_is_rejected(bp in arb_bp(), txg in 1u64..1000, at in 0usize..4064, x in 1u8..=255) {
-        let ub = Uberblock { txg, guid_sum: 5, timestamp: 6, rootbp: bp, pool_guid: 7 };
+        let ub = Uberblock { txg, guid_sum: 5, timestamp: 6, rootbp: bp, pool_guid: 7, mmp: None };
         let mut b = ub.encode(4096, 12345);
         prop_assert_eq!(Uberblock::decode(&b, 12345).ok().flatten(), Some(ub));
         b[at] ^= x;

@@ -120,6 +120,10 @@ pub struct PoolConfig {
     /// Txg in which this config was written.
     pub txg: u64,
     pub hostname: String,
+    /// The importing host's id (0: unknown), for "in use from another
+    /// system" and multihost messages.
+    #[serde(default)]
+    pub hostid: u64,
     pub vdev_tree: Vec<TopConfig>,
     pub features: BTreeMap<String, FeatureEntry>,
     /// Hot spares (`zpool add POOL spare DEV`).
@@ -171,4 +175,8 @@ pub struct PoolProps {
     /// Default ashift for vdevs added later (0 = automatic, 12).
     #[serde(default)]
     pub ashift: u8,
+    /// `multihost=on`: stamp the labels so another host's import can see
+    /// the pool is alive (`spa/mmp.rs`).
+    #[serde(default)]
+    pub multihost: bool,
 }

@@ -120,7 +120,7 @@ pub fn best_uberblock(
             }
             for (i, s) in ring.chunks_exact(slot as usize).enumerate() {
                 if let Ok(Some(ub)) = Uberblock::decode(s, base + i as u64 * slot) {
-                    if ub.pool_guid == pool_guid && best.is_none_or(|b| ub.txg > b.txg) {
+                    if ub.pool_guid == pool_guid && best.is_none_or(|b| ub.newer_than(&b)) {
                         best = Some(ub);
                     }
                 }
@@ -281,6 +281,9 @@ impl Pool {
                 ),
             )
         })?;
+        // Another host writing this pool (multihost=on): refuse before
+        // anything is read into memory or written.
+        super::mmp::activity_check(found, &ub, &tun, |g| ashifts.get(&g).copied().unwrap_or(12))?;
         let tops = build_tops(lcfg, found)?;
         let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
         let open_txg = ub.txg + 1;
@@ -366,6 +369,7 @@ impl Pool {
         super::refresh_vdev_config(&mut config, &tops, &spares);
         config.state = PoolState::Active;
         config.hostname = hostname();
+        config.hostid = tun.hostid;
         if let Some(n) = new_name {
             super::check_pool_name(n)?;
             config.name = n.to_string();
@@ -394,6 +398,11 @@ impl Pool {
         }
         if tun.sync_thread {
             txg::start_sync_thread(&pool);
+        }
+        if lock(&pool.st).props.multihost {
+            // Stamps continue the sequence of the last writer's (another
+            // host's, maybe): ordered after them, never hidden by them.
+            pool.start_mmp_after(ub.mmp.map_or(0, |m| m.seq));
         }
         let scan = if scan_obj != 0 {
             Some(Pool::read_json(&pool.mos, scan_obj, "scan state")?)

@@ -9,6 +9,7 @@ pub mod gang;
 pub mod import;
 pub mod io;
 pub mod metaslab;
+pub mod mmp;
 pub mod range_tree;
 pub mod scan;
 pub mod space_map;
@@ -114,6 +115,8 @@ pub struct Pool {
     pub scan_sig: scan::ScanSignals,
     /// When this pool was created or imported (iostat rates since then).
     pub opened: Instant,
+    /// The multihost stamping thread (`mmp.rs`), while `multihost=on`.
+    pub(crate) mmp: mmp::MmpCtl,
 }
 
 /// A copy of the pool state admin commands read (see `Pool::published`).
@@ -401,6 +404,7 @@ impl Pool {
             state: PoolState::Active,
             txg,
             hostname: hostname(),
+            hostid: opts.tunables.hostid,
             vdev_tree: cfgs,
             features: feature::default_set(),
             spares: Vec::new(),
@@ -478,6 +482,7 @@ impl Pool {
             thread: Mutex::new(None),
             scan: Mutex::new(scan::ScanCtl::default()),
             opened: Instant::now(),
+            mmp: mmp::MmpCtl::default(),
         });
         {
             let st = lock(&pool.st);

@@ -19,7 +19,7 @@
 //!    `MAX_SYNC_PASSES` bounds it.
 //! 4. Flush every vdev. Now every block of txg T is durable.
 //! 5. If the config changed: labels L0/L2, flush, labels L1/L3, flush.
-//! 6. Write the uberblock for T into slot `T % nslots` of every label of
+//! 6. Write the uberblock for T into slot `T % (nslots - 1)` of every label of
 //!    every leaf, then flush. The flush returning is the commit point.
 //!
 //! # What a crash leaves
@@ -103,6 +103,19 @@ pub struct Tunables {
     /// Order a scan issues each batch in (default sorted by device
     /// address; the others exist for benchmarks).
     pub scan_order: super::scan::IssueOrder,
+    /// This host's id (OpenZFS `hostid`, /etc/hostid): recorded in the
+    /// labels and in multihost stamps (default 0: unknown; `multihost=on`
+    /// then cannot be set). The library reads nothing itself: the daemon
+    /// passes it in.
+    pub hostid: u64,
+    /// How often a `multihost=on` pool stamps its uberblock (default 1 s,
+    /// as zfs_multihost_interval). Smaller: faster imports elsewhere, more
+    /// label writes.
+    pub mmp_interval: Duration,
+    /// Stamp intervals an import watches a multihost pool for activity
+    /// before taking it (default 10; OpenZFS zfs_multihost_import_intervals
+    /// is 20). Smaller risks importing a pool whose writer only stalled.
+    pub mmp_import_intervals: u32,
 }
 
 fn ram_bytes() -> u64 {
@@ -128,6 +141,9 @@ impl Default for Tunables {
             scan_delay_us: 500,
             scan_batch_blocks: 200_000,
             scan_order: super::scan::IssueOrder::Sorted,
+            hostid: 0,
+            mmp_interval: Duration::from_secs(1),
+            mmp_import_intervals: 10,
         }
     }
 }
@@ -874,6 +890,7 @@ impl Pool {
                 .unwrap_or(0),
             rootbp: mos_bp,
             pool_guid: self.guid,
+            mmp: self.mmp_stamp(),
         };
         // A leaf that fails here keeps an older uberblock, which import
         // passes over for the newest; the txg needs one good copy.
@@ -881,10 +898,9 @@ impl Pool {
             let mut ub_written = 0;
             for t in &tops {
                 let slot = label::ub_slot_size(t.ashift);
-                let nslots = label::UB_RING_SIZE / slot;
                 for c in t.leaves().iter().filter(|c| c.is_usable()) {
                     for off in label::label_offsets(c.dev.size()) {
-                        let at = off + label::UB_RING_OFFSET + (txg % nslots) * slot;
+                        let at = off + label::ub_txg_slot(txg, slot);
                         match c.write_raw(&ub.encode(slot as usize, at), at) {
                             Ok(()) => ub_written += 1,
                             Err(Error::PowerLost) => return Err(Error::PowerLost),
@@ -1177,6 +1193,7 @@ impl Pool {
     /// Stop the sync thread (after committing everything dirty). A sync
     /// parked on a failed I/O gives up: its txg is not committed.
     pub fn close(&self) -> Result<()> {
+        self.stop_mmp();
         if self.suspended().is_some() {
             self.io.suspension.give_up();
         }

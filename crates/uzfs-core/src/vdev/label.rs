@@ -18,9 +18,11 @@
 //!                 24 reserved u64 | 32 sha256(header[0..32] ++ payload ++ label offset u64)
 //! ```
 //!
-//! The uberblock ring holds `128K / slot` slots, `slot = clamp(2^ashift, 1K, 8K)`;
-//! txg `t` goes to slot `t % nslots`, so writing txg `t` never touches the slot
-//! of txg `t-1`. See `spa/uberblock.rs` for the slot layout.
+//! The uberblock ring holds `nslots = 128K / slot` slots, `slot = clamp(2^ashift,
+//! 1K, 8K)`. The last slot is reserved for multihost activity stamps
+//! (`spa/mmp.rs`, as OpenZFS reserves `MMP_BLOCKS_PER_LABEL`); txg `t` goes
+//! to slot `t % (nslots - 1)`, so writing txg `t` never touches the slot of
+//! txg `t-1`. See `spa/uberblock.rs` for the slot layout.
 //!
 //! # Update order (why a crash is safe)
 //!
@@ -57,6 +59,18 @@ pub fn label_offsets(dev_size: u64) -> [u64; 4] {
 
 pub fn ub_slot_size(ashift: u8) -> u64 {
     (1u64 << ashift.clamp(10, 13)).clamp(1024, 8192)
+}
+
+/// Byte offset, within a label, of the ring slot txg `txg`'s uberblock
+/// goes to (slots of `slot` bytes; the last is the multihost slot).
+pub fn ub_txg_slot(txg: u64, slot: u64) -> u64 {
+    let nslots = UB_RING_SIZE / slot;
+    UB_RING_OFFSET + (txg % (nslots - 1)) * slot
+}
+
+/// Byte offset, within a label, of the multihost activity stamp's slot.
+pub fn ub_mmp_slot(slot: u64) -> u64 {
+    UB_RING_OFFSET + UB_RING_SIZE - slot
 }
 
 fn config_checksum(header: &[u8], payload: &[u8], label_off: u64) -> [u8; 32] {
