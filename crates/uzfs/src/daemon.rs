@@ -137,7 +137,16 @@ impl Daemon {
     }
 
     pub fn tunables() -> Tunables {
-        let mut t = Tunables::default();
+        let mut t = Tunables {
+            hostid: hostid(),
+            ..Tunables::default()
+        };
+        if let Some(ms) = std::env::var("UZFS_MMP_INTERVAL_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            t.mmp_interval = std::time::Duration::from_millis(ms.clamp(10, 60_000));
+        }
         if let Some(s) = std::env::var("UZFS_TXG_TIMEOUT")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -410,4 +419,20 @@ pub fn run(rundir: &Path) -> i32 {
         std::thread::spawn(move || handle(&d2, stream));
     }
     0
+}
+
+/// This host's id, as OpenZFS takes it: `/etc/hostid` (written by
+/// `zgenhostid`) through gethostid(3), which falls back to one derived
+/// from the host's address. `UZFS_HOSTID` (hex, `0x` optional) overrides
+/// it, for containers sharing one `/etc/hostid` and for tests.
+pub fn hostid() -> u64 {
+    if let Ok(v) = std::env::var("UZFS_HOSTID") {
+        let v = v.trim().trim_start_matches("0x");
+        if let Ok(id) = u64::from_str_radix(v, 16) {
+            return id & 0xffff_ffff;
+        }
+        log::warn!("UZFS_HOSTID={v} is not a hex number; using gethostid()");
+    }
+    // SAFETY: gethostid has no preconditions.
+    (unsafe { libc::gethostid() }) as u32 as u64
 }

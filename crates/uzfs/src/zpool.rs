@@ -570,6 +570,10 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
         ),
         "version" => ("-".into(), "default"),
         "readonly" => ("off".into(), "-"),
+        "multihost" => (
+            if props.multihost { "on" } else { "off" }.into(),
+            if props.multihost { "local" } else { "default" },
+        ),
         "dedupratio" | "dedup" => (
             if parsable {
                 "1.00".into()
@@ -596,6 +600,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
 
 const ALL_PROPS: &[&str] = &[
     "size",
+    "multihost",
     "capacity",
     "altroot",
     "health",
@@ -726,15 +731,19 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
+    let hostid = crate::daemon::hostid();
+    // Labels that say the pool is imported by another host (by host id;
+    // by name for labels written before host ids were recorded).
     let check_host = |f: &FoundPool| -> Result<(), Response> {
-        if f.config.state == PoolState::Active
-            && !f.config.hostname.is_empty()
-            && f.config.hostname != host
-            && !has(&o, 'f')
-        {
+        let other = if f.config.hostid != 0 && hostid != 0 {
+            f.config.hostid != hostid
+        } else {
+            !f.config.hostname.is_empty() && f.config.hostname != host
+        };
+        if f.config.state == PoolState::Active && other && !has(&o, 'f') {
             return Err(err(format!(
-                "cannot import '{}': pool was previously in use from another system.\nLast accessed by {}\nThe pool can be imported, use 'zpool import -f' to import the pool.",
-                f.config.name, f.config.hostname
+                "cannot import '{}': pool was previously in use from another system.\nLast accessed by {} (hostid={:08x})\nThe pool can be imported, use 'zpool import -f' to import the pool.",
+                f.config.name, f.config.hostname, f.config.hostid
             )));
         }
         Ok(())
@@ -917,6 +926,15 @@ fn set(d: &Daemon, args: &[String], full: &str) -> Response {
     };
     let r = match (k, args.get(2)) {
         ("comment", None) => pool.set_comment(v),
+        ("multihost", None) => match v {
+            "on" => pool.set_multihost(true),
+            "off" => pool.set_multihost(false),
+            _ => {
+                return err(format!(
+                    "invalid value '{v}' for property 'multihost': on | off"
+                ))
+            }
+        },
         ("ashift", None) => match v.parse::<u8>() {
             Ok(a) => pool.set_default_ashift(a),
             Err(_) => return err(format!("invalid value '{v}' for property 'ashift'")),

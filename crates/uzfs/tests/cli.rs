@@ -474,3 +474,78 @@ impl SpawnOut for Command {
             .expect("spawn")
     }
 }
+
+/// `multihost` (spa/mmp.rs) and pools left imported by another host. Two
+/// hosts are two daemons with different `UZFS_HOSTID`s, one after the
+/// other on the same files (at once, the device locks would stop the
+/// second before the labels are even read; across machines only the
+/// labels can).
+#[test]
+fn multihost_and_pools_in_use_by_another_host() {
+    let mut e = Env::new();
+    let as_host = |e: &mut Env, id: &str| {
+        e.envs = vec![
+            ("UZFS_HOSTID".into(), id.into()),
+            ("UZFS_MMP_INTERVAL_MS".into(), "100".into()),
+        ];
+    };
+    as_host(&mut e, "0");
+    let a = e.disk("a", 128);
+    e.ok(&["zpool", "create", "-m", "none", "tank", &a]);
+    let get = |e: &Env| {
+        e.ok(&[
+            "zpool",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "multihost",
+            "tank",
+        ])
+    };
+    assert_eq!(get(&e), "off\tdefault\n");
+    e.fails(
+        &["zpool", "set", "multihost=on", "tank"],
+        1,
+        "non-zero system hostid",
+    );
+    e.fails(
+        &["zpool", "set", "multihost=maybe", "tank"],
+        1,
+        "invalid value",
+    );
+    e.ok(&["daemon", "--stop"]);
+
+    // Host 1234 takes over the cached pool and turns multihost on.
+    as_host(&mut e, "1234");
+    e.ok(&["zpool", "set", "multihost=on", "tank"]);
+    assert_eq!(get(&e), "on\tlocal\n");
+    // It dies; its cache is not this host's.
+    e.kill_daemon();
+    std::fs::remove_file(e.rundir.join("zpool.cache")).expect("cache");
+
+    // Host 5678: the labels say host 1234 has the pool.
+    as_host(&mut e, "5678");
+    e.fails(
+        &["zpool", "import", "-d", ".", "tank"],
+        1,
+        "previously in use from another system",
+    );
+    e.fails(
+        &["zpool", "import", "-d", ".", "tank"],
+        1,
+        "hostid=00001234",
+    );
+    // Forced: the multihost check watches the pool, nothing moves (1234
+    // is dead), it is imported.
+    e.ok(&["zpool", "import", "-f", "-d", ".", "tank"]);
+    let log = std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default();
+    assert!(
+        log.contains("last written by hostid 00001234 with multihost=on: watching it"),
+        "{log}"
+    );
+    assert_eq!(get(&e), "on\tlocal\n");
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+}
