@@ -13,19 +13,23 @@
 # sparse file disks as zfs-fuse's mirror. Smoke mode needs nothing outside
 # the repository.
 #
-# usage: bench/fs.sh [--smoke] [--peers]
-#   --smoke  small sizes and short runs, uzfs only (CI: checks the harness)
-#   --peers  also zfs-fuse (zmirror); ext4 always runs unless --smoke
+# usage: bench/fs.sh [--smoke] [--peers] [--uzfs-only]
+#   --smoke      small sizes and short runs, uzfs only (CI: checks the harness)
+#   --peers      also zfs-fuse (zmirror); ext4 always runs unless --smoke
+#   --uzfs-only  full sizes, the uzfs pass only (bench/before_after.sh
+#                interleaves such passes of two builds)
 # env: DATA [/var/tmp/uzfs-fsbench]  RUNTIME [20]  SEQ_SIZE [2G]
+#      UZFS_BIN [target/release/uzfs, built first]: the binary to measure
 # Output: a markdown table on stdout and in $DATA/report.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SMOKE=0; PEERS=0
+SMOKE=0; PEERS=0; ONLY=0
 for a in "$@"; do
   case "$a" in
     --smoke) SMOKE=1 ;;
     --peers) PEERS=1 ;;
-    *) echo "usage: bench/fs.sh [--smoke] [--peers]" >&2; exit 2 ;;
+    --uzfs-only) ONLY=1 ;;
+    *) echo "usage: bench/fs.sh [--smoke] [--peers] [--uzfs-only]" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/fs.sh: must run as root (FUSE mounts, loop devices, drop_caches)" >&2; exit 1; }
@@ -41,12 +45,16 @@ else
 fi
 export DATA RESULTS="$DATA/results"
 mkdir -p "$RESULTS"
-cargo build --release --bins -q
-U=$(pwd)/target/release/uzfs
+if [ -n "${UZFS_BIN:-}" ]; then
+  U=$(realpath "$UZFS_BIN")
+else
+  cargo build --release --bins -q
+  U=$(pwd)/target/release/uzfs
+fi
 FLOOR="$U fuse-floor"
 
 # ---------------------------------------------------------------- peers
-if [ $SMOKE = 0 ]; then
+if [ $SMOKE = 0 ] && [ $ONLY = 0 ]; then
   if [ ! -x "$PEERS_SH" ]; then
     echo "bench/fs.sh: $PEERS_SH not found; run with --smoke or provide the peers harness" >&2; exit 1
   fi
@@ -117,6 +125,7 @@ drop_caches
 t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now); metric meta_lsR_cold_s "$(elapsed "$t0" "$t1")" s
 out=$(python3 "$LIB" stat-walk "$M/meta/tree"); metric meta_stat_s "${out% *}" s
 metric daemon_peak_rss_MiB "$(awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$PID/status")" MiB
+metric daemon_cpu_s "$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/hz}' "/proc/$PID/stat")" s
 metric transport "$(transport)"
 "$U" zpool status bench_uzfs > "$RES/zpool-status-end.txt"
 grep -q 'errors: No known data errors' "$RES/zpool-status-end.txt" || metric FAIL_status "pool reported errors" ""
@@ -125,6 +134,8 @@ grep -q 'errors: No known data errors' "$RES/zpool-status-end.txt" || metric FAI
 grep -q 'No errors' "$RES/zdb.txt" || metric FAIL_zdb "zdb found errors (see $RES/zdb.txt)" ""
 "$U" daemon --stop >/dev/null 2>&1 || true
 rm -rf "$DATA/uzfs"
+
+if [ $ONLY = 1 ]; then cat "$RES/metrics.tsv"; exit 0; fi
 
 # ---------------------------------------------------------------- uzfs over /dev/fuse
 # The create test again on a fresh pool, requests read from /dev/fuse
