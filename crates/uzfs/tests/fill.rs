@@ -21,7 +21,7 @@
 //! (see `fill_worker_process`), so they are real processes.
 
 mod common;
-use common::{can_mount, Env};
+use common::{can_mount, Env, Rng};
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -30,27 +30,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const WORKERS: u64 = 4;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
 
 /// FNV-1a: the model's digest of a file's contents.
 fn digest(b: &[u8]) -> u64 {
@@ -87,6 +66,20 @@ impl Owned {
             }
         }
     }
+    /// Create `name` holding `data`, fsynced: `Ok(false)` when the pool
+    /// said ENOSPC (the file is then removed and forgotten).
+    fn create(&mut self, root: &Path, name: String, data: Vec<u8>) -> Result<bool, String> {
+        self.next += 1;
+        let ok = write_sync(&root.join(&name), 0, &data, true)?;
+        self.names.insert(name, self.next);
+        if ok {
+            self.data.insert(self.next, data);
+        } else {
+            self.discard(root, self.next, true)?;
+        }
+        Ok(ok)
+    }
+
     /// Forget a file whose contents are unknown after a failed write, by
     /// removing every name of it (which must work on a full pool). `fresh`:
     /// its creation may itself have been refused (no name to remove).
@@ -150,18 +143,9 @@ fn work(root: &Path, id: u64, secs: u64, out: &Path) -> Result<(u64, u64), Strin
         match roll {
             0..=34 => {
                 // A new file of a random size, log-uniform 4 KiB..6 MiB.
-                o.next += 1;
-                let name = format!("{dir}/f{}", o.next);
+                let name = format!("{dir}/f{}", o.next + 1);
                 let len = (4096f64 * (1536f64).powf(r.below(1000) as f64 / 1000.0)) as usize;
-                let data = r.bytes(len);
-                if write_sync(&root.join(&name), 0, &data, true)? {
-                    o.names.insert(name, o.next);
-                    o.data.insert(o.next, data);
-                } else {
-                    full += 1;
-                    o.names.insert(name, o.next);
-                    o.discard(root, o.next, true)?;
-                }
+                full += !o.create(root, name, r.bytes(len))? as u64;
             }
             35..=49 => {
                 // Delete; half the time write a new file at once into the
@@ -171,17 +155,8 @@ fn work(root: &Path, id: u64, secs: u64, out: &Path) -> Result<(u64, u64), Strin
                         .map_err(|e| format!("unlink {name}: {e}"))?;
                     o.drop_name(&name);
                     if r.below(2) == 0 {
-                        o.next += 1;
                         let len = 1 + r.below(2 << 20) as usize;
-                        let data = r.bytes(len);
-                        if write_sync(&root.join(&name), 0, &data, true)? {
-                            o.names.insert(name, o.next);
-                            o.data.insert(o.next, data);
-                        } else {
-                            full += 1;
-                            o.names.insert(name, o.next);
-                            o.discard(root, o.next, true)?;
-                        }
+                        full += !o.create(root, name, r.bytes(len))? as u64;
                     }
                 }
             }

@@ -8,7 +8,7 @@
 //! which turns that into a failure.
 
 mod common;
-use common::{can_mount, Env};
+use common::{can_mount, Env, Rng};
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -105,27 +105,6 @@ fn posix_suite_as_root_and_unprivileged() {
 }
 
 /// xorshift, so seeds replay.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
-
 /// The model: name -> inode; inode -> contents (hard links share).
 #[derive(Default)]
 struct Model {

@@ -102,6 +102,29 @@ pub fn can_mount() -> bool {
     true
 }
 
+/// xorshift64: the mount tests' seeded randomness (a failure names its
+/// seed).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+}
+
 impl Drop for Env {
     fn drop(&mut self) {
         let _ = self.run(&["daemon", "--stop"]);
