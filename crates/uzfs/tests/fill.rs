@@ -308,9 +308,7 @@ fn several_processes_fill_a_small_pool_past_full() {
         return;
     }
     let e = Env::new();
-    let a = e.disk("small", 160);
-    e.ok(&["zpool", "create", "-o", "ashift=12", "small", &a]);
-    let m = e.dir.path().join("mnt/small");
+    let m = e.small_pool();
     std::fs::create_dir(m.join("shared")).expect("mkdir shared");
     let secs = std::env::var("UZFS_FILL_SECS").unwrap_or_else(|_| "20".into());
     let workers: Vec<_> = (0..WORKERS)

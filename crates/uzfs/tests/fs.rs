@@ -591,9 +591,7 @@ fn a_full_pool_gives_enospc_and_stays_consistent() {
         return;
     }
     let e = Env::new();
-    let a = e.disk("small", 160);
-    e.ok(&["zpool", "create", "-o", "ashift=12", "small", &a]);
-    let m = e.dir.path().join("mnt/small");
+    let m = e.small_pool();
     let chunk: Vec<u8> = (0..1u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8 ^ (i >> 9) as u8)
         .collect();

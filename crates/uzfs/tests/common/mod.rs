@@ -65,6 +65,13 @@ impl Env {
         // SAFETY: kill(2) with a pid read from the daemon's pid file.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     }
+    /// A pool "small" on one 160 MiB file (ashift 12), mounted: returns
+    /// its mount point. For the tests that fill a pool.
+    pub fn small_pool(&self) -> PathBuf {
+        let a = self.disk("small", 160);
+        self.ok(&["zpool", "create", "-o", "ashift=12", "small", &a]);
+        self.dir.path().join("mnt/small")
+    }
     /// Export `pool` and check it with `zdb -b` (checksums of every copy,
     /// space, and the namespace of every filesystem): no errors.
     pub fn export_and_zdb(&self, pool: &str) {
