@@ -82,6 +82,10 @@ pub(crate) struct TxgState {
     pub syncing: Option<u64>,
     pub shutdown: bool,
     pub want_sync: bool,
+    /// The newest txg a `txg_wait_synced` caller waits for: the sync
+    /// commits up to it even if the txg holds nothing (a waiter that saw
+    /// changes pending must never wait on a sync that decides otherwise).
+    pub wanted: u64,
     pub last_sync: Instant,
 }
 
@@ -468,6 +472,7 @@ impl Pool {
                 syncing: None,
                 shutdown: false,
                 want_sync: false,
+                wanted: 0,
                 last_sync: Instant::now(),
             }),
             txg_cv: Condvar::new(),

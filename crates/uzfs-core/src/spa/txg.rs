@@ -693,7 +693,11 @@ impl Pool {
         if let Some(why) = self.suspended() {
             return Err(Error::suspended(&self.name, &why));
         }
-        if !self.has_pending_changes() && lock(&self.txg).synced > 0 {
+        let wanted = {
+            let t = lock(&self.txg);
+            t.synced == 0 || t.wanted > t.synced
+        };
+        if !wanted && !self.has_pending_changes() {
             let mut t = lock(&self.txg);
             t.want_sync = false;
             t.last_sync = Instant::now();
@@ -1102,6 +1106,7 @@ impl Pool {
                 return Ok(t.synced);
             }
             t.want_sync = true;
+            t.wanted = t.wanted.max(target);
             self.txg_cv.notify_all();
             let _ = self.txg_cv.wait_timeout(t, Duration::from_millis(50));
         }
@@ -1209,5 +1214,64 @@ impl Pool {
             let _ = h.join();
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spa::{CreateOptions, TopSpec};
+    use crate::vdev::sim::SimWorld;
+    use crate::vdev::{BlockDevice, TopKind};
+
+    /// A waiter that saw changes pending is waiting for the open txg; if
+    /// the sync thread then finds nothing pending it must still commit
+    /// that txg (empty), or the waiter waits forever. Found as a hang of
+    /// four processes filling a pool (`crates/uzfs/tests/fill.rs`): space
+    /// admission's waits for syncs spun while the sync thread kept
+    /// deciding there was nothing to do.
+    #[test]
+    fn a_wanted_txg_is_committed_even_when_empty() {
+        let world = SimWorld::new();
+        let d = world.disk("d0", 64 << 20);
+        let spec = TopSpec {
+            kind: TopKind::Disk,
+            leaves: vec![(d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>)],
+        };
+        let opts = CreateOptions {
+            tunables: Tunables {
+                txg_timeout: Duration::from_secs(3600),
+                ..Tunables::default()
+            },
+            guid_seed: Some(1),
+            ..CreateOptions::default()
+        };
+        let pool = Pool::create("w", vec![spec], opts).expect("create");
+        pool.txg_wait_synced().expect("settle");
+        assert!(!pool.has_pending_changes());
+        // The state a waiter leaves when its pending changes vanished
+        // before the sync looked: the open txg wanted, nothing dirty.
+        let want = {
+            let mut t = lock(&pool.txg);
+            t.wanted = t.open;
+            t.want_sync = true;
+            pool.txg_cv.notify_all();
+            t.open
+        };
+        let start = Instant::now();
+        while pool.last_txg() < want {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "txg {want} was wanted and never committed (synced {})",
+                pool.last_txg()
+            );
+            {
+                let mut t = lock(&pool.txg);
+                t.want_sync = true;
+                pool.txg_cv.notify_all();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        pool.close().expect("close");
     }
 }
