@@ -20,7 +20,9 @@ fn host(id: u64) -> Tunables {
         txg_timeout: Duration::from_millis(200),
         hostid: id,
         mmp_interval: Duration::from_millis(50),
-        mmp_import_intervals: 10,
+        // A generous watch (1 s) so a loaded CI machine cannot starve
+        // the stamping thread past it.
+        mmp_import_intervals: 20,
         ..tunables()
     }
 }
