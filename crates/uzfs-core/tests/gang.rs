@@ -91,6 +91,17 @@ fn run(kind: TopKind, ndisks: usize, need: u64, seed: u64) {
     pool.sync()
         .unwrap_or_else(|e| panic!("{kind:?}: sync of 128 KiB blocks into 16 KiB holes: {e}"));
     assert!(pool.suspended().is_none());
+    pool.sync().expect("sync");
+    let gang_feature = pool
+        .config()
+        .features
+        .get("com.uzfs:gang_block")
+        .map(|e| e.state);
+    assert_eq!(
+        gang_feature,
+        Some(uzfs_core::spa::config::FeatureState::Active),
+        "{kind:?}: gang blocks written, feature not active"
+    );
     let mut buf = vec![0u8; data.len()];
     pool.read(big, 0, &mut buf).expect("read");
     assert!(buf == data, "{kind:?}: read back differs");

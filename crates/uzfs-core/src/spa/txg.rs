@@ -867,6 +867,7 @@ impl Pool {
             mos_bp = self.mos.sync_pass(&mut w, &extra)?;
             pass += 1;
         }
+        let late_features = std::mem::take(&mut w.used);
         // Step 4: every block of this txg durable before any label points at it.
         let tops = self.io.tops();
         let t_flush0 = Instant::now();
@@ -928,6 +929,17 @@ impl Pool {
         self.snapshot_space(&st.alloc);
 
         st.config_dirty = false;
+        // A feature first used in a later pass (a gang block of metadata)
+        // is recorded by the next txg's config: this one's was written in
+        // pass 2.
+        for f in late_features {
+            if let Some(e) = st.config.features.get_mut(f) {
+                if e.state == FeatureState::Enabled {
+                    e.state = FeatureState::Active;
+                    st.config_dirty = true;
+                }
+            }
+        }
         st.ub = Some(ub);
         for (d, _, _) in &frozen {
             d.os.sync_done();
