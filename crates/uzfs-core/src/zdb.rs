@@ -13,6 +13,7 @@ use crate::dmu::blkptr::{hex, BlkPtr};
 use crate::dmu::dnode::{ot, DnodePhys, DNODE_SIZE};
 use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader};
 use crate::error::{Error, Result};
+use crate::spa::gang;
 use crate::spa::import::{best_uberblock, discover, FoundPool};
 use crate::spa::range_tree::RangeTree;
 use crate::spa::{Pool, Tunables};
@@ -68,11 +69,7 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn visit(&mut self, bp: &BlkPtr, what: &str) -> Option<Arc<Vec<u8>>> {
         self.r.blocks += 1;
-        if bp
-            .dva
-            .iter()
-            .any(|d| d.flags & crate::spa::gang::DVA_GANG != 0)
-        {
+        if bp.dva.iter().any(|d| d.flags & gang::DVA_GANG != 0) {
             self.r.gang_blocks += 1;
         }
         let e = self.r.by_type.entry(ot::name(bp.obj_type)).or_default();
@@ -80,21 +77,19 @@ impl Walker<'_> {
         e.1 += bp.asize();
         for (i, d) in bp.dva.iter().enumerate().filter(|(_, d)| d.is_valid()) {
             self.r.referenced_bytes += d.asize;
-            let gang = d.flags & crate::spa::gang::DVA_GANG != 0;
+            let gang = d.flags & gang::DVA_GANG != 0;
             let top = self.pool.io.top(d.vdev);
             // A gang DVA references its headers and pieces, not one extent.
             let extents = match (&top, gang) {
-                (Ok(t), true) => {
-                    match crate::spa::gang::extents(t, d.offset, d.asize, bp.phys_birth) {
-                        Ok(x) => x,
-                        Err(e) => {
-                            self.r
-                                .unreadable
-                                .push(format!("{what}: DVA[{i}] gang tree: {e}"));
-                            Vec::new()
-                        }
+                (Ok(t), true) => match gang::extents(t, d.offset, d.asize, bp.phys_birth) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        self.r
+                            .unreadable
+                            .push(format!("{what}: DVA[{i}] gang tree: {e}"));
+                        Vec::new()
                     }
-                }
+                },
                 _ => vec![(d.offset, d.asize)],
             };
             for (offset, asize) in extents {
@@ -112,7 +107,7 @@ impl Walker<'_> {
             };
             let verify = |x: &[u8]| bp.checksum_type.compute(x) == bp.checksum;
             let checked = if gang {
-                crate::spa::gang::check(&top, d.offset, bp.phys_birth)
+                gang::check(&top, d.offset, bp.phys_birth)
             } else {
                 top.check_block(d.offset, bp.psize as u64, bp.phys_birth, &verify)
             };

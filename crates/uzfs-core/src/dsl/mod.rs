@@ -244,7 +244,7 @@ impl Pool {
                 rel: rel.to_string(),
                 parent,
                 props,
-                creation: now_secs(),
+                creation: crate::spa::scan::now_secs(),
             }),
             os,
         });
@@ -555,13 +555,6 @@ fn validate_settable(name: &str, value: &str) -> Result<String> {
         return Err(Error::invalid(format!("property '{name}' is read-only")));
     }
     props::validate(name, value)
-}
-
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// What a mounted filesystem asks of its dataset and pool.

@@ -61,8 +61,11 @@ const ENTRY: usize = 56;
 const TRAILER: usize = 32;
 /// Pieces one header lists.
 pub const MAX_PIECES: usize = (HEADER_PSIZE as usize - HEAD - TRAILER) / ENTRY;
-/// Levels of gang headers a reader follows (a writer needs about
-/// log17(block / sector) <= 4; more means a damaged or hostile header).
+/// Levels below the top header a writer builds (about log17(block /
+/// sector) are ever needed).
+pub const WRITE_DEPTH: u32 = 5;
+/// Levels of gang headers a reader follows (more than a writer builds
+/// means a damaged or hostile header).
 const MAX_DEPTH: u32 = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,61 +254,60 @@ fn extents_at(
     Ok(())
 }
 
+/// What [`each_extent`] calls per extent: `(offset, psize, verify)`.
+type ExtentOp<'a> = dyn FnMut(u64, u64, &dyn Fn(&[u8]) -> bool) -> Result<bool> + 'a;
+
+/// Visit every extent of the tree whose header is at `offset`: each
+/// header, then its pieces in order, with the check that verifies it.
+/// `op(offset, psize, verify)` returns whether to go on below a header
+/// (false: it could not be read whole).
+fn each_extent(
+    top: &TopVdev,
+    offset: u64,
+    birth: u64,
+    depth: u32,
+    op: &mut ExtentOp<'_>,
+) -> Result<()> {
+    depth_ok(depth, offset)?;
+    in_bounds(top, offset, HEADER_PSIZE)?;
+    if !op(offset, HEADER_PSIZE, &|b| decode_header(b, offset).is_ok())? {
+        return Ok(());
+    }
+    for p in read_header(top, offset, birth)? {
+        if p.gang {
+            each_extent(top, p.offset, birth, depth + 1, op)?;
+        } else {
+            in_bounds(top, p.offset, p.psize as u64)?;
+            op(p.offset, p.psize as u64, &|b| {
+                piece_checksum(b) == p.checksum
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Scrub or resilver every extent of a gang tree: the headers and the
 /// pieces, each verified by its own checksum and repaired from the vdev's
 /// redundancy (`TopVdev::scan_block`).
 pub fn scan(top: &TopVdev, offset: u64, birth: u64, scrub: bool) -> Result<ScanRepair> {
-    scan_at(top, offset, birth, scrub, 0)
-}
-
-fn scan_at(top: &TopVdev, offset: u64, birth: u64, scrub: bool, depth: u32) -> Result<ScanRepair> {
-    depth_ok(depth, offset)?;
-    in_bounds(top, offset, HEADER_PSIZE)?;
-    let verify = |b: &[u8]| decode_header(b, offset).is_ok();
-    let mut total = top.scan_block(offset, HEADER_PSIZE, birth, &verify, scrub)?;
-    if total.unrecoverable {
-        return Ok(total);
-    }
-    let pieces = read_header(top, offset, birth)?;
-    for p in pieces {
-        let r = if p.gang {
-            scan_at(top, p.offset, birth, scrub, depth + 1)?
-        } else {
-            in_bounds(top, p.offset, p.psize as u64)?;
-            let verify = |b: &[u8]| piece_checksum(b) == p.checksum;
-            top.scan_block(p.offset, p.psize as u64, birth, &verify, scrub)?
-        };
+    let mut total = ScanRepair::default();
+    each_extent(top, offset, birth, 0, &mut |at, len, verify| {
+        let r = top.scan_block(at, len, birth, verify, scrub)?;
         total.repaired += r.repaired;
         total.unrecoverable |= r.unrecoverable;
-    }
+        Ok(!r.unrecoverable)
+    })?;
     Ok(total)
 }
 
 /// zdb: check every copy and column of every extent of a gang tree
 /// without writing; returns the bad leaves and why.
 pub fn check(top: &TopVdev, offset: u64, birth: u64) -> Result<Vec<(String, &'static str)>> {
-    check_at(top, offset, birth, 0)
-}
-
-fn check_at(
-    top: &TopVdev,
-    offset: u64,
-    birth: u64,
-    depth: u32,
-) -> Result<Vec<(String, &'static str)>> {
-    depth_ok(depth, offset)?;
-    in_bounds(top, offset, HEADER_PSIZE)?;
-    let verify = |b: &[u8]| decode_header(b, offset).is_ok();
-    let mut bad = top.check_block(offset, HEADER_PSIZE, birth, &verify)?;
-    for p in read_header(top, offset, birth)? {
-        if p.gang {
-            bad.extend(check_at(top, p.offset, birth, depth + 1)?);
-        } else {
-            in_bounds(top, p.offset, p.psize as u64)?;
-            let verify = |b: &[u8]| piece_checksum(b) == p.checksum;
-            bad.extend(top.check_block(p.offset, p.psize as u64, birth, &verify)?);
-        }
-    }
+    let mut bad = Vec::new();
+    each_extent(top, offset, birth, 0, &mut |at, len, verify| {
+        bad.extend(top.check_block(at, len, birth, verify)?);
+        Ok(true)
+    })?;
     Ok(bad)
 }
 

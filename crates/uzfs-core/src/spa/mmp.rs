@@ -64,11 +64,19 @@ impl Pool {
     /// The stamp every uberblock the sync writes carries (None while
     /// `multihost=off`).
     pub(crate) fn mmp_stamp(&self) -> Option<MmpStamp> {
-        self.mmp.on.load(Ordering::Relaxed).then(|| MmpStamp {
+        self.mmp
+            .on
+            .load(Ordering::Relaxed)
+            .then(|| self.stamp(self.mmp.seq.load(Ordering::Relaxed)))
+    }
+
+    /// This host's stamp with sequence number `seq`.
+    fn stamp(&self, seq: u64) -> MmpStamp {
+        MmpStamp {
             interval_ms: self.tun.mmp_interval.as_millis() as u64,
-            seq: self.mmp.seq.load(Ordering::Relaxed),
+            seq,
             hostid: self.tun.hostid,
-        })
+        }
     }
 
     /// Activity stamps written since import (0 while `multihost=off`).
@@ -152,15 +160,8 @@ impl Pool {
         };
         let seq = self.mmp.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let stamp = Uberblock {
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            mmp: Some(MmpStamp {
-                interval_ms: self.tun.mmp_interval.as_millis() as u64,
-                seq,
-                hostid: self.tun.hostid,
-            }),
+            timestamp: super::scan::now_secs(),
+            mmp: Some(self.stamp(seq)),
             ..ub
         };
         let leaves: Vec<_> = self

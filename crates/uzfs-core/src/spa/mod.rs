@@ -600,10 +600,7 @@ impl Pool {
 
     /// Record a command in the pool history (committed with the next txg).
     pub fn log_history(&self, cmd: &str) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = scan::now_secs();
         lock(&self.st)
             .history_pending
             .push(format!("{now} {cmd}\n"));

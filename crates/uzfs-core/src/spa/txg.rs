@@ -323,7 +323,9 @@ impl SyncWriter<'_> {
                     self.write_extent(&p, part)?;
                     (p.offset, p.asize, false)
                 }
-                None if part.len() <= sector || depth >= 5 => return Err(Error::NoSpace),
+                None if part.len() <= sector || depth >= gang::WRITE_DEPTH => {
+                    return Err(Error::NoSpace)
+                }
                 None => {
                     let (o, a) = self.gang_tree(v, part, depth + 1, taken)?;
                     (o, a, true)
@@ -349,7 +351,7 @@ impl SyncWriter<'_> {
         let top = self.io.top(vdev)?;
         let mut pieces = gang::read_header(&top, offset, self.txg)?;
         let total: u64 = pieces.iter().map(|p| p.psize as u64).sum();
-        if total != data.len() as u64 || depth > 5 {
+        if total != data.len() as u64 || depth > gang::WRITE_DEPTH {
             return Err(Error::Internal(format!(
                 "gang block {vdev}:{offset:#x} rewritten with {} bytes, holds {total}",
                 data.len()
@@ -386,13 +388,10 @@ impl SyncWriter<'_> {
     }
 
     fn write_extent(&self, d: &Dva, bytes: &[u8]) -> Result<()> {
-        let top = self.io.top(d.vdev)?;
-        let txg = self.txg;
-        self.io
-            .suspension
-            .io(self.name, "block write", self.wait, || {
-                top.write_block(d.offset, bytes, d.asize, txg)
-            })
+        let (io, txg) = (self.io, self.txg);
+        io.suspension.io(self.name, "block write", self.wait, || {
+            io.write_phys(std::slice::from_ref(d), bytes, txg)
+        })
     }
 
     /// Return one DVA's space: a gang DVA's every extent (read from its
@@ -589,6 +588,21 @@ impl BlockWriter for SyncWriter<'_> {
             self.free_dva(d, immediate, bp.phys_birth);
         }
     }
+}
+
+/// Mark the features in `used` active in `config` (those enabled and not
+/// yet active); returns whether any changed.
+fn activate(config: &mut super::config::PoolConfig, used: BTreeSet<&'static str>) -> bool {
+    let mut changed = false;
+    for f in used {
+        if let Some(e) = config.features.get_mut(f) {
+            if e.state == FeatureState::Enabled {
+                e.state = FeatureState::Active;
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
@@ -795,14 +809,7 @@ impl Pool {
         let t_data = t_start.elapsed();
         let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
         // Features first used by this txg become active in its config.
-        for f in std::mem::take(&mut w.used) {
-            if let Some(e) = st.config.features.get_mut(f) {
-                if e.state == FeatureState::Enabled {
-                    e.state = FeatureState::Active;
-                    st.config_dirty = true;
-                }
-            }
-        }
+        st.config_dirty |= activate(&mut st.config, std::mem::take(&mut w.used));
         let config_dirty = st.config_dirty;
         if config_dirty {
             st.config.txg = txg;
@@ -889,10 +896,7 @@ impl Pool {
         let ub = Uberblock {
             txg,
             guid_sum: st.config.guid_sum(),
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            timestamp: super::scan::now_secs(),
             rootbp: mos_bp,
             pool_guid: self.guid,
             mmp: self.mmp_stamp(),
@@ -932,14 +936,7 @@ impl Pool {
         // A feature first used in a later pass (a gang block of metadata)
         // is recorded by the next txg's config: this one's was written in
         // pass 2.
-        for f in late_features {
-            if let Some(e) = st.config.features.get_mut(f) {
-                if e.state == FeatureState::Enabled {
-                    e.state = FeatureState::Active;
-                    st.config_dirty = true;
-                }
-            }
-        }
+        st.config_dirty |= activate(&mut st.config, late_features);
         st.ub = Some(ub);
         for (d, _, _) in &frozen {
             d.os.sync_done();
