@@ -10,7 +10,14 @@
 //! 2. `syncing`: the frozen dirty buffers of the txg being written out
 //!    (shared read-only with the sync thread through an `Arc`).
 //! 3. the synced tree: `meta` (the meta-dnode) and the dnodes and block trees
-//!    it reaches on disk, as of the last sync pass.
+//!    it reaches on disk. A dataset's object set publishes the tree its
+//!    sync pass wrote only when the txg is committed (`sync_done`), with
+//!    the pool's txg gate shut, in the same instant the syncing layer goes:
+//!    so the tree and the layers an operation warmed up from before its
+//!    hold are the ones it reads under the hold (`dmu/tx.rs`, "What bounds
+//!    a hold"), and [`Objset::generation`] tells it when they changed. The
+//!    MOS, synced in several passes that each build on the last, publishes
+//!    each pass at once (its changes are made under `sync_lock`).
 //!
 //! Syncing a txg (`sync_pass`) walks every dirty object, writes its dirty
 //! level-0 blocks through the [`BlockWriter`], rewrites every indirect block on
@@ -32,7 +39,7 @@ use super::compress::Compression;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
 use super::tx::{Tx, TxgGate};
 use crate::error::{Error, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Reads a block: verifies its checksum (trying every copy and repairing bad
@@ -141,10 +148,22 @@ struct OsState {
     dnodes: HashMap<u64, DnodePhys>,
     open: TxgDirty,
     syncing: Option<Arc<TxgDirty>>,
+    /// The tree the syncing txg's pass wrote, published by `sync_done`.
+    pending: Option<SyncedTree>,
+    /// Bumped by every freeze and publication (see [`Objset::generation`]).
+    generation: u64,
     next_obj: u64,
     /// Allocated and logical bytes of every block under the object set,
     /// as of the last sync pass (stored in the object-set block).
     space: ObjsetSpace,
+}
+
+/// What a sync pass wrote: the object set's new tree.
+struct SyncedTree {
+    space: ObjsetSpace,
+    bp: BlkPtr,
+    meta: DnodePhys,
+    changed: BTreeMap<u64, DnodePhys>,
 }
 
 /// Space charged to an object set: `used` counts allocated bytes (every
@@ -162,12 +181,62 @@ pub struct Objset {
     /// freeze waits for the holds on it (see `dmu/tx.rs`).
     gate: Arc<TxgGate>,
     st: Mutex<OsState>,
-    /// Serializes object-number allocation.
-    create_lock: Mutex<()>,
+    /// Serializes object-number allocation; holds the numbers reserved by
+    /// operations that have not created their objects yet.
+    create_lock: Mutex<BTreeSet<u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl OsState {
+    fn publish(&mut self, t: SyncedTree) {
+        self.space = t.space;
+        self.bp = t.bp;
+        self.meta = t.meta;
+        self.dnodes.extend(t.changed);
+    }
+}
+
+thread_local! {
+    /// Object numbers this thread reserved: (object set address, number).
+    static RESERVED: std::cell::RefCell<Vec<(usize, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// This thread's next reserved number in `os`.
+fn take_reserved(os: &Objset) -> Option<u64> {
+    let key = os as *const Objset as usize;
+    RESERVED.with(|r| {
+        let mut r = r.borrow_mut();
+        let i = r.iter().position(|(k, _)| *k == key)?;
+        Some(r.remove(i).1)
+    })
+}
+
+/// Object numbers reserved by [`Objset::reserve_objects`]; dropping it
+/// gives back the ones no create took.
+#[must_use = "the numbers are reserved only while the guard lives"]
+pub struct Reserved<'a> {
+    os: &'a Objset,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut left = Vec::new();
+        while let Some(n) = take_reserved(self.os) {
+            left.push(n);
+        }
+        if let Some(&low) = left.iter().min() {
+            let mut reserved = lock(&self.os.create_lock);
+            for n in &left {
+                reserved.remove(n);
+            }
+            let mut st = lock(&self.os.st);
+            st.next_obj = st.next_obj.min(low);
+        }
+    }
 }
 
 /// Where the current contents of one block live.
@@ -221,10 +290,12 @@ impl Objset {
                 dnodes: HashMap::new(),
                 open: TxgDirty::new(open_txg),
                 syncing: None,
+                pending: None,
+                generation: 0,
                 next_obj: 1,
                 space: ObjsetSpace::default(),
             }),
-            create_lock: Mutex::new(()),
+            create_lock: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -274,12 +345,28 @@ impl Objset {
         debug_assert!(st.syncing.is_none(), "freeze while a txg is syncing");
         let d = Arc::new(std::mem::replace(&mut st.open, TxgDirty::new(next_txg)));
         st.syncing = Some(d.clone());
+        st.generation += 1;
         d
     }
 
-    /// The syncing txg is on disk: drop its buffers.
+    /// The syncing txg is on disk: publish the tree its pass wrote and drop
+    /// its buffers, in one step. For a dataset's object set the caller has
+    /// shut the pool's txg gate (no operation holds the txg meanwhile).
     pub fn sync_done(&self) {
-        lock(&self.st).syncing = None;
+        let mut st = lock(&self.st);
+        if let Some(t) = st.pending.take() {
+            st.publish(t);
+        }
+        st.syncing = None;
+        st.generation += 1;
+    }
+
+    /// Changes with every freeze and every publication of a synced tree,
+    /// which happen only while no operation holds the txg: an operation
+    /// that warmed up its blocks before its hold and finds the generation
+    /// unchanged once it holds reads exactly what it warmed up.
+    pub fn generation(&self) -> u64 {
+        lock(&self.st).generation
     }
 
     // ---- reading -------------------------------------------------------
@@ -431,24 +518,65 @@ impl Objset {
         if blksz < 512 || !blksz.is_multiple_of(512) || blksz > super::blkptr::MAX_BLOCK_SIZE {
             return Err(Error::invalid(format!("invalid block size {blksz}")));
         }
-        let _g = lock(&self.create_lock);
-        let mut cand = lock(&self.st).next_obj;
-        // A number freed in the open txg stays unused until the next one:
-        // its new incarnation gets a later creation txg, so the generation
-        // the POSIX layer stamps (and FUSE hands the kernel) always differs.
-        let freed_now = |o: u64| lock(&self.st).open.objs.get(&o).is_some_and(|d| d.freed);
-        while freed_now(cand) || self.exists(cand)? {
-            cand += 1;
-        }
+        let mut reserved = lock(&self.create_lock);
+        let cand = match take_reserved(self) {
+            // Checked free when reserved, and nobody else may take it.
+            Some(n) => {
+                reserved.remove(&n);
+                n
+            }
+            None => {
+                let c = self.first_free(&reserved)?;
+                lock(&self.st).next_obj = c + 1;
+                c
+            }
+        };
+        // Still under `create_lock`: the number is taken before another
+        // search can see it free.
         let mut st = lock(&self.st);
-        st.next_obj = cand + 1;
         let d = st.open.objs.entry(cand).or_default();
         *d = DirtyObj {
             create: Some(DnodePhys::new(obj_type, blksz, props)),
             size: Some(0),
             ..Default::default()
         };
+        drop(reserved);
         Ok(cand)
+    }
+
+    /// The first object number from the cursor that is free, not freed in
+    /// the open txg and not reserved. A number freed in the open txg stays
+    /// unused until the next one: its new incarnation gets a later creation
+    /// txg, so the generation the POSIX layer stamps (and FUSE hands the
+    /// kernel) always differs.
+    fn first_free(&self, reserved: &BTreeSet<u64>) -> Result<u64> {
+        let mut cand = lock(&self.st).next_obj;
+        let freed_now = |o: u64| lock(&self.st).open.objs.get(&o).is_some_and(|d| d.freed);
+        while reserved.contains(&cand) || freed_now(cand) || self.exists(cand)? {
+            cand += 1;
+        }
+        Ok(cand)
+    }
+
+    /// Reserve `n` object numbers for the creates of an operation about to
+    /// hold the txg: the search for free numbers reads dnode blocks, so it
+    /// happens here, before the hold (dmu/tx.rs, "What bounds a hold").
+    /// [`create_object`](Self::create_object) on this thread takes them
+    /// first, with no read; the guard gives back the ones not used.
+    pub fn reserve_objects(&self, n: usize) -> Result<Reserved<'_>> {
+        let mut reserved = lock(&self.create_lock);
+        let mut got = Vec::with_capacity(n);
+        for _ in 0..n {
+            let c = self.first_free(&reserved)?;
+            reserved.insert(c);
+            lock(&self.st).next_obj = c + 1;
+            got.push(c);
+        }
+        RESERVED.with(|r| {
+            r.borrow_mut()
+                .extend(got.iter().map(|&o| (self as *const Objset as usize, o)))
+        });
+        Ok(Reserved { os: self })
     }
 
     /// Create an object in sync context (MOS passes after the first), into
@@ -461,10 +589,10 @@ impl Objset {
         blksz: u32,
         props: &ObjProps,
     ) -> Result<u64> {
-        let _g = lock(&self.create_lock);
+        let reserved = lock(&self.create_lock);
         let mut cand = lock(&self.st).next_obj;
         loop {
-            let touched = {
+            let touched = reserved.contains(&cand) || {
                 let st = lock(&self.st);
                 st.open.objs.contains_key(&cand)
                     || st
@@ -782,12 +910,18 @@ impl Objset {
                 fill: meta.used_bytes.max(1),
             },
         )?;
+        let tree = SyncedTree {
+            space: new_space,
+            bp: new_bp,
+            meta,
+            changed,
+        };
         let mut st = lock(&self.st);
-        st.space = new_space;
-        st.bp = new_bp;
-        st.meta = meta;
-        for (obj, dn) in changed {
-            st.dnodes.insert(obj, dn);
+        if self.os_type == OS_TYPE_META {
+            st.publish(tree);
+        } else {
+            debug_assert!(st.pending.is_none(), "two sync passes of a dataset");
+            st.pending = Some(tree);
         }
         Ok(new_bp)
     }

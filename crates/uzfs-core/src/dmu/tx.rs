@@ -150,6 +150,66 @@ pub fn held_any() -> bool {
     HELD.with(|h| !h.borrow().is_empty())
 }
 
+type Pinned = Vec<(crate::arc::Key, std::sync::Arc<Vec<u8>>)>;
+
+thread_local! {
+    /// Blocks this thread's operation read while a [`Warm`] scope lives.
+    static PINS: RefCell<Option<Pinned>> = const { RefCell::new(None) };
+}
+
+/// An operation's warm-up scope (OpenZFS reads what a `dmu_tx_hold_*`
+/// names before `dmu_tx_assign` for the same reason): while it lives,
+/// every block the thread reads is pinned to it, and later reads of the
+/// same block (by address and checksum) are served from the pin. An
+/// operation opens one, reads before its hold what it will read under
+/// it, then takes the hold; the block cache may evict meanwhile, the pin
+/// keeps the bytes. Scopes nest (the inner one is free).
+#[must_use = "blocks stay pinned only while the scope lives"]
+pub struct Warm {
+    outer: bool,
+}
+
+/// Open a warm-up scope on this thread.
+pub fn warm() -> Warm {
+    let outer = PINS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.is_some() {
+            return false;
+        }
+        *p = Some(Vec::new());
+        true
+    });
+    Warm { outer }
+}
+
+impl Drop for Warm {
+    fn drop(&mut self) {
+        if self.outer {
+            PINS.with(|p| *p.borrow_mut() = None);
+        }
+    }
+}
+
+/// The block pinned under `key` by this thread's warm-up scope.
+pub fn pinned(key: &crate::arc::Key) -> Option<std::sync::Arc<Vec<u8>>> {
+    PINS.with(|p| {
+        p.borrow()
+            .as_ref()
+            .and_then(|v| v.iter().find(|(k, _)| k == key).map(|(_, d)| d.clone()))
+    })
+}
+
+/// Pin a block just read, if this thread is in a warm-up scope.
+pub fn pin(key: crate::arc::Key, data: &std::sync::Arc<Vec<u8>>) {
+    PINS.with(|p| {
+        if let Some(v) = p.borrow_mut().as_mut() {
+            if !v.iter().any(|(k, _)| *k == key) {
+                v.push((key, data.clone()));
+            }
+        }
+    });
+}
+
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
         // A panic unwinding through a hold leaves whatever the operation

@@ -16,8 +16,10 @@ use crate::arc::BlockCache;
 use crate::dmu::blkptr::{BlkPtr, Dva, DVA_GANG, DVA_REMAPPED};
 use crate::dmu::compress;
 use crate::dmu::objset::BlockReader;
+use crate::dmu::tx;
 use crate::error::{Error, Result};
 use crate::vdev::{Leaf, ScanRepair, TopVdev};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub struct SpaIo {
@@ -30,6 +32,9 @@ pub struct SpaIo {
     run_bufs: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Whether the pool is suspended, and the sync parked on a failed I/O.
     pub suspension: super::suspend::Suspension,
+    /// Device reads made by a thread holding a txg (should stay 0 for the
+    /// POSIX layer's operations: they warm up before the hold).
+    pub reads_under_hold: AtomicU64,
 }
 
 impl SpaIo {
@@ -40,6 +45,7 @@ impl SpaIo {
             cache: BlockCache::new(cache_bytes),
             run_bufs: std::sync::Mutex::new(Vec::new()),
             suspension: Default::default(),
+            reads_under_hold: AtomicU64::new(0),
         }
     }
 
@@ -236,8 +242,17 @@ impl BlockReader for SpaIo {
 
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
         let key = cache_key(bp);
-        if let Some(v) = self.cache.get(&key) {
+        if let Some(v) = tx::pinned(&key) {
             return Ok(v);
+        }
+        if let Some(v) = self.cache.get(&key) {
+            tx::pin(key, &v);
+            return Ok(v);
+        }
+        // An operation holding the open txg should have read this before
+        // its hold (dmu/tx.rs, "What bounds a hold"): count it.
+        if tx::held_any() {
+            self.reads_under_hold.fetch_add(1, Ordering::Relaxed);
         }
         let phys = self.read_phys(bp)?;
         let data = Arc::new(compress::decompress_owned(
@@ -246,6 +261,7 @@ impl BlockReader for SpaIo {
             bp.lsize as usize,
         )?);
         self.cache.insert(key, data.clone());
+        tx::pin(key, &data);
         Ok(data)
     }
 }

@@ -938,8 +938,13 @@ impl Pool {
         // pass 2.
         st.config_dirty |= activate(&mut st.config, late_features);
         st.ub = Some(ub);
-        for (d, _, _) in &frozen {
-            d.os.sync_done();
+        {
+            // The datasets' new trees go live with the gate shut, so no
+            // operation holding the txg sees its blocks move (objset.rs).
+            let _q = self.mos.gate().quiesce();
+            for (d, _, _) in &frozen {
+                d.os.sync_done();
+            }
         }
         self.mos.sync_done();
         let mut t = lock(&self.txg);

@@ -8,6 +8,7 @@ use super::zap::{self, Zap};
 use super::znode::Znode;
 use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
 use crate::dmu::objset::Objset;
+use crate::dmu::tx;
 use crate::error::Error;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -127,6 +128,11 @@ pub fn errno(e: Error) -> Errno {
 
 fn io<T>(r: crate::Result<T>) -> ZResult<T> {
     r.map_err(errno)
+}
+
+/// An object's name in the unlinked set.
+fn unlinked_key(obj: u64) -> Vec<u8> {
+    format!("{obj:x}").into_bytes()
 }
 
 fn dtype(mode: u32) -> u8 {
@@ -312,7 +318,8 @@ impl Zpl {
             .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
         if !zpl.ctx.props().readonly {
             for e in Zap::open(&zpl.os, zpl.unlinked).all()? {
-                let _tx = zpl.os.tx();
+                let _warm = tx::warm();
+                let _tx = zpl.hold(|| zpl.warm_obj(e.value, false));
                 let _ = zpl.destroy(e.value);
             }
         }
@@ -363,6 +370,82 @@ impl Zpl {
 
     fn store(&self, obj: u64, z: &Znode) -> ZResult<()> {
         io(self.os.set_bonus(obj, &z.encode()))
+    }
+
+    // ---- warming up before the hold ---------------------------------------
+    //
+    // An operation reads, before it takes its txg hold and inside a
+    // `tx::warm` scope, every block it will read under the hold: the scope
+    // pins them, so the operation's reads under the hold never go to a
+    // device, and the sync's freeze never waits for one (dmu/tx.rs, "What
+    // bounds a hold"). Errors are ignored here: the operation meets them
+    // again under its hold and answers them there.
+
+    /// Hold the open txg for an operation that `warm` warmed up: when a
+    /// freeze or a sync's publication landed between the warm-up and the
+    /// hold, what was read may have moved, so warm up again. Neither can
+    /// land while the hold lives.
+    fn hold(&self, warm: impl Fn()) -> tx::Tx<'_> {
+        loop {
+            let seen = self.os.generation();
+            warm();
+            let t = self.os.tx();
+            if self.os.generation() == seen {
+                return t;
+            }
+        }
+    }
+
+    /// What an operation on `obj` may read: its dnode, a directory's
+    /// header, its xattr object (`xattr_data`: the whole list, else only
+    /// the dnode a free needs) and its slot in the unlinked set.
+    fn warm_obj(&self, obj: u64, xattr_data: bool) {
+        let Ok((_, z)) = self.load(obj) else { return };
+        if z.is_dir() {
+            let _ = Zap::open(&self.os, obj).count();
+        }
+        if z.xattr != 0 {
+            if xattr_data {
+                let _ = self.xattrs(&z);
+            } else {
+                let _ = self.os.stat(z.xattr);
+            }
+        }
+        Zap::open(&self.os, self.unlinked).warm(&unlinked_key(obj));
+    }
+
+    /// Directory `dir` (its default ACL too), the leaf where `name` lives
+    /// or would go, and the object it names.
+    fn warm_name(&self, dir: u64, name: &[u8]) {
+        self.warm_obj(dir, self.posix_acl());
+        let zap = Zap::open(&self.os, dir);
+        zap.warm(name);
+        if let Ok(Some(e)) = zap.lookup(name) {
+            self.warm_obj(e.value, false);
+        }
+    }
+
+    /// The parent chain from `obj` to the root (a rename's loop check).
+    fn warm_ancestors(&self, mut obj: u64) {
+        for _ in 0..100_000 {
+            if obj == self.root {
+                return;
+            }
+            match self.load(obj) {
+                Ok((_, z)) => obj = z.parent,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The data block `blk` of `obj`, if it may hold data (a partial
+    /// overwrite, a truncate or punch inside it, a block size change).
+    fn warm_block(&self, obj: u64, blk: u64) {
+        if let Ok(dn) = self.os.stat(obj) {
+            if blk * (dn.datablksz as u64) < dn.size {
+                let _ = self.os.read_block(obj, blk);
+            }
+        }
     }
 
     fn attr_of(&self, obj: u64, dn: &DnodePhys, z: Znode) -> Attr {
@@ -478,7 +561,10 @@ impl Zpl {
         // Admission may wait for syncs: before the txg hold (dmu/tx.rs).
         // An inherited ACL is one more small object.
         self.ctx.admit(if self.posix_acl() { 8192 } else { 4096 })?;
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        // The node, and the object of an inherited ACL.
+        let _numbers = io(self.os.reserve_objects(1 + self.posix_acl() as usize))?;
+        let _tx = self.hold(|| self.warm_name(dir, name));
         let _ns = self.lock_ns();
         let _g = self.lock_objs(&[dir]);
         let mut pz = self.dir(dir)?;
@@ -598,7 +684,7 @@ impl Zpl {
             let open = lock(&self.opens).get(&obj).copied().unwrap_or(0) > 0;
             if open {
                 io(Zap::open(&self.os, self.unlinked)
-                    .insert(format!("{obj:x}").as_bytes(), obj, 0)
+                    .insert(&unlinked_key(obj), obj, 0)
                     .map(|_| ()))?;
             } else {
                 self.destroy(obj)?;
@@ -615,7 +701,7 @@ impl Zpl {
             }
             io(self.os.free_object(obj))?;
         }
-        let _ = Zap::open(&self.os, self.unlinked).remove(format!("{obj:x}").as_bytes());
+        let _ = Zap::open(&self.os, self.unlinked).remove(&unlinked_key(obj));
         Ok(())
     }
 
@@ -637,7 +723,8 @@ impl Zpl {
             return Err(libc::ENAMETOOLONG);
         }
         self.writable()?;
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        let _tx = self.hold(|| self.warm_name(dir, name));
         let _ns = self.lock_ns();
         self.dir(dir)?;
         let zdir = Zap::open(&self.os, dir);
@@ -702,7 +789,13 @@ impl Zpl {
             }
         }
         self.writable()?;
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        let _tx = self.hold(|| {
+            self.warm_name(sdir, sname);
+            self.warm_name(ddir, dname);
+            self.warm_ancestors(sdir);
+            self.warm_ancestors(ddir);
+        });
         let _ns = self.lock_ns();
         self.dir(sdir)?;
         let dz = self.dir(ddir)?;
@@ -802,7 +895,11 @@ impl Zpl {
         check_name(dname)?;
         self.writable()?;
         self.ctx.admit(512)?;
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        let _tx = self.hold(|| {
+            self.warm_obj(obj, false);
+            self.warm_name(ddir, dname);
+        });
         let _ns = self.lock_ns();
         let mut dz = self.dir(ddir)?;
         if dz.nlink == 0 {
@@ -879,7 +976,20 @@ impl Zpl {
         if a.mode.is_some() && self.posix_acl() {
             self.ctx.admit(4096)?;
         }
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        let acl = a.mode.is_some() && self.posix_acl();
+        // chmod may rewrite the ACL into a new xattr object.
+        let _numbers = io(self.os.reserve_objects(acl as usize))?;
+        let _tx = self.hold(|| {
+            self.warm_obj(obj, acl);
+            if let (Some(size), Ok(dn)) = (a.size, self.os.stat(obj)) {
+                // The block the new end falls in; block 0 of a file that
+                // grows its block size.
+                for blk in [0, size / dn.datablksz as u64] {
+                    self.warm_block(obj, blk);
+                }
+            }
+        });
         let _g = self.lock_objs(&[obj]);
         let (_, mut z) = self.load(obj)?;
         let t = now_ns();
@@ -999,7 +1109,8 @@ impl Zpl {
         if last && !self.ctx.props().readonly {
             if let Ok((_, z)) = self.load(obj) {
                 if z.nlink == 0 {
-                    let _tx = self.os.tx();
+                    let _warm = tx::warm();
+                    let _tx = self.hold(|| self.warm_obj(obj, false));
                     let _ns = self.lock_ns();
                     let still_closed = !lock(&self.opens).contains_key(&obj);
                     let _g = self.lock_objs(&[obj]);
@@ -1073,22 +1184,29 @@ impl Zpl {
         if data.is_empty() {
             return Ok(0);
         }
-        // Partial-block writes read the old block; do that before taking
-        // the object's lock, so concurrent writers to one file wait on each
-        // other's memcpy, not on each other's disk reads.
-        if let Ok(dn) = self.os.stat(obj) {
-            let bs = dn.datablksz as u64;
-            if !offset.is_multiple_of(bs) && offset < dn.size {
-                let _ = self.os.read_block(obj, offset / bs);
-            }
-            if !end.is_multiple_of(bs) && end / bs != offset / bs && end < dn.size {
-                let _ = self.os.read_block(obj, end / bs);
-            }
-        }
         // The write throttle may sleep: not while holding the object, or
         // every writer of the file would queue behind one writer's delay.
         self.ctx.admit(data.len() as u64)?;
-        let _tx = self.os.tx();
+        // Partial-block writes read the old block, and so does a
+        // single-block file about to grow its block: before the hold and
+        // the object's lock (so concurrent writers to one file wait on each
+        // other's memcpy, not on each other's disk reads).
+        let _warm = tx::warm();
+        let _tx = self.hold(|| {
+            self.warm_obj(obj, false);
+            if let Ok(dn) = self.os.stat(obj) {
+                let bs = dn.datablksz as u64;
+                if !offset.is_multiple_of(bs) {
+                    self.warm_block(obj, offset / bs);
+                }
+                if !end.is_multiple_of(bs) && end / bs != offset / bs {
+                    self.warm_block(obj, end / bs);
+                }
+                if end > bs {
+                    self.warm_block(obj, 0);
+                }
+            }
+        });
         let _g = self.lock_objs(&[obj]);
         let (dn, mut z) = self.load(obj)?;
         if z.is_dir() {
@@ -1123,7 +1241,13 @@ impl Zpl {
             self.ctx
                 .admit((2 * bs).max(self.ctx.props().recordsize as u64))?;
         }
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        let _tx = self.hold(|| {
+            self.warm_obj(obj, false);
+            for blk in [0, offset / bs, end / bs] {
+                self.warm_block(obj, blk);
+            }
+        });
         let _g = self.lock_objs(&[obj]);
         let (dn, mut z) = self.load(obj)?;
         if z.kind() != libc::S_IFREG {
@@ -1309,7 +1433,10 @@ impl Zpl {
         };
         self.ctx
             .admit(cur + name.len() as u64 + value.map_or(0, |v| v.len() as u64) + 5)?;
-        let _tx = self.os.tx();
+        let _warm = tx::warm();
+        // The list is rewritten into a new object.
+        let _numbers = io(self.os.reserve_objects(1))?;
+        let _tx = self.hold(|| self.warm_obj(obj, true));
         let _g = self.lock_objs(&[obj]);
         let (_, mut z) = self.load(obj)?;
         let mut all = self.xattrs(&z)?;

@@ -339,6 +339,26 @@ impl<'a> Zap<'a> {
         Err(Error::corrupt("directory", "no leaf covers a key"))
     }
 
+    /// Read, before a txg hold, every block a lookup, insert or remove of
+    /// `name` may read under it (dmu/tx.rs, "What bounds a hold"): the
+    /// header and the leaves at every depth down to `name`'s, plus two
+    /// depths more, for splits other operations may make before the hold
+    /// (a lookup probes from the deepest depth up; a probe of a hole walks
+    /// the object's indirect blocks).
+    pub fn warm(&self, name: &[u8]) {
+        let Ok(h) = self.header() else { return };
+        let base = base_key(h.salt, name);
+        for depth in 0..=(h.max_depth + 2).min(MAX_DEPTH) {
+            if self
+                .os
+                .read_block(self.obj, leaf_blkid(depth, prefix(base, depth)))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
     /// Add `name`; fails with `AlreadyExists` (as `Invalid`) if present.
     /// Returns the new entry's key.
     pub fn insert(&self, name: &[u8], value: u64, vtype: u8) -> Result<u64> {
