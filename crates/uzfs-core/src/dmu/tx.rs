@@ -30,14 +30,38 @@
 //!
 //! A hold is taken after admission (`DatasetCtx::admit`: the write throttle
 //! and the space check, which may wait for syncs) and never waits for a sync,
-//! a throttle or a device write: taking a hold while waiting for any of those
-//! would deadlock against the freeze. Under a hold an operation takes the
-//! POSIX layer's locks (namespace, object stripes) and may read the metadata
-//! blocks it changes (a directory leaf, a dnode block) when they are not in
-//! the cache; writes that rewrite part of a data block read it before the
-//! hold. So a hold lasts for the operation's memory work plus at most the
-//! metadata reads its first touch of cold blocks costs: in practice
-//! microseconds, a few device reads on a cold cache.
+//! a throttle or a device: taking a hold while waiting for any of those
+//! would stall the freeze, and with it every writer of the pool, for as long
+//! as the wait (a device that hangs: indefinitely). Under a hold an
+//! operation takes the POSIX layer's locks (namespace, object stripes) and
+//! does memory work only. So a hold lasts for the operation's memory work:
+//! microseconds, plus the time it queues for those locks behind other holds.
+//!
+//! What makes "never waits for a device" true is the warm-up (OpenZFS's
+//! `dmu_tx_hold_*` read what a transaction will touch before
+//! `dmu_tx_assign` for the same reason):
+//!
+//! * Inside a [`warm`] scope, an operation first reads everything it will
+//!   read under the hold (the directory leaves a name lives in, the dnodes
+//!   and xattr objects of the objects it names, the partial data blocks it
+//!   rewrites, the unlinked set's leaf). Every block the thread reads while
+//!   the scope lives is pinned to the scope, so the block cache can evict
+//!   it without the operation noticing.
+//! * Object numbers are found before the hold (`Objset::reserve_objects`):
+//!   the search for a free number reads dnode blocks.
+//! * The layers and the tree it read can change before the hold only by a
+//!   freeze or by a sync publishing the tree it wrote, and both happen with
+//!   the gate shut: the operation compares the object set's generation
+//!   before its warm-up and after its hold, and warms up again if it moved
+//!   (`Zpl::hold`). Changes other operations make meanwhile live in the
+//!   open txg's memory; a directory split by another operation is covered
+//!   by warming the name's leaves two depths deeper than the directory's.
+//!
+//! `SpaIo::reads_under_hold` counts device reads made by a thread holding a
+//! txg; `tests/hold_io.rs` runs every POSIX operation from three threads on
+//! a cold, evicting cache with the sync thread on and requires it to stay
+//! zero. DSL and MOS changes hold `sync_lock` as well, which excludes the
+//! sync altogether, so their reads under the hold cannot stall a freeze.
 //!
 //! # Rules
 //!
