@@ -390,8 +390,9 @@ impl Objset {
                 })?)?
             }
         };
-        lock(&self.st).dnodes.insert(obj, dn.clone());
-        Ok(dn)
+        // A publication may have landed since `meta` was read: its dnode
+        // is the newer one, keep it.
+        Ok(lock(&self.st).dnodes.entry(obj).or_insert(dn).clone())
     }
 
     /// The current dnode of `obj` (type, block size, logical size), or `None`.
