@@ -182,7 +182,13 @@ impl Daemon {
 
     /// Import and hold a pool. Does not touch the cache: `zpool import`
     /// records it there, a re-import at start finds it there already.
-    pub fn import(&self, found: &FoundPool, new_name: Option<&str>) -> Result<Arc<Pool>, String> {
+    /// Import a found pool; `mount`: mount its filesystems (`-N` does not).
+    pub fn import(
+        &self,
+        found: &FoundPool,
+        new_name: Option<&str>,
+        mount: bool,
+    ) -> Result<Arc<Pool>, String> {
         let name = new_name.unwrap_or(&found.config.name).to_string();
         if self
             .pools
@@ -207,8 +213,10 @@ impl Daemon {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name, pool.clone());
-        for e in crate::mounts::mount_all(self, &pool) {
-            log::warn!("{e}");
+        if mount {
+            for e in crate::mounts::mount_all(self, &pool) {
+                log::warn!("{e}");
+            }
         }
         Ok(pool)
     }
@@ -226,7 +234,7 @@ impl Daemon {
                     .insert(e.name.clone(), a.clone());
             }
             match found {
-                Some(f) => match self.import(&f, Some(&e.name)) {
+                Some(f) => match self.import(&f, Some(&e.name), true) {
                     Ok(_) => log::info!("imported '{}' from the cache", e.name),
                     Err(err) => {
                         log::error!("cannot re-import '{}': {err}", e.name)

@@ -388,7 +388,7 @@ fn histogram(name: &str, c: &Counters, o: &Opts) -> String {
 
 /// Client side: fetch snapshots, print reports.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
-    let (o, rest) = match getopt(args, "vlwHpyT:") {
+    let (o, rest) = match getopt(args, "c:!g!HlL!n!pP!q!r!T:!vwy") {
         Ok(x) => x,
         Err(e) => {
             let r = usage_err(&e);

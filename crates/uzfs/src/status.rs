@@ -353,7 +353,7 @@ pub fn render(p: &Pool, now: u64) -> String {
 }
 
 pub fn status(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "xvpPT:") {
+    let (o, rest) = match getopt(args, "c:!D!e!g!i!L!p!Ps!t!T:!vx") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

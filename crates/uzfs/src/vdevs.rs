@@ -31,7 +31,7 @@ fn done(p: &Pool, full: &str) -> Response {
 }
 
 pub fn scrub(d: &Daemon, args: &[String], full: &str) -> Response {
-    let (o, rest) = match getopt(args, "spw") {
+    let (o, rest) = match getopt(args, "e!spw") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -62,11 +62,11 @@ pub fn scrub(d: &Daemon, args: &[String], full: &str) -> Response {
 }
 
 pub fn offline(d: &Daemon, args: &[String], full: &str) -> Response {
-    each_device(d, args, full, "tf", "offline", |p, dev| p.offline(dev))
+    each_device(d, args, full, "f!t!", "offline", |p, dev| p.offline(dev))
 }
 
 pub fn online(d: &Daemon, args: &[String], full: &str) -> Response {
-    each_device(d, args, full, "e", "online", |p, dev| p.online(dev))
+    each_device(d, args, full, "e!", "online", |p, dev| p.online(dev))
 }
 
 /// `zpool VERB [-opts] POOL DEV...`: apply `op` to each device in turn.
@@ -199,7 +199,7 @@ pub fn remove(d: &Daemon, args: &[String], full: &str) -> Response {
 
 /// `zpool wait [-t scrub,resilver,replace] POOL`.
 pub fn wait(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "t:H") {
+    let (o, rest) = match getopt(args, "Hp!t:T:!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

@@ -12,7 +12,7 @@ use uzfs_core::spa::Pool;
 
 const USAGE: &str = "usage: zfs command args ...
 \tcreate [-p] [-o property=value] ... <filesystem>
-\tdestroy [-fr] <filesystem>
+\tdestroy [-fnpRrv] <filesystem>
 \tlist [-rHp] [-o property[,...]] [-t type[,...]] [filesystem] ...
 \tget [-rHp] [-o field[,...]] <\"all\" | property[,...]> [filesystem] ...
 \tset <property=value> ... <filesystem> ...
@@ -68,7 +68,7 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn create(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "po:") {
+    let (o, rest) = match getopt(args, "b:!n!P!pu!v!o:s!V:!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -106,7 +106,7 @@ fn create(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn destroy(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "rfRnv") {
+    let (o, rest) = match getopt(args, "rfRnvp") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -131,6 +131,29 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     }
     let mut names: Vec<String> = kids.iter().map(|k| pool.ds_name(&k.rel())).collect();
     names.push(name.clone());
+    // What goes (children first, the order they are destroyed in) and what
+    // it frees: OpenZFS's `-v` lines, `-p` their machine form. `-n` only
+    // says it ("would"), changing nothing.
+    let mut out = String::new();
+    if has(&o, 'v') || has(&o, 'p') {
+        let (_, reclaim, _) = pool.ds_space(&ds);
+        let will = if has(&o, 'n') { "would" } else { "will" };
+        for n in &names {
+            out.push_str(&if has(&o, 'p') {
+                format!("destroy\t{n}\n")
+            } else {
+                format!("{will} destroy {n}\n")
+            });
+        }
+        out.push_str(&if has(&o, 'p') {
+            format!("reclaim\t{reclaim}\n")
+        } else {
+            format!("{will} reclaim {}\n", nicenum(reclaim))
+        });
+    }
+    if has(&o, 'n') {
+        return Response::ok(out);
+    }
     if let Err(e) = mounts::unmount_many(d, names, has(&o, 'f')) {
         return err(e);
     }
@@ -138,7 +161,7 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
         Ok(_) => {
             pool.log_history(&format!("zfs destroy {}", args.join(" ")));
             match pool.txg_wait_synced() {
-                Ok(_) => Response::ok(String::new()),
+                Ok(_) => Response::ok(out),
                 Err(e) => err(format!("cannot destroy '{name}': {e}")),
             }
         }
@@ -240,7 +263,7 @@ fn known(p: &str) -> bool {
 }
 
 fn list(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "rHpo:t:d:s:") {
+    let (o, rest) = match getopt(args, "d:!Hj!o:prs:!S:!t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -308,7 +331,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn get(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "rHpo:s:t:d:") {
+    let (o, rest) = match getopt(args, "d:!Hj!o:prs:!t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -452,7 +475,7 @@ fn acl_notes(notes: Vec<String>) -> Response {
 }
 
 fn inherit(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "rS") {
+    let (o, rest) = match getopt(args, "rS!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -490,7 +513,7 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn mount(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "aOo:lv") {
+    let (o, rest) = match getopt(args, "af!l!O!o:!v!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -525,7 +548,7 @@ fn mount(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn unmount(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "afu") {
+    let (o, rest) = match getopt(args, "afu!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -557,7 +580,7 @@ fn unmount(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn rename(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "pfu") {
+    let (o, rest) = match getopt(args, "fpr!u!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

@@ -319,7 +319,7 @@ impl Zpl {
         if !zpl.ctx.props().readonly {
             for e in Zap::open(&zpl.os, zpl.unlinked).all()? {
                 let _warm = tx::warm();
-                let _tx = zpl.hold(|| zpl.warm_obj(e.value, false));
+                let _tx = zpl.hold(|| zpl.warm_doomed(e.value));
                 let _ = zpl.destroy(e.value);
             }
         }
@@ -397,8 +397,8 @@ impl Zpl {
     }
 
     /// What an operation on `obj` may read: its dnode, a directory's
-    /// header, its xattr object (`xattr_data`: the whole list, else only
-    /// the dnode a free needs) and its slot in the unlinked set.
+    /// header and its xattr object (`xattr_data`: the whole list, else only
+    /// the dnode a free needs).
     fn warm_obj(&self, obj: u64, xattr_data: bool) {
         let Ok((_, z)) = self.load(obj) else { return };
         if z.is_dir() {
@@ -411,6 +411,12 @@ impl Zpl {
                 let _ = self.os.stat(z.xattr);
             }
         }
+    }
+
+    /// [`warm_obj`](Self::warm_obj) for an object that may lose its last
+    /// link or be freed: its slot in the unlinked set too.
+    fn warm_doomed(&self, obj: u64) {
+        self.warm_obj(obj, false);
         Zap::open(&self.os, self.unlinked).warm(&unlinked_key(obj));
     }
 
@@ -421,7 +427,7 @@ impl Zpl {
         let zap = Zap::open(&self.os, dir);
         zap.warm(name);
         if let Ok(Some(e)) = zap.lookup(name) {
-            self.warm_obj(e.value, false);
+            self.warm_doomed(e.value);
         }
     }
 
@@ -1110,7 +1116,7 @@ impl Zpl {
             if let Ok((_, z)) = self.load(obj) {
                 if z.nlink == 0 {
                     let _warm = tx::warm();
-                    let _tx = self.hold(|| self.warm_obj(obj, false));
+                    let _tx = self.hold(|| self.warm_doomed(obj));
                     let _ns = self.lock_ns();
                     let still_closed = !lock(&self.opens).contains_key(&obj);
                     let _g = self.lock_objs(&[obj]);
@@ -1193,7 +1199,6 @@ impl Zpl {
         // other's memcpy, not on each other's disk reads).
         let _warm = tx::warm();
         let _tx = self.hold(|| {
-            self.warm_obj(obj, false);
             if let Ok(dn) = self.os.stat(obj) {
                 let bs = dn.datablksz as u64;
                 if !offset.is_multiple_of(bs) {
