@@ -156,7 +156,7 @@ proptest! {
         seed in 1u64..1_000_000,
         picks in proptest::collection::vec((0usize..12, any::<bool>()), 3),
     ) {
-        let width = (np + extra).clamp(np + 2, 12);
+        let width = (np + extra).clamp(np + 1, 12);
         let ashift = if big_sectors { 12 } else { 9 };
         let mut victims = Vec::new();
         let mut silent = Vec::new();
@@ -174,7 +174,7 @@ proptest! {
 #[test]
 fn every_width_and_parity_reads_back_with_parity_many_destroyed() {
     for np in 1..=3 {
-        for width in np + 2..=12 {
+        for width in np + 1..=12 {
             let victims: Vec<usize> = (0..np).map(|i| (i * 5 + width) % width).collect();
             let mut v = victims.clone();
             v.dedup();

@@ -342,6 +342,7 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         ..Default::default()
     };
     let mut comment = None;
+    let mut ashift_prop = None;
     for kv in values(&o, 'o') {
         let Some((k, v)) = kv.split_once('=') else {
             return usage_err(&format!("bad property '{kv}': expected property=value"));
@@ -349,7 +350,8 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         match k {
             "ashift" => match v.parse::<u8>() {
                 Ok(a) if a == 0 || (9..=16).contains(&a) => {
-                    opts.ashift = if a == 0 { 12 } else { a }
+                    opts.ashift = if a == 0 { 12 } else { a };
+                    ashift_prop = Some(a);
                 }
                 _ => {
                     return err(format!(
@@ -435,6 +437,13 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     if let Some(c) = comment {
         if let Err(e) = pool.set_comment(&c) {
             return err(format!("cannot set comment: {e}"));
+        }
+    }
+    // `zpool get ashift` shows what create was told (and later `zpool add`
+    // uses it), as OpenZFS.
+    if let Some(a) = ashift_prop {
+        if let Err(e) = pool.set_default_ashift(a) {
+            return err(format!("cannot set ashift: {e}"));
         }
     }
     pool.log_history(full);
@@ -1088,6 +1097,11 @@ fn labelclear(d: &Daemon, args: &[String], cwd: &Path) -> Response {
             "labelclear operation failed.\n\tVdev {path} is a member of the imported pool \"{}\".",
             lab.pool.name
         ));
+    }
+    // A pool another process (another daemon) has imported: refused, `-f`
+    // or not; its hold on the device says so.
+    if let Err(e) = claim_dev(&path, &*dev) {
+        return err(format!("labelclear operation failed.\n\t{e}"));
     }
     if lab.pool.state == PoolState::Exported && !has(&o, 'f') {
         return err(format!(

@@ -204,3 +204,59 @@ fn dry_runs_change_nothing() {
     // other two devices must be untouched.
     assert_eq!(after[1..], before[1..], "a dry run wrote to a device");
 }
+
+/// A disk of a live pool is refused by every command that would write a
+/// label on it, `-f` or not, whether this daemon or another one (another
+/// run directory) holds the pool; the refusal names the pool.
+#[test]
+fn disks_of_live_pools_are_refused_even_with_force() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 96), e.disk("b", 96));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    // This daemon: a second pool, and attach/replace into it.
+    let c = e.disk("c", 96);
+    e.ok(&["zpool", "create", "-m", "none", "mine", &c]);
+    // Another daemon with a pool of its own.
+    let e2 = Env::new();
+    let d = e2.disk("d", 96);
+    e2.ok(&["zpool", "create", "-m", "none", "theirs", &d]);
+    for (env, pool, dev) in [(&e, "mine", &c), (&e2, "theirs", &d)] {
+        for args in [
+            vec!["zpool", "create", "-f", "new", a.as_str()],
+            vec!["zpool", "create", "-n", "-f", "new", a.as_str()],
+            vec!["zpool", "add", "-f", pool, a.as_str()],
+            vec!["zpool", "attach", "-f", pool, dev.as_str(), a.as_str()],
+            vec!["zpool", "replace", "-f", pool, dev.as_str(), a.as_str()],
+            vec!["zpool", "labelclear", "-f", a.as_str()],
+        ] {
+            let o = env.run(&args);
+            let msg = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?} was not refused: {msg}");
+            assert!(msg.contains("tank"), "{args:?}: the refusal does not name tank: {msg}");
+        }
+    }
+    e.ok(&["zpool", "sync", "tank"]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(st.contains("state: ONLINE") && st.contains("errors: No known data errors"));
+    e.ok(&["zpool", "scrub", "-w", "tank"]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(st.contains("with 0 errors"), "{st}");
+    e.ok(&["zpool", "export", "tank"]);
+    e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    e.ok(&["zpool", "export", "tank"]);
+    e2.ok(&["zpool", "export", "theirs"]);
+}
+
+#[test]
+fn ashift_given_at_create_is_the_pool_property() {
+    let e = Env::new();
+    let a = e.disk("a", 96);
+    e.ok(&["zpool", "create", "-m", "none", "-o", "ashift=9", "tank", &a]);
+    let got = e.ok(&["zpool", "get", "-H", "-o", "value,source", "ashift", "tank"]);
+    assert_eq!(got.trim(), "9\tlocal");
+    e.ok(&["zpool", "export", "tank"]);
+    e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    let got = e.ok(&["zpool", "get", "-H", "-o", "value", "ashift", "tank"]);
+    assert_eq!(got.trim(), "9");
+    e.ok(&["zpool", "export", "tank"]);
+}

@@ -275,11 +275,11 @@ pub(crate) fn build_top(
         return Err(Error::invalid("a disk vdev has exactly one device"));
     }
     let np = spec.kind.nparity();
-    if spec.kind.is_raidz() && !(np + 2..=255).contains(&width) {
+    if spec.kind.is_raidz() && !(np + 1..=255).contains(&width) {
         return Err(Error::invalid(format!(
             "a {} vdev needs {} to 255 devices, got {width}",
             spec.kind.label(),
-            np + 2
+            np + 1
         )));
     }
     if !(9..=16).contains(&ashift) {
