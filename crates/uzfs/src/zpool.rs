@@ -191,10 +191,12 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                     .unwrap_or(1);
                 let kind = TopKind::raidz(np).ok_or("invalid raidz parity")?;
                 let leaves = group(&mut i)?;
-                if leaves.len() < np + 2 {
+                // As OpenZFS: one data column at least (raidz1 of two
+                // disks keeps one copy and its parity, like a mirror).
+                if leaves.len() < np + 1 {
                     return Err(format!(
                         "invalid vdev specification: {a} requires at least {} devices",
-                        np + 2
+                        np + 1
                     ));
                 }
                 specs.push(TopSpec { kind, leaves });

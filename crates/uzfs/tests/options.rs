@@ -232,7 +232,10 @@ fn disks_of_live_pools_are_refused_even_with_force() {
             let o = env.run(&args);
             let msg = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(1), "{args:?} was not refused: {msg}");
-            assert!(msg.contains("tank"), "{args:?}: the refusal does not name tank: {msg}");
+            assert!(
+                msg.contains("tank"),
+                "{args:?}: the refusal does not name tank: {msg}"
+            );
         }
     }
     e.ok(&["zpool", "sync", "tank"]);
@@ -251,7 +254,9 @@ fn disks_of_live_pools_are_refused_even_with_force() {
 fn ashift_given_at_create_is_the_pool_property() {
     let e = Env::new();
     let a = e.disk("a", 96);
-    e.ok(&["zpool", "create", "-m", "none", "-o", "ashift=9", "tank", &a]);
+    e.ok(&[
+        "zpool", "create", "-m", "none", "-o", "ashift=9", "tank", &a,
+    ]);
     let got = e.ok(&["zpool", "get", "-H", "-o", "value,source", "ashift", "tank"]);
     assert_eq!(got.trim(), "9\tlocal");
     e.ok(&["zpool", "export", "tank"]);
@@ -259,4 +264,37 @@ fn ashift_given_at_create_is_the_pool_property() {
     let got = e.ok(&["zpool", "get", "-H", "-o", "value", "ashift", "tank"]);
     assert_eq!(got.trim(), "9");
     e.ok(&["zpool", "export", "tank"]);
+}
+
+/// raidz1/2/3 take the smallest widths OpenZFS takes: 2, 3 and 4 disks.
+#[test]
+fn smallest_raidz_widths_as_openzfs() {
+    let e = Env::new();
+    for (np, width) in [(1, 2), (2, 3), (3, 4)] {
+        let disks: Vec<String> = (0..width)
+            .map(|i| e.disk(&format!("r{np}-{i}"), 96))
+            .collect();
+        let mut args = vec!["zpool", "create", "-m", "none", "rz"];
+        let kind = format!("raidz{np}");
+        args.push(&kind);
+        args.extend(disks.iter().map(String::as_str));
+        e.ok(&args);
+        std::fs::write(e.dir.path().join("data"), vec![7u8; 3 << 20]).expect("data");
+        let obj = e.ok(&["object", "put", "rz", "data"]).trim().to_string();
+        e.ok(&["zpool", "export", "rz"]);
+        let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "rz"]);
+        assert!(z.contains("No errors"), "{kind} x{width}: {z}");
+        e.ok(&["zpool", "import", "-d", ".", "-N", "rz"]);
+        e.ok(&["object", "get", "rz", &obj, "back"]);
+        let back = std::fs::read(e.dir.path().join("back")).expect("back");
+        assert_eq!(back, vec![7u8; 3 << 20], "{kind} x{width}");
+        e.ok(&["zpool", "destroy", "rz"]);
+    }
+    // One fewer is refused.
+    let (a, b) = (e.disk("x0", 96), e.disk("x1", 96));
+    e.fails(
+        &["zpool", "create", "rz", "raidz2", &a, &b],
+        1,
+        "at least 3",
+    );
 }

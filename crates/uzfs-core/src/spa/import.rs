@@ -209,7 +209,7 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
         let np = t.kind.nparity();
         let width = t.children.len();
         let width_ok = if t.kind.is_raidz() {
-            (np + 2..=255).contains(&width)
+            (np + 1..=255).contains(&width)
         } else {
             width >= 1
         };
