@@ -124,7 +124,7 @@ fn bad_command_lines_get_clear_errors() {
     e.fails(
         &["zpool", "create", "tank", "raidz", &a],
         1,
-        "raidz requires at least 3 devices",
+        "raidz requires at least 2 devices",
     );
     e.fails(
         &["zpool", "create", "-o", "ashift=99", "tank", &a],
