@@ -15,23 +15,43 @@ use uzfs_core::vdev::{label, BlockDevice, FileDevice, FlushPolicy, TopKind};
 pub const USAGE: &str = "usage: zpool command args ...
 where 'command' is one of the following:
 
-\tcreate [-f] [-o property=value] ... <pool> <vdev> ...
-\tadd [-f] [-o property=value] <pool> <vdev> ...
+\tcreate [-fn] [-m mountpoint] [-o property=value] ... [-O file-system-property=value] ...
+\t    [-R root] <pool> <vdev> ...
 \tdestroy [-f] <pool>
+
+\tadd [-fn] [-o ashift=N] <pool> <vdev> ...
+\tremove <pool> <device> ...
+
 \tlabelclear [-f] <vdev>
 
 \tlist [-Hp] [-o property[,...]] [pool] ...
-\tstatus [-x] [pool] ...
+\tiostat [-v] [-l | -w] [-Hpy] [pool] ... [interval [count]]
+\tstatus [-vxP] [pool] ...
+
+\tonline <pool> <device> ...
+\toffline <pool> <device> ...
+\tclear <pool> [device]
+
+\tattach [-fsw] <pool> <device> <new-device>
+\tdetach <pool> <device>
+\treplace [-fsw] <pool> <device> [new-device]
+
+\tscrub [-s | -p] [-w] <pool> ...
+\twait [-H] [-t activity[,...]] <pool>
+
+\timport [-d dir] [-f] [-N] [-R root] [-a]
+\timport [-d dir] [-f] [-N] [-R root] <pool | id> [newpool]
+\texport [-f] [-a | <pool> ...]
+\tupgrade [-v]
+
 \thistory [pool] ...
 \tsync [pool] ...
 
-\timport [-d dir] [-f] [-a] [-N]
-\timport [-d dir] [-f] <pool | id> [newpool]
-\texport [-f] <pool> ...
-\tupgrade [-v]
-
 \tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> [pool] ...
 \tset <property=value> <pool> [vdev]
+
+Options OpenZFS has that are not listed here are refused (\"option not
+supported yet\").
 ";
 
 pub(crate) type Opts = Vec<(char, Option<String>)>;
@@ -741,9 +761,12 @@ fn found_tree(f: &FoundPool) -> String {
         }
     };
     for tc in &f.config.vdev_tree {
-        if tc.kind == TopKind::Mirror {
-            t.rows
-                .push(vec![format!("  mirror-{}", tc.id), "ONLINE".into()]);
+        if tc.kind != TopKind::Disk {
+            // mirror-N, raidz2-N: the layout as `zpool status` shows it.
+            t.rows.push(vec![
+                format!("  {}-{}", tc.kind.label(), tc.id),
+                "ONLINE".into(),
+            ]);
             for c in &tc.children {
                 let (p, s) = path_of(c.guid, &c.path);
                 t.rows.push(vec![format!("    {p}"), s.into()]);

@@ -282,6 +282,12 @@ fn smallest_raidz_widths_as_openzfs() {
         std::fs::write(e.dir.path().join("data"), vec![7u8; 3 << 20]).expect("data");
         let obj = e.ok(&["object", "put", "rz", "data"]).trim().to_string();
         e.ok(&["zpool", "export", "rz"]);
+        // The import listing shows the real layout.
+        let listing = e.ok(&["zpool", "import", "-d", "."]);
+        assert!(
+            listing.contains(&format!("{kind}-0")) && disks.iter().all(|d| listing.contains(d)),
+            "{listing}"
+        );
         let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "rz"]);
         assert!(z.contains("No errors"), "{kind} x{width}: {z}");
         e.ok(&["zpool", "import", "-d", ".", "-N", "rz"]);
@@ -297,4 +303,18 @@ fn smallest_raidz_widths_as_openzfs() {
         1,
         "at least 3",
     );
+}
+
+/// `zpool help` lists every command the daemon answers.
+#[test]
+fn zpool_help_lists_every_command() {
+    let e = Env::new();
+    let help = e.ok(&["zpool", "help"]);
+    for cmd in [
+        "create", "destroy", "add", "remove", "labelclear", "list", "iostat", "status", "online",
+        "offline", "clear", "attach", "detach", "replace", "scrub", "wait", "import", "export",
+        "upgrade", "history", "sync", "get", "set",
+    ] {
+        assert!(help.contains(&format!("\t{cmd} ")), "zpool help lacks {cmd}:\n{help}");
+    }
 }

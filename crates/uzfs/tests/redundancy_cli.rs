@@ -393,3 +393,57 @@ fn zinject_a_flushes_the_block_cache() {
     get_matches(&e, "tank", &obj, 5);
     e.fails(&["zinject", "-a", "nosuch"], 1, "no such pool");
 }
+
+/// Issue #13's resilver that never ended: raidz2 with a hot spare; export,
+/// a disk removed, import (the spare steps in and resilvers), export in the
+/// middle of that resilver, the disk put back, import. The resilver must
+/// end (a handful of runs at most, not thousands), the spare must show
+/// once, and the data must be whole.
+#[test]
+fn a_resilver_interrupted_by_export_with_the_disk_back_ends() {
+    let e = Env::new();
+    let d: Vec<String> = (0..6).map(|i| e.disk(&format!("r{i}"), 128)).collect();
+    e.ok(&[
+        "zpool", "create", "-m", "none", "tank", "raidz2", &d[0], &d[1], &d[2], &d[3], &d[4],
+        "spare", &d[5],
+    ]);
+    let obj = put(&e, "tank", 96, 5);
+    e.ok(&["zpool", "export", "tank"]);
+    let away = e.dir.path().join("away");
+    std::fs::create_dir(&away).expect("mkdir");
+    std::fs::rename(&d[2], away.join("r2")).expect("remove a disk");
+    e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    // The spare steps in; export while its resilver runs (or just after).
+    for _ in 0..50 {
+        let st = e.ok(&["zpool", "status", "tank"]);
+        if st.contains("resilver in progress") || st.contains("resilvered") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    e.ok(&["zpool", "export", "tank"]);
+    std::fs::rename(away.join("r2"), &d[2]).expect("put the disk back");
+    e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    let t0 = std::time::Instant::now();
+    let mut st = String::new();
+    while t0.elapsed() < std::time::Duration::from_secs(60) {
+        st = e.ok(&["zpool", "status", "tank"]);
+        if !st.contains("in progress") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(!st.contains("in progress"), "the resilver did not end:\n{st}");
+    // A few seconds more: no new resilver starts by itself.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let hist = e.ok(&["zpool", "history", "tank"]);
+    let runs = hist.matches("resilver started").count();
+    assert!(runs <= 4, "{runs} resilvers:\n{hist}");
+    let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));
+    let spare_rows = st.lines().filter(|l| l.contains("/r5 ")).count();
+    assert_eq!(spare_rows, 1, "the spare shows {spare_rows} times:\n{st}");
+    get_matches(&e, "tank", &obj, 5);
+    e.ok(&["zpool", "export", "tank"]);
+    let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "tank"]);
+    assert!(z.contains("No errors"), "{z}");
+}
