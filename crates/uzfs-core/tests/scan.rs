@@ -402,3 +402,46 @@ fn a_yielding_scrub_finishes_under_constant_foreground_reads() {
     assert_eq!(s.errors, 0);
     pool.close().expect("close");
 }
+
+/// A resilver that can never finish (here: a leaf whose missing-txg range
+/// is open although it takes writes, the import bug of issue #13) does not
+/// start resilvers forever: after `MAX_AUTO_RESILVERS` in a row the pool
+/// stops and says why; an operator's `online` starts the chain afresh.
+#[test]
+fn an_endless_resilver_chain_stops_and_says_why() {
+    let world = SimWorld::new();
+    let (disks, pool) = make(&world, TopKind::Mirror, 2, true);
+    let objs = write_objs(&pool, 41, 4, 300_000);
+    let leaf = pool.io.tops()[0].leaves()[1].clone();
+    leaf.dtl_open(pool.last_txg());
+    pool.maybe_resilver().expect("resilver");
+    pool.wait_scan();
+    let why = pool.resilver_halted().expect("the chain was not stopped");
+    assert!(
+        why.contains("automatic resilvers stopped") && why.contains(&leaf.path),
+        "{why}"
+    );
+    let runs = pool
+        .history()
+        .expect("history")
+        .iter()
+        .filter(|(_, h)| h.contains("resilver started"))
+        .count() as u32;
+    assert_eq!(
+        runs,
+        uzfs_core::spa::scan::MAX_AUTO_RESILVERS,
+        "resilvers started"
+    );
+    // Nothing starts by itself any more.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(pool
+        .scan_status()
+        .is_some_and(|s| s.state != ScanState::Scanning));
+    check(&pool, &objs);
+    // The operator fixes the cause and asks again: the chain starts afresh.
+    leaf.dtl_close(pool.last_txg());
+    pool.online(&leaf.path).expect("online");
+    assert!(pool.resilver_halted().is_none());
+    pool.close().expect("close");
+    clean(&disks);
+}

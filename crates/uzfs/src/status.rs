@@ -299,6 +299,9 @@ pub fn render(p: &Pool, now: u64) -> String {
         Some(s) => out.push_str(&scan_line(s, p.scan_rate(), now)),
         None => out.push_str("  scan: none requested\n"),
     }
+    if let Some(why) = p.resilver_halted() {
+        out.push_str(&format!("warning: {why}\n"));
+    }
     out.push_str("config:\n\n");
     let rows = tree_rows(p, health, resilvering);
     let spares = p.io.spares();

@@ -311,10 +311,33 @@ fn zpool_help_lists_every_command() {
     let e = Env::new();
     let help = e.ok(&["zpool", "help"]);
     for cmd in [
-        "create", "destroy", "add", "remove", "labelclear", "list", "iostat", "status", "online",
-        "offline", "clear", "attach", "detach", "replace", "scrub", "wait", "import", "export",
-        "upgrade", "history", "sync", "get", "set",
+        "create",
+        "destroy",
+        "add",
+        "remove",
+        "labelclear",
+        "list",
+        "iostat",
+        "status",
+        "online",
+        "offline",
+        "clear",
+        "attach",
+        "detach",
+        "replace",
+        "scrub",
+        "wait",
+        "import",
+        "export",
+        "upgrade",
+        "history",
+        "sync",
+        "get",
+        "set",
     ] {
-        assert!(help.contains(&format!("\t{cmd} ")), "zpool help lacks {cmd}:\n{help}");
+        assert!(
+            help.contains(&format!("\t{cmd} ")),
+            "zpool help lacks {cmd}:\n{help}"
+        );
     }
 }

@@ -433,7 +433,10 @@ fn a_resilver_interrupted_by_export_with_the_disk_back_ends() {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert!(!st.contains("in progress"), "the resilver did not end:\n{st}");
+    assert!(
+        !st.contains("in progress"),
+        "the resilver did not end:\n{st}"
+    );
     // A few seconds more: no new resilver starts by itself.
     std::thread::sleep(std::time::Duration::from_secs(3));
     let hist = e.ok(&["zpool", "history", "tank"]);

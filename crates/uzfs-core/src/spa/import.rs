@@ -409,6 +409,16 @@ impl Pool {
         } else {
             None
         };
+        // A leaf whose device is back takes writes again from this import
+        // on: the range of txgs it missed, left open when it went away,
+        // ends at the imported txg. (Left open, every resilver found it
+        // still lacking the newest txgs and started another, forever.)
+        let synced = pool.last_txg();
+        for l in pool.io.tops().iter().flat_map(|t| t.leaves()) {
+            if l.is_usable() && l.dtl().iter().any(|r| r.1 == u64::MAX) {
+                l.dtl_close(synced);
+            }
+        }
         pool.resume_scan(scan);
         if tun.sync_thread {
             // Leaves that came back, or a spare needed since export.

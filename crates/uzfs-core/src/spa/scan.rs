@@ -156,7 +156,18 @@ pub struct ScanSignals {
     pub delay_us: AtomicU64,
     /// A spare activation is under way (see `zed_check`).
     pub zed_busy: AtomicBool,
+    /// Resilvers started one after another by finished resilvers that
+    /// left some leaf still lacking txgs (see `resilver_again`).
+    pub auto_restarts: std::sync::atomic::AtomicU32,
+    /// Why automatic resilvers stopped, for `zpool status`; cleared by an
+    /// operator's attach, replace, online or clear.
+    pub halted: std::sync::Mutex<Option<String>>,
 }
+
+/// Resilvers a finished resilver may start in a row before the pool stops
+/// starting them and says why: each should leave nothing to do, so a
+/// chain this long means one that can never finish (issue #13 saw 29,032).
+pub const MAX_AUTO_RESILVERS: u32 = 8;
 
 /// Receives level-0 data (block id, bytes) while walking the meta-dnode.
 type L0Fn<'b> = &'b mut dyn FnMut(u64, &[u8]);
@@ -990,7 +1001,51 @@ impl Pool {
         }
         self.txg_wait_synced()?;
         // Something still needs a resilver (a leaf came back meanwhile)?
+        self.resilver_again()
+    }
+
+    /// After a finished resilver: start another if a leaf still lacks
+    /// txgs, but never an endless chain of them. A resilver that leaves
+    /// nothing behind ends the chain; the [`MAX_AUTO_RESILVERS`]th in a
+    /// row stops it, with the reason logged and shown by `zpool status`.
+    fn resilver_again(self: &Arc<Self>) -> Result<()> {
+        let left = self.leaves_to_resilver();
+        if left.is_empty() {
+            self.scan_sig.auto_restarts.store(0, Ordering::Relaxed);
+            return Ok(());
+        }
+        let n = self.scan_sig.auto_restarts.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= MAX_AUTO_RESILVERS {
+            let synced = self.last_txg();
+            let what: Vec<String> = left
+                .iter()
+                .map(|l| match l.dtl_bounds(synced) {
+                    Some((a, b)) => format!("{} (txgs {a}-{b})", l.path),
+                    None => l.path.clone(),
+                })
+                .collect();
+            let why = format!(
+                "{n} resilvers in a row left {} lacking data; automatic resilvers \
+                 stopped. 'zpool clear' or 'zpool online' starts one again",
+                what.join(", ")
+            );
+            log::error!("pool '{}': {why}", self.name);
+            *lock(&self.scan_sig.halted) = Some(why);
+            return Ok(());
+        }
         self.maybe_resilver()
+    }
+
+    /// Why automatic resilvers stopped, if they did.
+    pub fn resilver_halted(&self) -> Option<String> {
+        lock(&self.scan_sig.halted).clone()
+    }
+
+    /// An operator asked for a resilver (attach, replace, online, clear):
+    /// the automatic chain starts afresh.
+    pub(crate) fn resilver_unhalt(&self) {
+        self.scan_sig.auto_restarts.store(0, Ordering::Relaxed);
+        *lock(&self.scan_sig.halted) = None;
     }
 
     /// Promote resilvered replacements and release spares no longer needed.

@@ -119,6 +119,7 @@ impl Pool {
         };
         leaf.inject.clear();
         leaf.clear_errors();
+        self.resilver_unhalt();
         if leaf.state() != LeafState::Online {
             // Everything committed so far was written without it.
             leaf.dtl_close(self.last_txg());
@@ -261,6 +262,7 @@ impl Pool {
         }
         self.log_history(&format!("replace {old} {new_path}"));
         self.txg_wait_synced()?;
+        self.resilver_unhalt();
         self.restart_resilver()
     }
 
@@ -297,6 +299,7 @@ impl Pool {
         }
         self.log_history(&format!("attach {existing} {new_path}"));
         self.txg_wait_synced()?;
+        self.resilver_unhalt();
         self.restart_resilver()
     }
 
