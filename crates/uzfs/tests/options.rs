@@ -274,27 +274,29 @@ fn smallest_raidz_widths_as_openzfs() {
         let disks: Vec<String> = (0..width)
             .map(|i| e.disk(&format!("r{np}-{i}"), 96))
             .collect();
-        let mut args = vec!["zpool", "create", "-m", "none", "rz"];
+        let pool = format!("rz{np}");
+        let mut args = vec!["zpool", "create", "-m", "none", pool.as_str()];
         let kind = format!("raidz{np}");
         args.push(&kind);
         args.extend(disks.iter().map(String::as_str));
         e.ok(&args);
         std::fs::write(e.dir.path().join("data"), vec![7u8; 3 << 20]).expect("data");
-        let obj = e.ok(&["object", "put", "rz", "data"]).trim().to_string();
-        e.ok(&["zpool", "export", "rz"]);
+        let obj = e.ok(&["object", "put", &pool, "data"]).trim().to_string();
+        e.ok(&["zpool", "export", &pool]);
         // The import listing shows the real layout.
         let listing = e.ok(&["zpool", "import", "-d", "."]);
         assert!(
-            listing.contains(&format!("{kind}-0")) && disks.iter().all(|d| listing.contains(d)),
+            listing.contains(&format!("{kind}-0"))
+                && (0..width).all(|i| listing.contains(&format!("/r{np}-{i} "))),
             "{listing}"
         );
-        let z = e.ok(&["zdb", "-e", "-p", ".", "-b", "rz"]);
+        let z = e.ok(&["zdb", "-e", "-p", ".", "-b", &pool]);
         assert!(z.contains("No errors"), "{kind} x{width}: {z}");
-        e.ok(&["zpool", "import", "-d", ".", "-N", "rz"]);
-        e.ok(&["object", "get", "rz", &obj, "back"]);
+        e.ok(&["zpool", "import", "-d", ".", "-N", &pool]);
+        e.ok(&["object", "get", &pool, &obj, "back"]);
         let back = std::fs::read(e.dir.path().join("back")).expect("back");
         assert_eq!(back, vec![7u8; 3 << 20], "{kind} x{width}");
-        e.ok(&["zpool", "destroy", "rz"]);
+        e.ok(&["zpool", "destroy", &pool]);
     }
     // One fewer is refused.
     let (a, b) = (e.disk("x0", 96), e.disk("x1", 96));
