@@ -171,14 +171,32 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
 
 type Target = (Arc<Pool>, Arc<Dataset>);
 
-/// Datasets named by `names` (with their descendants if `recursive`), or
-/// all datasets of all pools.
-fn targets(d: &Daemon, names: &[String], recursive: bool) -> Result<Vec<Target>, Response> {
+/// How many levels below the pool's root a dataset is.
+fn level(ds: &Dataset) -> usize {
+    let r = ds.rel();
+    if r.is_empty() {
+        0
+    } else {
+        r.split('/').count()
+    }
+}
+
+/// Datasets named by `names` (with their descendants if `recursive`, at
+/// most `depth` levels below each name if given: `-d`), or all datasets
+/// of all pools (within `depth` levels of the pools' roots).
+fn targets(
+    d: &Daemon,
+    names: &[String],
+    recursive: bool,
+    depth: Option<usize>,
+) -> Result<Vec<Target>, Response> {
     let mut out = Vec::new();
     if names.is_empty() {
         for p in pools(d) {
             for ds in p.datasets() {
-                out.push((p.clone(), ds));
+                if depth.is_none_or(|max| level(&ds) <= max) {
+                    out.push((p.clone(), ds));
+                }
             }
         }
         return Ok(out);
@@ -186,13 +204,29 @@ fn targets(d: &Daemon, names: &[String], recursive: bool) -> Result<Vec<Target>,
     for n in names {
         let (p, ds) = lookup(d, n.trim_end_matches('/'))?;
         out.push((p.clone(), ds.clone()));
-        if recursive {
-            let mut kids = p.descendants(&ds);
+        if recursive || depth.is_some() {
+            let base = level(&ds);
+            let mut kids: Vec<_> = p
+                .descendants(&ds)
+                .into_iter()
+                .filter(|k| depth.is_none_or(|max| level(k) - base <= max))
+                .collect();
             kids.sort_by_key(|k| k.rel());
             out.extend(kids.into_iter().map(|k| (p.clone(), k)));
         }
     }
     Ok(out)
+}
+
+/// `-d depth`, checked.
+fn depth_opt(o: &[(char, Option<String>)]) -> Result<Option<usize>, Response> {
+    match values(&o.to_vec(), 'd').last() {
+        None => Ok(None),
+        Some(v) => v
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| usage_err(&format!("invalid depth '{v}'"))),
+    }
 }
 
 /// A property's display value (`-p`: exact numbers).
@@ -263,7 +297,7 @@ fn known(p: &str) -> bool {
 }
 
 fn list(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "d:!Hj!o:prs:!S:!t:") {
+    let (o, rest) = match getopt(args, "d:Hj!o:prs:S:t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -294,12 +328,53 @@ fn list(d: &Daemon, args: &[String]) -> Response {
             return usage_err(&format!("invalid property '{c}'"));
         }
     }
-    let ts = match targets(d, &rest, has(&o, 'r')) {
+    let depth = match depth_opt(&o) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let mut ts = match targets(d, &rest, has(&o, 'r'), depth) {
         Ok(t) => t,
         Err(r) => return r,
     };
     if ts.is_empty() {
         return Response::ok("no datasets available\n".into());
+    }
+    // -s / -S: sort by properties, in the order given (numbers as numbers;
+    // a later key breaks ties of an earlier one), as zfs-list(8).
+    let keys: Vec<(String, bool)> = o
+        .iter()
+        .filter(|(c, _)| *c == 's' || *c == 'S')
+        .filter_map(|(c, v)| v.as_ref().map(|v| (canon(v), *c == 'S')))
+        .collect();
+    for (k, _) in &keys {
+        if !known(k) {
+            return usage_err(&format!("invalid property '{k}'"));
+        }
+    }
+    if !keys.is_empty() {
+        let key_of = |p: &Arc<Pool>, ds: &Arc<Dataset>| -> Vec<(Option<u64>, String)> {
+            keys.iter()
+                .map(|(k, _)| {
+                    let v = show(d, p, ds, k, true).0;
+                    (v.parse::<u64>().ok(), v)
+                })
+                .collect()
+        };
+        let mut keyed: Vec<_> = ts
+            .into_iter()
+            .map(|(p, ds)| (key_of(&p, &ds), p, ds))
+            .collect();
+        keyed.sort_by(|a, b| {
+            for (i, (_, desc)) in keys.iter().enumerate() {
+                let ord = a.0[i].cmp(&b.0[i]);
+                let ord = if *desc { ord.reverse() } else { ord };
+                if ord != std::cmp::Ordering::Equal {
+                    return ord;
+                }
+            }
+            std::cmp::Ordering::Equal
+        });
+        ts = keyed.into_iter().map(|(_, p, ds)| (p, ds)).collect();
     }
     let header: Vec<String> = cols
         .iter()
@@ -331,7 +406,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn get(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "d:!Hj!o:prs:!t:") {
+    let (o, rest) = match getopt(args, "d:Hj!o:prs:t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -365,9 +440,42 @@ fn get(d: &Daemon, args: &[String]) -> Response {
                 "source".into(),
             ]
         });
-    let ts = match targets(d, &rest[1..], has(&o, 'r')) {
+    let depth = match depth_opt(&o) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let ts = match targets(d, &rest[1..], has(&o, 'r'), depth) {
         Ok(t) => t,
         Err(r) => return r,
+    };
+    // -s source[,source]: only properties whose source is one of them.
+    let sources: Option<Vec<String>> = values(&o, 's')
+        .last()
+        .map(|v| v.split(',').map(str::to_string).collect());
+    if let Some(ss) = &sources {
+        for s in ss {
+            if ![
+                "local",
+                "default",
+                "inherited",
+                "temporary",
+                "received",
+                "none",
+            ]
+            .contains(&s.as_str())
+            {
+                return usage_err(&format!("invalid source '{s}'"));
+            }
+        }
+    }
+    let wanted_source = |src: &str| {
+        sources.as_ref().is_none_or(|ss| {
+            ss.iter().any(|s| match s.as_str() {
+                "inherited" => src.starts_with("inherited"),
+                "none" => src == "-",
+                s => src == s,
+            })
+        })
     };
     let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
@@ -376,6 +484,9 @@ fn get(d: &Daemon, args: &[String]) -> Response {
         let name = p.ds_name(&ds.rel());
         for prop in &props_wanted {
             let (v, src) = show(d, &p, &ds, prop, has(&o, 'p'));
+            if !wanted_source(&src) {
+                continue;
+            }
             t.rows.push(
                 fields
                     .iter()
@@ -488,7 +599,7 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
     let prop = canon(prop);
     let mut notes = Vec::new();
     for n in names {
-        let ts = match targets(d, std::slice::from_ref(n), has(&o, 'r')) {
+        let ts = match targets(d, std::slice::from_ref(n), has(&o, 'r'), None) {
             Ok(t) => t,
             Err(r) => return r,
         };

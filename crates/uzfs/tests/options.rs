@@ -81,13 +81,8 @@ const REFUSED: &[(&str, &str)] = &[
     ("zfs create -v F/x", "-v"),
     ("zfs create -s F/x", "-s"),
     ("zfs create -V 1M F/x", "-V"),
-    ("zfs list -d 1", "-d"),
     ("zfs list -j", "-j"),
-    ("zfs list -s name", "-s"),
-    ("zfs list -S name", "-S"),
-    ("zfs get -d 1 all", "-d"),
     ("zfs get -j all", "-j"),
-    ("zfs get -s local all", "-s"),
     ("zfs inherit -S atime F", "-S"),
     ("zfs mount -f F", "-f"),
     ("zfs mount -l F", "-l"),
@@ -342,4 +337,73 @@ fn zpool_help_lists_every_command() {
             "zpool help lacks {cmd}:\n{help}"
         );
     }
+}
+
+/// `zfs list -d`/`-s`/`-S` and `zfs get -d`/`-s`: depth, sorting and
+/// source filters do what zfs-list(8) and zfs-get(8) say.
+#[test]
+fn zfs_list_and_get_depth_sort_and_source() {
+    let e = Env::new();
+    let a = e.disk("a", 96);
+    e.ok(&["zpool", "create", "-m", "none", "tank", &a]);
+    for fs in ["tank/b", "tank/b/deep", "tank/a"] {
+        e.ok(&["zfs", "create", fs]);
+    }
+    e.ok(&["zfs", "set", "quota=1G", "tank/b"]);
+    e.ok(&["zfs", "set", "atime=off", "tank/b"]);
+    let names = |args: &[&str]| -> Vec<String> { e.ok(args).lines().map(str::to_string).collect() };
+    assert_eq!(
+        names(&["zfs", "list", "-H", "-o", "name", "-d", "1", "tank"]),
+        ["tank", "tank/a", "tank/b"]
+    );
+    assert_eq!(
+        names(&["zfs", "list", "-H", "-o", "name", "-d", "0", "tank/b"]),
+        ["tank/b"]
+    );
+    assert_eq!(
+        names(&["zfs", "list", "-H", "-o", "name", "-r", "-d", "1", "tank/b"]),
+        ["tank/b", "tank/b/deep"]
+    );
+    assert_eq!(
+        names(&["zfs", "list", "-H", "-o", "name", "-s", "name"]),
+        ["tank", "tank/a", "tank/b", "tank/b/deep"]
+    );
+    assert_eq!(
+        names(&["zfs", "list", "-H", "-o", "name", "-S", "name"]),
+        ["tank/b/deep", "tank/b", "tank/a", "tank"]
+    );
+    // Sorted by a number: tank holds everything, so it sorts last.
+    let by_used = names(&["zfs", "list", "-H", "-o", "name", "-s", "used"]);
+    assert_eq!(
+        by_used.last().map(String::as_str),
+        Some("tank"),
+        "{by_used:?}"
+    );
+    e.fails(&["zfs", "list", "-d", "x"], 2, "invalid depth");
+    e.fails(&["zfs", "list", "-s", "bogus"], 2, "invalid property");
+    // Only locally set properties, every dataset (`-m none` set tank's
+    // mountpoint); only inherited ones.
+    let get = |src: &str| {
+        let mut v = names(&["zfs", "get", "-H", "-o", "name,property", "-s", src, "all"]);
+        v.sort();
+        v
+    };
+    assert_eq!(
+        get("local"),
+        ["tank\tmountpoint", "tank/b\tatime", "tank/b\tquota"]
+    );
+    let inherited = get("inherited");
+    assert!(
+        inherited.contains(&"tank/b/deep\tatime".to_string())
+            && !inherited
+                .iter()
+                .any(|l| l.starts_with("tank/a\t") && l.ends_with("atime")),
+        "{inherited:?}"
+    );
+    assert_eq!(
+        names(&["zfs", "get", "-H", "-o", "name", "-d", "1", "atime", "tank"]),
+        ["tank", "tank/a", "tank/b"]
+    );
+    e.fails(&["zfs", "get", "-s", "bogus", "all"], 2, "invalid source");
+    e.ok(&["zpool", "export", "tank"]);
 }
