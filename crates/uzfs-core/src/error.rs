@@ -31,6 +31,10 @@ pub enum Error {
     /// writes get EIO until it is exported and imported again.
     #[error("pool '{pool}' is suspended: {why}")]
     Suspended { pool: String, why: String },
+    /// The pool was imported read-only (`zpool import -o readonly=on`):
+    /// nothing may change it (EROFS).
+    #[error("pool '{0}' is read-only")]
+    ReadOnly(String),
     /// A broken invariant of the engine itself: a bug, never bad input.
     #[error("internal error: {0}")]
     Internal(String),

@@ -27,6 +27,9 @@ pub struct CacheEntry {
     /// `-R altroot` the pool was created or imported with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub altroot: Option<String>,
+    /// Imported read-only (`-o readonly=on`): re-imported read-only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readonly: bool,
 }
 
 pub struct Daemon {
@@ -115,6 +118,7 @@ impl Daemon {
                 name: p.name.clone(),
                 guid: p.guid,
                 altroot: alt.get(&p.name).cloned(),
+                readonly: p.readonly(),
                 paths: p
                     .io
                     .tops()
@@ -188,6 +192,7 @@ impl Daemon {
         found: &FoundPool,
         new_name: Option<&str>,
         mount: bool,
+        readonly: bool,
     ) -> Result<Arc<Pool>, String> {
         let name = new_name.unwrap_or(&found.config.name).to_string();
         if self
@@ -206,9 +211,15 @@ impl Daemon {
                 .claim()
                 .map_err(|e| format!("cannot import '{}': {e}", found.config.name))?;
         }
-        let pool = Pool::import(found, new_name, Self::tunables()).map_err(|e| e.to_string())?;
-        pool.log_history(&format!("zpool import {}", found.config.name));
-        pool.txg_wait_synced().map_err(|e| e.to_string())?;
+        let tun = Tunables {
+            readonly,
+            ..Self::tunables()
+        };
+        let pool = Pool::import(found, new_name, tun).map_err(|e| e.to_string())?;
+        if !readonly {
+            pool.log_history(&format!("zpool import {}", found.config.name));
+            pool.txg_wait_synced().map_err(|e| e.to_string())?;
+        }
         self.pools
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -234,7 +245,7 @@ impl Daemon {
                     .insert(e.name.clone(), a.clone());
             }
             match found {
-                Some(f) => match self.import(&f, Some(&e.name), true) {
+                Some(f) => match self.import(&f, Some(&e.name), true, e.readonly) {
                     Ok(_) => log::info!("imported '{}' from the cache", e.name),
                     Err(err) => {
                         log::error!("cannot re-import '{}': {err}", e.name)

@@ -647,7 +647,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
             },
         ),
         "version" => ("-".into(), "default"),
-        "readonly" => ("off".into(), "-"),
+        "readonly" => (if p.readonly() { "on" } else { "off" }.into(), "-"),
         "multihost" => (
             if props.multihost { "on" } else { "off" }.into(),
             if props.multihost { "local" } else { "default" },
@@ -782,10 +782,36 @@ fn found_tree(f: &FoundPool) -> String {
 }
 
 fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
-    let (o, rest) = match getopt(args, "D!d:fF!l!m!n!Nt!T:!X!c:!o:!R:s!a") {
+    let (o, rest) = match getopt(args, "D!d:fF!l!m!n!Nt!T:!X!c:!o:R:s!a") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
+    // -o property=value: readonly=on|off; other properties and mount
+    // options are refused, never ignored.
+    let mut readonly = false;
+    for kv in values(&o, 'o') {
+        match kv.split_once('=') {
+            Some(("readonly", "on")) => readonly = true,
+            Some(("readonly", "off")) => readonly = false,
+            Some(("readonly", v)) => {
+                return err(format!(
+                    "invalid value '{v}' for property 'readonly': on | off"
+                ))
+            }
+            Some((k, _)) => {
+                return Response::err(
+                    2,
+                    format!("property '{k}' at import: not supported yet (only readonly=on|off)"),
+                )
+            }
+            None => {
+                return Response::err(
+                    2,
+                    format!("mount options at import ('-o {kv}'): not supported yet"),
+                )
+            }
+        }
+    }
     let mut dirs: Vec<PathBuf> = values(&o, 'd').iter().map(|p| resolve(cwd, p)).collect();
     if dirs.is_empty() {
         dirs.push(PathBuf::from("/dev"));
@@ -891,7 +917,7 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
                 .altroot
                 .insert(n, a.to_string());
         }
-        if let Err(e) = d.import(f, new_name, !has(&o, 'N')) {
+        if let Err(e) = d.import(f, new_name, !has(&o, 'N'), readonly) {
             return err(e);
         }
         d.write_cache();
@@ -912,6 +938,11 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
             Ok(p) => p,
             Err(r) => return r,
         };
+        if destroy && pool.readonly() {
+            return err(format!(
+                "cannot destroy '{name}': pool '{name}' is read-only"
+            ));
+        }
         if let Err(e) = crate::mounts::unmount_pool(d, name, has(&_o, 'f')) {
             return err(e);
         }

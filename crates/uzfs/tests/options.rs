@@ -57,7 +57,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool import -T 5 P", "-T"),
     ("zpool import -X P", "-X"),
     ("zpool import -c file P", "-c"),
-    ("zpool import -o readonly=on P", "-o"),
     ("zpool import -s P", "-s"),
     ("zpool scrub -e P", "-e"),
     ("zpool offline -f P D", "-f"),
@@ -406,4 +405,112 @@ fn zfs_list_and_get_depth_sort_and_source() {
     );
     e.fails(&["zfs", "get", "-s", "bogus", "all"], 2, "invalid source");
     e.ok(&["zpool", "export", "tank"]);
+}
+
+/// `zpool import -o readonly=on`: the pool is readable, every change is
+/// refused with a clear error, and not one byte of any device changes,
+/// through reads, refused writes, a refused scrub and export.
+#[test]
+fn readonly_import_writes_nothing() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 96), e.disk("b", 96));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    e.ok(&["zfs", "create", "tank/fs"]);
+    let payload: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(e.dir.path().join("data"), &payload).expect("data");
+    let obj = e.ok(&["object", "put", "tank", "data"]).trim().to_string();
+    e.ok(&["zpool", "export", "tank"]);
+    let before = (digest(&a), digest(&b));
+
+    e.fails(
+        &["zpool", "import", "-d", ".", "-o", "bogus=1", "tank"],
+        2,
+        "property 'bogus'",
+    );
+    e.ok(&[
+        "zpool",
+        "import",
+        "-d",
+        ".",
+        "-N",
+        "-o",
+        "readonly=on",
+        "tank",
+    ]);
+    let ro = e.ok(&["zpool", "get", "-H", "-o", "value", "readonly", "tank"]);
+    assert_eq!(ro.trim(), "on");
+    assert!(e.ok(&["zpool", "status", "tank"]).contains("ONLINE"));
+    assert!(e
+        .ok(&["zfs", "list", "-H", "-o", "name"])
+        .contains("tank/fs"));
+    e.ok(&["object", "get", "tank", &obj, "back"]);
+    assert_eq!(
+        std::fs::read(e.dir.path().join("back")).expect("back"),
+        payload
+    );
+    for args in [
+        vec!["object", "put", "tank", "data"],
+        vec!["zfs", "create", "tank/new"],
+        vec!["zfs", "set", "atime=off", "tank/fs"],
+        vec!["zfs", "destroy", "tank/fs"],
+        vec!["zpool", "set", "comment=x", "tank"],
+        vec!["zpool", "scrub", "tank"],
+        vec!["zpool", "sync", "tank"],
+        vec!["zpool", "destroy", "tank"],
+    ] {
+        let o = e.run(&args);
+        let msg = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{args:?} succeeded on a read-only pool"
+        );
+        assert!(msg.contains("read-only"), "{args:?}: {msg}");
+    }
+    // The refused set left nothing behind in memory either.
+    assert_ne!(
+        e.ok(&["zpool", "get", "-H", "-o", "value", "comment", "tank"])
+            .trim(),
+        "x"
+    );
+    e.ok(&["zpool", "export", "tank"]);
+    assert_eq!(
+        (digest(&a), digest(&b)),
+        before,
+        "a read-only import wrote to a device"
+    );
+    // And the pool imports read-write as before.
+    e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    e.ok(&["zfs", "create", "tank/new"]);
+    e.ok(&["zpool", "export", "tank"]);
+}
+
+/// A read-only import mounts its filesystems read-only: files read back,
+/// writes get EROFS, and the devices do not change.
+#[test]
+fn readonly_import_mounts_read_only() {
+    if !common::can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let a = e.disk("a", 96);
+    e.ok(&["zpool", "create", "tank", &a]);
+    let mnt = e.dir.path().join("mnt/tank");
+    std::fs::write(mnt.join("f"), b"hello").expect("write before");
+    e.ok(&["zpool", "export", "tank"]);
+    let before = digest(&a);
+    e.ok(&["zpool", "import", "-d", ".", "-o", "readonly=on", "tank"]);
+    assert_eq!(std::fs::read(mnt.join("f")).expect("read"), b"hello");
+    let w = std::fs::write(mnt.join("g"), b"x");
+    assert_eq!(
+        w.as_ref().err().and_then(|e| e.raw_os_error()),
+        Some(libc::EROFS),
+        "{w:?}"
+    );
+    let r = std::fs::remove_file(mnt.join("f"));
+    assert_eq!(
+        r.as_ref().err().and_then(|e| e.raw_os_error()),
+        Some(libc::EROFS)
+    );
+    e.ok(&["zpool", "export", "tank"]);
+    assert_eq!(digest(&a), before, "a read-only mount wrote to the device");
 }

@@ -646,7 +646,10 @@ impl DatasetCtx for DsCtx {
             .map_err(zpl::fs::errno)
     }
     fn props(&self) -> ZplProps {
-        *rlock(&self.props)
+        let mut p = *rlock(&self.props);
+        // A read-only import mounts every filesystem read-only (EROFS).
+        p.readonly |= self.pool.readonly();
+        p
     }
     fn space(&self) -> (u64, u64) {
         let avail = self.pool.ds_available(&self.ds);

@@ -198,6 +198,14 @@ pub(crate) fn build_spares(cfg: &PoolConfig, found: &FoundPool) -> Vec<Arc<Leaf>
         .collect()
 }
 
+/// Leaves of a read-only import: reads never repair them.
+fn mark_readonly(tops: &[Arc<TopVdev>], readonly: bool) {
+    for l in tops.iter().flat_map(|t| t.leaves()) {
+        l.readonly
+            .store(readonly, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> {
     let mut tops = Vec::new();
     for (i, t) in cfg.vdev_tree.iter().enumerate() {
@@ -259,6 +267,25 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
 impl Pool {
     /// Import a found pool and start its sync thread (if the tunables say so).
     pub fn import(found: &FoundPool, new_name: Option<&str>, tun: Tunables) -> Result<Arc<Pool>> {
+        // Read-only: every device behind a wrapper that refuses writes.
+        let ro;
+        let found = if tun.readonly {
+            ro = FoundPool {
+                config: found.config.clone(),
+                devices: found
+                    .devices
+                    .iter()
+                    .map(|d| LabeledDevice {
+                        path: d.path.clone(),
+                        dev: Arc::new(crate::vdev::device::ReadOnlyDevice(d.dev.clone())),
+                        label: d.label.clone(),
+                    })
+                    .collect(),
+            };
+            &ro
+        } else {
+            found
+        };
         let lcfg = &found.config;
         if lcfg.state == PoolState::Destroyed {
             return Err(Error::invalid(format!(
@@ -285,6 +312,7 @@ impl Pool {
         // anything is read into memory or written.
         super::mmp::activity_check(found, &ub, &tun, |g| ashifts.get(&g).copied().unwrap_or(12))?;
         let tops = build_tops(lcfg, found)?;
+        mark_readonly(&tops, tun.readonly);
         let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
         let open_txg = ub.txg + 1;
         let gate = Arc::new(crate::dmu::tx::TxgGate::new());
@@ -300,6 +328,7 @@ impl Pool {
         }
         // The MOS config is authoritative: rebuild the vdev tree from it.
         let tops = build_tops(&config, found)?;
+        mark_readonly(&tops, tun.readonly);
         if config.guid_sum() != ub.guid_sum {
             return Err(Error::corrupt(
                 "pool",
@@ -396,10 +425,10 @@ impl Pool {
                 list.insert(c.id(), c);
             }
         }
-        if tun.sync_thread {
+        if tun.sync_thread && !tun.readonly {
             txg::start_sync_thread(&pool);
         }
-        if lock(&pool.st).props.multihost {
+        if lock(&pool.st).props.multihost && !tun.readonly {
             // Stamps continue the sequence of the last writer's (another
             // host's, maybe): ordered after them, never hidden by them.
             pool.start_mmp_after(ub.mmp.map_or(0, |m| m.seq));
@@ -418,6 +447,11 @@ impl Pool {
             if l.is_usable() && l.dtl().iter().any(|r| r.1 == u64::MAX) {
                 l.dtl_close(synced);
             }
+        }
+        if tun.readonly {
+            // Shown by `zpool status` as it stands; never continued.
+            lock(&pool.scan).phys = scan;
+            return Ok(pool);
         }
         pool.resume_scan(scan);
         if tun.sync_thread {
@@ -439,6 +473,14 @@ impl Pool {
     }
 
     fn set_state(&self, s: PoolState) -> Result<()> {
+        if self.tun.readonly {
+            // Export leaves the labels as they were (the pool stays marked
+            // as its last writer left it); destroy would write them.
+            if s != PoolState::Exported {
+                self.check_rw()?;
+            }
+            return self.close();
+        }
         {
             let mut st = lock(&self.st);
             st.config.state = s;

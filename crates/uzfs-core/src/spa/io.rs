@@ -133,7 +133,10 @@ impl SpaIo {
                 Ok((data, _)) => {
                     // A gang copy is not one extent: it heals from its own
                     // vdev's redundancy only (spa/gang.rs).
-                    for (t, d) in failed.iter().filter(|(_, d)| d.flags & DVA_GANG == 0) {
+                    for (t, d) in failed
+                        .iter()
+                        .filter(|(t, d)| d.flags & DVA_GANG == 0 && !t.readonly())
+                    {
                         // Best effort: a failed repair leaves the copy bad, counted.
                         let _ = t.write_block(d.offset, &data, d.asize, bp.phys_birth);
                     }

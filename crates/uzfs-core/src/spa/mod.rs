@@ -561,6 +561,7 @@ impl Pool {
 
     /// Change the persisted pool properties (committed with the next txg).
     fn update_props(&self, f: impl FnOnce(&mut PoolProps)) -> Result<()> {
+        self.check_rw()?;
         let (obj, props) = {
             let mut st = lock(&self.st);
             f(&mut st.props);
@@ -570,6 +571,7 @@ impl Pool {
     }
 
     pub fn set_flush(&self, vdev: &str, policy: FlushPolicy) -> Result<()> {
+        self.check_rw()?;
         let mut st = lock(&self.st);
         let tops = self.io.tops();
         let Some(pos) = tops
@@ -600,6 +602,9 @@ impl Pool {
 
     /// Record a command in the pool history (committed with the next txg).
     pub fn log_history(&self, cmd: &str) {
+        if self.tun.readonly {
+            return;
+        }
         let now = scan::now_secs();
         lock(&self.st)
             .history_pending
@@ -784,7 +789,21 @@ impl Pool {
         self.root.create_object(ot::PLAIN_FILE, blksz, props)
     }
 
+    /// Imported read-only? Then nothing may change it.
+    pub fn readonly(&self) -> bool {
+        self.tun.readonly
+    }
+
+    /// `Err(ReadOnly)` on a pool imported read-only.
+    pub(crate) fn check_rw(&self) -> Result<()> {
+        if self.tun.readonly {
+            return Err(Error::ReadOnly(self.name.clone()));
+        }
+        Ok(())
+    }
+
     fn check_writable(&self, incoming: u64) -> Result<()> {
+        self.check_rw()?;
         if let Some(why) = self.suspended() {
             return Err(Error::suspended(&self.name, &why));
         }

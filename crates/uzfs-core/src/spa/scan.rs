@@ -430,6 +430,8 @@ impl Pool {
 
     /// `zpool scrub`: start (or resume a paused) scrub.
     pub fn scrub(self: &Arc<Self>) -> Result<()> {
+        // A scrub repairs what it finds: not on a read-only pool.
+        self.check_rw()?;
         let mut c = lock(&self.scan);
         if let Some(p) = &c.phys {
             if p.state == ScanState::Scanning {
@@ -467,6 +469,7 @@ impl Pool {
         targets: Vec<u64>,
         order: IssueOrder,
     ) -> Result<()> {
+        self.check_rw()?;
         self.stop_scan_thread();
         let max_txg = self.txg_wait_synced()?;
         let (_, allocated, _) = self.space();
@@ -524,6 +527,7 @@ impl Pool {
 
     /// `zpool scrub -p`: pause; `scrub` resumes.
     pub fn scrub_pause(&self) -> Result<()> {
+        self.check_rw()?;
         self.stop_scan_thread();
         let mut c = lock(&self.scan);
         match &mut c.phys {
@@ -543,6 +547,7 @@ impl Pool {
 
     /// `zpool scrub -s`: cancel.
     pub fn scrub_cancel(&self) -> Result<()> {
+        self.check_rw()?;
         self.stop_scan_thread();
         let mut c = lock(&self.scan);
         match &mut c.phys {

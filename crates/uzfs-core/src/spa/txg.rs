@@ -116,6 +116,10 @@ pub struct Tunables {
     /// before taking it (default 10; OpenZFS zfs_multihost_import_intervals
     /// is 20). Smaller risks importing a pool whose writer only stalled.
     pub mmp_import_intervals: u32,
+    /// Import read-only (`zpool import -o readonly=on`): no sync, no
+    /// repair, no scan, no stamp; nothing is ever written to the devices
+    /// and every change is refused with [`Error::ReadOnly`].
+    pub readonly: bool,
 }
 
 fn ram_bytes() -> u64 {
@@ -144,6 +148,7 @@ impl Default for Tunables {
             hostid: 0,
             mmp_interval: Duration::from_secs(1),
             mmp_import_intervals: 10,
+            readonly: false,
         }
     }
 }
@@ -1195,6 +1200,9 @@ impl Pool {
     /// vdev changes). While the sync is parked on a failed I/O it is held
     /// until `zpool clear`; such a change is refused instead of waiting.
     pub(crate) fn sync_guard(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        // Everything that changes a pool's state or commits goes through
+        // here: a read-only pool refuses it before anything changes.
+        self.check_rw()?;
         loop {
             match self.sync_lock.try_lock() {
                 Ok(g) => return Ok(g),
@@ -1212,6 +1220,12 @@ impl Pool {
     /// Stop the sync thread (after committing everything dirty). A sync
     /// parked on a failed I/O gives up: its txg is not committed.
     pub fn close(&self) -> Result<()> {
+        if self.tun.readonly {
+            // Nothing was changed and nothing is written.
+            lock(&self.txg).shutdown = true;
+            self.txg_cv.notify_all();
+            return Ok(());
+        }
         self.stop_mmp();
         if self.suspended().is_some() {
             self.io.suspension.give_up();

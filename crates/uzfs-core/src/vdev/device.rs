@@ -358,6 +358,35 @@ impl BlockDevice for MissingDevice {
     }
 }
 
+/// A device a read-only import sits on: reads pass through, a write is an
+/// error and never reaches the device, a flush has nothing to do. The pool
+/// above does not write (`Tunables::readonly`); this makes sure of it.
+pub struct ReadOnlyDevice(pub std::sync::Arc<dyn BlockDevice>);
+
+impl BlockDevice for ReadOnlyDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> Result<()> {
+        Err(Error::Io {
+            path: self.0.name(),
+            source: std::io::Error::from_raw_os_error(libc::EROFS),
+        })
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn claim(&self) -> Result<()> {
+        self.0.claim()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

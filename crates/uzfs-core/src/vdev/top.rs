@@ -281,8 +281,15 @@ impl TopVdev {
         verify: Verify,
         thorough: bool,
     ) -> Result<(Vec<u8>, u64)> {
-        let o = self.read_impl(offset, psize, birth, verify, thorough, true)?;
+        let o = self.read_impl(offset, psize, birth, verify, thorough, !self.readonly())?;
         Ok((o.data, o.repaired))
+    }
+
+    /// Part of a read-only import: nothing is repaired (nothing written).
+    pub fn readonly(&self) -> bool {
+        self.children
+            .first()
+            .is_some_and(|c| c.readonly.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Read every copy and column of a block without writing or counting

@@ -116,6 +116,7 @@ pub fn errno(e: Error) -> Errno {
         Error::TooBig(_) => libc::EFBIG,
         Error::Invalid(_) => libc::EINVAL,
         Error::Unsupported(_) => libc::EOPNOTSUPP,
+        Error::ReadOnly(_) => libc::EROFS,
         // Suspended, internal, corrupt, checksum, device errors.
         Error::Suspended { .. }
         | Error::Internal(_)
