@@ -74,7 +74,14 @@ pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathB
     })
 }
 
-pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), String> {
+/// Mount a dataset; `temp_ro`: `zfs mount -o ro|rw`, a temporary
+/// `readonly` for this mount only (`None`: the property's value).
+pub fn mount(
+    d: &Daemon,
+    pool: &Arc<Pool>,
+    ds: &Arc<Dataset>,
+    temp_ro: Option<bool>,
+) -> Result<(), String> {
     let name = pool.ds_name(&ds.rel());
     if lock(d).by_name.contains_key(&name) {
         return Err(format!("cannot mount '{name}': filesystem already mounted"));
@@ -94,14 +101,12 @@ pub fn mount(d: &Daemon, pool: &Arc<Pool>, ds: &Arc<Dataset>) -> Result<(), Stri
         }
     }
     let ctx = DsCtx::new(pool.clone(), ds.clone());
+    ctx.set_temp_readonly(temp_ro);
     let zpl = Arc::new(
         Zpl::mount(ds.os.clone(), ctx.clone())
             .map_err(|e| format!("cannot mount '{name}': not a filesystem: {e}"))?,
     );
-    let readonly = pool
-        .get_prop(ds, "readonly")
-        .map(|(v, _)| v == "on")
-        .unwrap_or(false);
+    let readonly = uzfs_core::zpl::DatasetCtx::props(&*ctx).readonly;
     let posix_acl = pool
         .get_prop(ds, "acltype")
         .map(|(v, _)| v == "posix")
@@ -148,7 +153,7 @@ pub fn mount_all(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
         if ds.rel().is_empty() && !ds.os.exists(1).unwrap_or(false) {
             continue; // a pool made before filesystems existed
         }
-        if let Err(e) = mount(d, pool, &ds) {
+        if let Err(e) = mount(d, pool, &ds, None) {
             errs.push(e);
         }
     }
@@ -266,6 +271,14 @@ pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
 
 pub fn is_mounted(d: &Daemon, name: &str) -> Option<PathBuf> {
     lock(d).by_name.get(name).map(|m| m.path.clone())
+}
+
+/// The temporary `readonly` of a mounted dataset (`zfs mount -o ro|rw`).
+pub fn temp_readonly(d: &Daemon, name: &str) -> Option<bool> {
+    lock(d)
+        .by_name
+        .get(name)
+        .and_then(|m| m.ctx.temp_readonly())
 }
 
 /// (dataset, mountpoint) of every mount.

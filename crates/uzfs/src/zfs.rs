@@ -235,6 +235,12 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
         let m = mounts::is_mounted(d, &pool.ds_name(&ds.rel())).is_some();
         return (if m { "yes" } else { "no" }.into(), "-".into());
     }
+    if prop == "readonly" {
+        // A mount's temporary value (`zfs mount -o ro|rw`) shows as such.
+        if let Some(t) = mounts::temp_readonly(d, &pool.ds_name(&ds.rel())) {
+            return (if t { "on" } else { "off" }.into(), "temporary".into());
+        }
+    }
     let (v, src) = match pool.get_prop(ds, prop) {
         Ok(x) => x,
         Err(_) => return ("-".into(), "-".into()),
@@ -624,12 +630,25 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn mount(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "af!l!O!o:!v!") {
+    let (o, rest) = match getopt(args, "af!l!O!o:v!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
+    // -o ro|rw: a temporary readonly for these mounts (the last one
+    // wins, as mount(8)); other options are refused, never ignored.
+    let mut temp_ro = None;
+    for opt in values(&o, 'o').iter().flat_map(|v| v.split(',')) {
+        match opt {
+            "ro" => temp_ro = Some(true),
+            "rw" => temp_ro = Some(false),
+            other => return Response::err(2, format!("mount option '{other}': not supported yet")),
+        }
+    }
     if has(&o, 'a') {
         let mut errs = Vec::new();
+        if temp_ro.is_some() {
+            return Response::err(2, "zfs mount -a -o: not supported yet".to_string());
+        }
         for p in pools(d) {
             errs.extend(mounts::mount_all(d, &p));
         }
@@ -651,7 +670,7 @@ fn mount(d: &Daemon, args: &[String]) -> Response {
             Ok(x) => x,
             Err(r) => return r,
         };
-        if let Err(e) = mounts::mount(d, &pool, &ds) {
+        if let Err(e) = mounts::mount(d, &pool, &ds, temp_ro) {
             return err(e);
         }
     }

@@ -86,7 +86,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zfs mount -f F", "-f"),
     ("zfs mount -l F", "-l"),
     ("zfs mount -O F", "-O"),
-    ("zfs mount -o ro F", "-o"),
     ("zfs mount -v F", "-v"),
     ("zfs unmount -u F", "-u"),
     ("zfs rename -r F F2", "-r"),
@@ -513,4 +512,60 @@ fn readonly_import_mounts_read_only() {
     );
     e.ok(&["zpool", "export", "tank"]);
     assert_eq!(digest(&a), before, "a read-only mount wrote to the device");
+}
+
+/// `zfs mount -o ro|rw`: a temporary readonly for that mount only, shown
+/// as "temporary" by `zfs get`, gone at the next mount; other mount
+/// options are refused.
+#[test]
+fn zfs_mount_ro_and_rw_are_temporary() {
+    if !common::can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let a = e.disk("a", 96);
+    e.ok(&["zpool", "create", "tank", &a]);
+    e.ok(&["zfs", "create", "tank/fs"]);
+    let mnt = e.dir.path().join("mnt/tank/fs");
+    let ro = |want: &str| {
+        let got = e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "readonly",
+            "tank/fs",
+        ]);
+        assert_eq!(got.trim(), want);
+    };
+    let write_errno = || {
+        std::fs::write(mnt.join("f"), b"x")
+            .err()
+            .and_then(|e| e.raw_os_error())
+    };
+    e.ok(&["zfs", "unmount", "tank/fs"]);
+    e.fails(
+        &["zfs", "mount", "-o", "noexec", "tank/fs"],
+        2,
+        "mount option 'noexec'",
+    );
+    e.ok(&["zfs", "mount", "-o", "ro", "tank/fs"]);
+    ro("on\ttemporary");
+    assert_eq!(write_errno(), Some(libc::EROFS));
+    e.ok(&["zfs", "unmount", "tank/fs"]);
+    e.ok(&["zfs", "mount", "tank/fs"]);
+    ro("off\tdefault");
+    assert_eq!(write_errno(), None);
+    // The other way round: readonly=on, mounted rw for once.
+    e.ok(&["zfs", "set", "readonly=on", "tank/fs"]);
+    e.ok(&["zfs", "unmount", "tank/fs"]);
+    e.ok(&["zfs", "mount", "-o", "rw", "tank/fs"]);
+    ro("off\ttemporary");
+    assert_eq!(write_errno(), None);
+    e.ok(&["zfs", "unmount", "tank/fs"]);
+    e.ok(&["zfs", "mount", "tank/fs"]);
+    ro("on\tlocal");
+    assert_eq!(write_errno(), Some(libc::EROFS));
+    e.export_and_zdb("tank");
 }

@@ -565,6 +565,8 @@ pub struct DsCtx {
     props: RwLock<ZplProps>,
     /// Whether this dataset or an ancestor has a quota (writes check it).
     quota: std::sync::atomic::AtomicBool,
+    /// `zfs mount -o ro|rw`: a temporary `readonly` for this mount only.
+    temp_readonly: std::sync::Mutex<Option<bool>>,
 }
 
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
@@ -582,7 +584,18 @@ impl DsCtx {
             ds,
             props: RwLock::new(p),
             quota: std::sync::atomic::AtomicBool::new(q),
+            temp_readonly: std::sync::Mutex::new(None),
         })
+    }
+
+    /// A temporary `readonly` for this mount (`zfs mount -o ro|rw`), or
+    /// `None` for the property's own value.
+    pub fn set_temp_readonly(&self, v: Option<bool>) {
+        *lock(&self.temp_readonly) = v;
+    }
+
+    pub fn temp_readonly(&self) -> Option<bool> {
+        *lock(&self.temp_readonly)
     }
     pub fn refresh(&self) {
         *wlock(&self.props) = self.pool.zpl_props(&self.ds);
@@ -647,6 +660,9 @@ impl DatasetCtx for DsCtx {
     }
     fn props(&self) -> ZplProps {
         let mut p = *rlock(&self.props);
+        if let Some(t) = *lock(&self.temp_readonly) {
+            p.readonly = t;
+        }
         // A read-only import mounts every filesystem read-only (EROFS).
         p.readonly |= self.pool.readonly();
         p
