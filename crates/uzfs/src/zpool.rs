@@ -696,7 +696,7 @@ const ALL_PROPS: &[&str] = &[
 ];
 
 fn list(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "g!HL!pP!v!o:T:!") {
+    let (o, rest) = match getopt(args, "g!HL!pP!vo:T:!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -737,11 +737,62 @@ fn list(d: &Daemon, args: &[String]) -> Response {
             }
         }
         t.rows.push(row);
+        if has(&o, 'v') {
+            t.rows.extend(vdev_rows(p, &cols, has(&o, 'p')));
+        }
     }
     if pools.is_empty() {
         return Response::ok("no pools available\n".into());
     }
     Response::ok(t.render(has(&o, 'H')))
+}
+
+/// `zpool list -v`: a row per top-level vdev (its own size, allocated,
+/// free and capacity) and per device beneath it (its health), other
+/// columns "-", as zpool-list(8).
+fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
+    let n = |v: u64| if parsable { v.to_string() } else { nicenum(v) };
+    let space = p.vdev_space();
+    let mut rows = Vec::new();
+    for (i, t) in p.io.tops().iter().enumerate() {
+        let (alloc, free) = space.get(i).copied().unwrap_or((0, 0));
+        let size = alloc + free;
+        let name = if t.kind == TopKind::Disk {
+            t.children.first().map_or(String::new(), |c| c.path.clone())
+        } else {
+            format!("{}-{}", t.kind.label(), t.id)
+        };
+        rows.push(
+            cols.iter()
+                .map(|c| match c.as_str() {
+                    "name" => format!("  {name}"),
+                    "size" => n(size),
+                    "allocated" | "alloc" => n(alloc),
+                    "free" => n(free),
+                    "capacity" | "cap" => {
+                        format!("{}%", (alloc * 100).checked_div(size).unwrap_or(0))
+                    }
+                    "health" => t.health().to_string(),
+                    _ => "-".into(),
+                })
+                .collect(),
+        );
+        if t.kind == TopKind::Disk {
+            continue;
+        }
+        for l in t.leaves() {
+            rows.push(
+                cols.iter()
+                    .map(|c| match c.as_str() {
+                        "name" => format!("    {}", l.path),
+                        "health" => crate::status::leaf_state(&l).to_string(),
+                        _ => "-".into(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows
 }
 
 fn found_tree(f: &FoundPool) -> String {

@@ -36,7 +36,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool list -g", "-g"),
     ("zpool list -L", "-L"),
     ("zpool list -P", "-P"),
-    ("zpool list -v", "-v"),
     ("zpool list -T d", "-T"),
     ("zpool status -c x P", "-c"),
     ("zpool status -D P", "-D"),
@@ -568,4 +567,32 @@ fn zfs_mount_ro_and_rw_are_temporary() {
     ro("on\tlocal");
     assert_eq!(write_errno(), Some(libc::EROFS));
     e.export_and_zdb("tank");
+}
+
+/// `zpool list -v`: a row per top-level vdev with its own space, and per
+/// device beneath it with its health.
+#[test]
+fn zpool_list_verbose_shows_every_vdev() {
+    let e = Env::new();
+    let (a, b, c) = (e.disk("a", 96), e.disk("b", 96), e.disk("c", 128));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    e.ok(&["zpool", "add", "tank", &c]);
+    let out = e.ok(&["zpool", "list", "-v", "-H", "-p", "-o", "name,size,health"]);
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0].trim()).collect();
+    assert_eq!(
+        names,
+        ["tank", "mirror-0", a.as_str(), b.as_str(), c.as_str()],
+        "{out}"
+    );
+    let size = |i: usize| rows[i][1].parse::<u64>().unwrap_or(0);
+    assert!(size(1) > 0 && size(4) > size(1), "{out}");
+    assert_eq!(
+        size(0),
+        size(1) + size(4),
+        "pool size is its vdevs' sum:\n{out}"
+    );
+    assert_eq!(rows[2][1], "-");
+    assert!(rows.iter().all(|r| r[2] == "ONLINE"), "{out}");
+    e.ok(&["zpool", "export", "tank"]);
 }
