@@ -833,7 +833,7 @@ fn found_tree(f: &FoundPool) -> String {
 }
 
 fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
-    let (o, rest) = match getopt(args, "D!d:fF!l!m!n!Nt!T:!X!c:!o:R:s!a") {
+    let (o, rest) = match getopt(args, "Dd:fF!l!m!n!Nt!T:!X!c:!o:R:s!a") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -930,9 +930,6 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         }
         return Response::ok(out);
     }
-    if has(&o, 'D') {
-        return err("importing destroyed pools is not supported yet");
-    }
     let targets: Vec<&FoundPool> = if has(&o, 'a') {
         found.iter().collect()
     } else {
@@ -968,6 +965,17 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
                 .altroot
                 .insert(n, a.to_string());
         }
+        // -D: a destroyed pool comes back as if it had been exported (its
+        // labels are rewritten as active by the import's first txg).
+        let revived;
+        let f = if has(&o, 'D') {
+            let mut g = f.clone();
+            g.config.state = PoolState::Exported;
+            revived = g;
+            &revived
+        } else {
+            f
+        };
         if let Err(e) = d.import(f, new_name, !has(&o, 'N'), readonly) {
             return err(e);
         }

@@ -47,7 +47,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool status -s P", "-s"),
     ("zpool status -t P", "-t"),
     ("zpool status -T d P", "-T"),
-    ("zpool import -D", "-D"),
     ("zpool import -F P", "-F"),
     ("zpool import -l P", "-l"),
     ("zpool import -m P", "-m"),
@@ -595,4 +594,34 @@ fn zpool_list_verbose_shows_every_vdev() {
     assert_eq!(rows[2][1], "-");
     assert!(rows.iter().all(|r| r[2] == "ONLINE"), "{out}");
     e.ok(&["zpool", "export", "tank"]);
+}
+
+/// `zpool import -D`: destroyed pools are listed only with -D and come
+/// back whole with it.
+#[test]
+fn destroyed_pools_import_with_dash_d() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 96), e.disk("b", 96));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    let payload: Vec<u8> = (0..1_500_000u32).map(|i| (i % 241) as u8).collect();
+    std::fs::write(e.dir.path().join("data"), &payload).expect("data");
+    let obj = e.ok(&["object", "put", "tank", "data"]).trim().to_string();
+    e.ok(&["zpool", "destroy", "tank"]);
+    e.fails(&["zpool", "import", "-d", ".", "tank"], 1, "no such pool");
+    let listing = e.ok(&["zpool", "import", "-D", "-d", "."]);
+    assert!(
+        listing.contains("pool: tank") && listing.contains("destroyed"),
+        "{listing}"
+    );
+    e.ok(&["zpool", "import", "-D", "-d", ".", "-N", "tank"]);
+    assert!(e.ok(&["zpool", "status", "tank"]).contains("state: ONLINE"));
+    e.ok(&["object", "get", "tank", &obj, "back"]);
+    assert_eq!(
+        std::fs::read(e.dir.path().join("back")).expect("back"),
+        payload
+    );
+    e.ok(&["zpool", "export", "tank"]);
+    // Active again: a plain import finds it.
+    e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    e.export_and_zdb("tank");
 }
