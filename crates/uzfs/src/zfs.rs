@@ -68,7 +68,7 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn create(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "b:!n!P!pu!v!o:s!V:!") {
+    let (o, rest) = match getopt(args, "b:!nPpuvo:s!V:!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -88,12 +88,48 @@ fn create(d: &Daemon, args: &[String]) -> Response {
             "cannot create '{name}': no such pool '{pool_name}'"
         ));
     };
+    // What would be (or is) created: -v says it, -P in machine form; -n
+    // only says it.
+    let (plan, local) = match pool.plan_create_dataset(name, &props, has(&o, 'p')) {
+        Ok(x) => x,
+        Err(e) => return err(format!("cannot create '{name}': {e}")),
+    };
+    let mut out = String::new();
+    if has(&o, 'v') || has(&o, 'P') {
+        let will = if has(&o, 'n') {
+            "would create"
+        } else {
+            "create"
+        };
+        for rel in &plan {
+            let full = pool.ds_name(rel);
+            out.push_str(&if has(&o, 'P') {
+                format!("create\t{full}\n")
+            } else {
+                format!("{will} '{full}'\n")
+            });
+        }
+        for (k, v) in &local {
+            out.push_str(&if has(&o, 'P') {
+                format!("property\t{k}\t{v}\n")
+            } else {
+                format!("\t{k}={v}\n")
+            });
+        }
+    }
+    if has(&o, 'n') {
+        return Response::ok(out);
+    }
     if let Err(e) = pool.create_dataset(name, &props, has(&o, 'p')) {
         return err(format!("cannot create '{name}': {e}"));
     }
     pool.log_history(&format!("zfs create {}", args.join(" ")));
     if let Err(e) = pool.txg_wait_synced() {
         return err(format!("cannot create '{name}': {e}"));
+    }
+    // -u: created, not mounted.
+    if has(&o, 'u') {
+        return Response::ok(out);
     }
     let errs = mounts::mount_all(d, &pool);
     if !errs.is_empty() {
@@ -102,7 +138,7 @@ fn create(d: &Daemon, args: &[String]) -> Response {
             errs.join("\n")
         ));
     }
-    Response::ok(String::new())
+    Response::ok(out)
 }
 
 fn destroy(d: &Daemon, args: &[String]) -> Response {

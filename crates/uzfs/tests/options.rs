@@ -72,10 +72,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool iostat -T d", "-T"),
     ("zpool upgrade -V 5 P", "-V"),
     ("zfs create -b 8k F/x", "-b"),
-    ("zfs create -n F/x", "-n"),
-    ("zfs create -P F/x", "-P"),
-    ("zfs create -u F/x", "-u"),
-    ("zfs create -v F/x", "-v"),
     ("zfs create -s F/x", "-s"),
     ("zfs create -V 1M F/x", "-V"),
     ("zfs list -j", "-j"),
@@ -623,5 +619,48 @@ fn destroyed_pools_import_with_dash_d() {
     e.ok(&["zpool", "export", "tank"]);
     // Active again: a plain import finds it.
     e.ok(&["zpool", "import", "-d", ".", "-N", "tank"]);
+    e.export_and_zdb("tank");
+}
+
+/// `zfs create -n/-v/-P/-u`: a dry run says what would be created and
+/// creates nothing; -v/-P say it for a real create; -u creates without
+/// mounting.
+#[test]
+fn zfs_create_dry_run_verbose_and_unmounted() {
+    let e = Env::new();
+    let a = e.disk("a", 96);
+    e.ok(&["zpool", "create", "-m", "none", "tank", &a]);
+    let names = || e.ok(&["zfs", "list", "-H", "-o", "name"]);
+    let out = e.ok(&[
+        "zfs",
+        "create",
+        "-n",
+        "-v",
+        "-p",
+        "-o",
+        "atime=off",
+        "tank/a/b",
+    ]);
+    assert_eq!(
+        out,
+        "would create 'tank/a'\nwould create 'tank/a/b'\n\tatime=off\n"
+    );
+    let out = e.ok(&["zfs", "create", "-n", "-P", "-o", "atime=off", "tank/c"]);
+    assert_eq!(out, "create\ttank/c\nproperty\tatime\toff\n");
+    assert_eq!(e.ok(&["zfs", "create", "-n", "tank/c"]), "");
+    assert_eq!(names(), "tank\n", "a dry run created something");
+    // A dry run checks what the real one checks.
+    e.fails(&["zfs", "create", "-n", "tank/x/y"], 1, "use -p");
+    e.fails(
+        &["zfs", "create", "-n", "-o", "atime=maybe", "tank/c"],
+        1,
+        "must be 'on' or 'off'",
+    );
+    // -v on a real create; -u leaves it unmounted.
+    let out = e.ok(&["zfs", "create", "-v", "-u", "tank/c"]);
+    assert_eq!(out, "create 'tank/c'\n");
+    let m = e.ok(&["zfs", "get", "-H", "-o", "value", "mounted", "tank/c"]);
+    assert_eq!(m.trim(), "no");
+    e.fails(&["zfs", "create", "-n", "tank/c"], 1, "already exists");
     e.export_and_zdb("tank");
 }

@@ -177,12 +177,16 @@ impl Pool {
 
     /// `zfs create`: a new filesystem (and with `parents`, its missing
     /// ancestors). Properties are validated before anything changes.
-    pub fn create_dataset(
+    /// What `create_dataset` would create (the relative names, parents
+    /// first) and the validated local properties of the last, without
+    /// changing anything (`zfs create -n`): the same checks, in the same
+    /// order.
+    pub fn plan_create_dataset(
         &self,
         name: &str,
         props: &[(String, String)],
         parents: bool,
-    ) -> Result<()> {
+    ) -> Result<(Vec<String>, BTreeMap<String, String>)> {
         let rel = self.rel_of(name)?;
         if rel.is_empty() {
             return Err(Error::invalid(format!("dataset '{name}' already exists")));
@@ -191,8 +195,8 @@ impl Pool {
         for (k, v) in props {
             local.insert(k.clone(), validate_settable(k, v)?);
         }
-        let _g = self.sync_guard()?;
         let parts: Vec<&str> = rel.split('/').collect();
+        let mut plan = Vec::new();
         for i in 1..=parts.len() {
             let sub = parts[..i].join("/");
             let exists = self.datasets().iter().any(|d| d.rel() == sub);
@@ -212,13 +216,32 @@ impl Pool {
                     self.ds_name(&sub)
                 )));
             }
-            let parent_rel = parts[..i - 1].join("/");
+            plan.push(sub);
+        }
+        Ok((plan, local))
+    }
+
+    pub fn create_dataset(
+        &self,
+        name: &str,
+        props: &[(String, String)],
+        parents: bool,
+    ) -> Result<()> {
+        let _g = self.sync_guard()?;
+        let (plan, local) = self.plan_create_dataset(name, props, parents)?;
+        let n = plan.len();
+        for (i, sub) in plan.into_iter().enumerate() {
+            let parent_rel = sub.rsplit_once('/').map_or("", |(p, _)| p).to_string();
             let parent = self
                 .datasets()
                 .into_iter()
                 .find(|d| d.rel() == parent_rel)
                 .ok_or_else(|| Error::invalid("parent vanished"))?;
-            let props = if last { local.clone() } else { BTreeMap::new() };
+            let props = if i + 1 == n {
+                local.clone()
+            } else {
+                BTreeMap::new()
+            };
             self.add_dataset(&sub, parent.id(), props)?;
         }
         Ok(())
