@@ -207,7 +207,7 @@ thread_local! {
 
 /// This thread's next reserved number in `os`.
 fn take_reserved(os: &Objset) -> Option<u64> {
-    let key = os as *const Objset as usize;
+    let key = os.key();
     RESERVED.with(|r| {
         let mut r = r.borrow_mut();
         let i = r.iter().position(|(k, _)| *k == key)?;
@@ -559,6 +559,11 @@ impl Objset {
         Ok(cand)
     }
 
+    /// This object set's identity in thread-local tables (its address).
+    fn key(&self) -> usize {
+        self as *const Objset as usize
+    }
+
     /// Reserve `n` object numbers for the creates of an operation about to
     /// hold the txg: the search for free numbers reads dnode blocks, so it
     /// happens here, before the hold (dmu/tx.rs, "What bounds a hold").
@@ -573,10 +578,7 @@ impl Objset {
             lock(&self.st).next_obj = c + 1;
             got.push(c);
         }
-        RESERVED.with(|r| {
-            r.borrow_mut()
-                .extend(got.iter().map(|&o| (self as *const Objset as usize, o)))
-        });
+        RESERVED.with(|r| r.borrow_mut().extend(got.iter().map(|&o| (self.key(), o))));
         Ok(Reserved { os: self })
     }
 

@@ -230,6 +230,15 @@ pub struct Zpl {
     posix_acl: AtomicBool,
 }
 
+/// A txg hold taken by [`Zpl::hold`], with the warm-up scope that pins
+/// what the operation read before it (fields drop in order: the hold is
+/// released first).
+#[must_use = "the txg is held only while this lives"]
+struct Held<'a> {
+    _tx: tx::Tx<'a>,
+    _warm: tx::Warm,
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -319,7 +328,6 @@ impl Zpl {
             .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
         if !zpl.ctx.props().readonly {
             for e in Zap::open(&zpl.os, zpl.unlinked).all()? {
-                let _warm = tx::warm();
                 let _tx = zpl.hold(|| zpl.warm_doomed(e.value));
                 let _ = zpl.destroy(e.value);
             }
@@ -382,17 +390,22 @@ impl Zpl {
     // bounds a hold"). Errors are ignored here: the operation meets them
     // again under its hold and answers them there.
 
-    /// Hold the open txg for an operation that `warm` warmed up: when a
-    /// freeze or a sync's publication landed between the warm-up and the
-    /// hold, what was read may have moved, so warm up again. Neither can
-    /// land while the hold lives.
-    fn hold(&self, warm: impl Fn()) -> tx::Tx<'_> {
+    /// Hold the open txg for an operation, after `warm` read (inside a
+    /// warm-up scope that lives as long as the hold) what it will read
+    /// under it: when a freeze or a sync's publication landed between the
+    /// warm-up and the hold, what was read may have moved, so warm up
+    /// again. Neither can land while the hold lives.
+    fn hold(&self, warm: impl Fn()) -> Held<'_> {
+        let warm_scope = tx::warm();
         loop {
             let seen = self.os.generation();
             warm();
             let t = self.os.tx();
             if self.os.generation() == seen {
-                return t;
+                return Held {
+                    _tx: t,
+                    _warm: warm_scope,
+                };
             }
         }
     }
@@ -445,13 +458,12 @@ impl Zpl {
         }
     }
 
-    /// The data block `blk` of `obj`, if it may hold data (a partial
-    /// overwrite, a truncate or punch inside it, a block size change).
-    fn warm_block(&self, obj: u64, blk: u64) {
-        if let Ok(dn) = self.os.stat(obj) {
-            if blk * (dn.datablksz as u64) < dn.size {
-                let _ = self.os.read_block(obj, blk);
-            }
+    /// The data block `blk` of `obj` (dnode `dn`), if it may hold data (a
+    /// partial overwrite, a truncate or punch inside it, a block size
+    /// change).
+    fn warm_block(&self, obj: u64, dn: &DnodePhys, blk: u64) {
+        if blk * (dn.datablksz as u64) < dn.size {
+            let _ = self.os.read_block(obj, blk);
         }
     }
 
@@ -568,7 +580,6 @@ impl Zpl {
         // Admission may wait for syncs: before the txg hold (dmu/tx.rs).
         // An inherited ACL is one more small object.
         self.ctx.admit(if self.posix_acl() { 8192 } else { 4096 })?;
-        let _warm = tx::warm();
         // The node, and the object of an inherited ACL.
         let _numbers = io(self.os.reserve_objects(1 + self.posix_acl() as usize))?;
         let _tx = self.hold(|| self.warm_name(dir, name));
@@ -730,7 +741,6 @@ impl Zpl {
             return Err(libc::ENAMETOOLONG);
         }
         self.writable()?;
-        let _warm = tx::warm();
         let _tx = self.hold(|| self.warm_name(dir, name));
         let _ns = self.lock_ns();
         self.dir(dir)?;
@@ -796,7 +806,6 @@ impl Zpl {
             }
         }
         self.writable()?;
-        let _warm = tx::warm();
         let _tx = self.hold(|| {
             self.warm_name(sdir, sname);
             self.warm_name(ddir, dname);
@@ -902,7 +911,6 @@ impl Zpl {
         check_name(dname)?;
         self.writable()?;
         self.ctx.admit(512)?;
-        let _warm = tx::warm();
         let _tx = self.hold(|| {
             self.warm_obj(obj, false);
             self.warm_name(ddir, dname);
@@ -983,7 +991,6 @@ impl Zpl {
         if a.mode.is_some() && self.posix_acl() {
             self.ctx.admit(4096)?;
         }
-        let _warm = tx::warm();
         let acl = a.mode.is_some() && self.posix_acl();
         // chmod may rewrite the ACL into a new xattr object.
         let _numbers = io(self.os.reserve_objects(acl as usize))?;
@@ -993,7 +1000,7 @@ impl Zpl {
                 // The block the new end falls in; block 0 of a file that
                 // grows its block size.
                 for blk in [0, size / dn.datablksz as u64] {
-                    self.warm_block(obj, blk);
+                    self.warm_block(obj, &dn, blk);
                 }
             }
         });
@@ -1116,7 +1123,6 @@ impl Zpl {
         if last && !self.ctx.props().readonly {
             if let Ok((_, z)) = self.load(obj) {
                 if z.nlink == 0 {
-                    let _warm = tx::warm();
                     let _tx = self.hold(|| self.warm_doomed(obj));
                     let _ns = self.lock_ns();
                     let still_closed = !lock(&self.opens).contains_key(&obj);
@@ -1198,18 +1204,17 @@ impl Zpl {
         // single-block file about to grow its block: before the hold and
         // the object's lock (so concurrent writers to one file wait on each
         // other's memcpy, not on each other's disk reads).
-        let _warm = tx::warm();
         let _tx = self.hold(|| {
             if let Ok(dn) = self.os.stat(obj) {
                 let bs = dn.datablksz as u64;
                 if !offset.is_multiple_of(bs) {
-                    self.warm_block(obj, offset / bs);
+                    self.warm_block(obj, &dn, offset / bs);
                 }
                 if !end.is_multiple_of(bs) && end / bs != offset / bs {
-                    self.warm_block(obj, end / bs);
+                    self.warm_block(obj, &dn, end / bs);
                 }
                 if end > bs {
-                    self.warm_block(obj, 0);
+                    self.warm_block(obj, &dn, 0);
                 }
             }
         });
@@ -1247,11 +1252,13 @@ impl Zpl {
             self.ctx
                 .admit((2 * bs).max(self.ctx.props().recordsize as u64))?;
         }
-        let _warm = tx::warm();
+        // Only the dnode and the blocks at both ends (and block 0 of a
+        // growing file): fallocate touches no xattr.
         let _tx = self.hold(|| {
-            self.warm_obj(obj, false);
-            for blk in [0, offset / bs, end / bs] {
-                self.warm_block(obj, blk);
+            if let Ok(dn) = self.os.stat(obj) {
+                for blk in [0, offset / bs, end / bs] {
+                    self.warm_block(obj, &dn, blk);
+                }
             }
         });
         let _g = self.lock_objs(&[obj]);
@@ -1439,7 +1446,6 @@ impl Zpl {
         };
         self.ctx
             .admit(cur + name.len() as u64 + value.map_or(0, |v| v.len() as u64) + 5)?;
-        let _warm = tx::warm();
         // The list is rewritten into a new object.
         let _numbers = io(self.os.reserve_objects(1))?;
         let _tx = self.hold(|| self.warm_obj(obj, true));
