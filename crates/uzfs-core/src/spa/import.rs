@@ -198,14 +198,6 @@ pub(crate) fn build_spares(cfg: &PoolConfig, found: &FoundPool) -> Vec<Arc<Leaf>
         .collect()
 }
 
-/// Leaves of a read-only import: reads never repair them.
-fn mark_readonly(tops: &[Arc<TopVdev>], readonly: bool) {
-    for l in tops.iter().flat_map(|t| t.leaves()) {
-        l.readonly
-            .store(readonly, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> {
     let mut tops = Vec::new();
     for (i, t) in cfg.vdev_tree.iter().enumerate() {
@@ -312,7 +304,6 @@ impl Pool {
         // anything is read into memory or written.
         super::mmp::activity_check(found, &ub, &tun, |g| ashifts.get(&g).copied().unwrap_or(12))?;
         let tops = build_tops(lcfg, found)?;
-        mark_readonly(&tops, tun.readonly);
         let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
         let open_txg = ub.txg + 1;
         let gate = Arc::new(crate::dmu::tx::TxgGate::new());
@@ -328,7 +319,6 @@ impl Pool {
         }
         // The MOS config is authoritative: rebuild the vdev tree from it.
         let tops = build_tops(&config, found)?;
-        mark_readonly(&tops, tun.readonly);
         if config.guid_sum() != ub.guid_sum {
             return Err(Error::corrupt(
                 "pool",

@@ -1220,18 +1220,13 @@ impl Pool {
     /// Stop the sync thread (after committing everything dirty). A sync
     /// parked on a failed I/O gives up: its txg is not committed.
     pub fn close(&self) -> Result<()> {
-        if self.tun.readonly {
-            // Nothing was changed and nothing is written.
-            lock(&self.txg).shutdown = true;
-            self.txg_cv.notify_all();
-            return Ok(());
-        }
         self.stop_mmp();
         if self.suspended().is_some() {
             self.io.suspension.give_up();
         }
         self.stop_scan_thread();
-        let r = if self.suspended().is_none() {
+        // A read-only pool changed nothing and writes nothing.
+        let r = if self.suspended().is_none() && !self.tun.readonly {
             self.sync().map(|_| ())
         } else {
             Ok(())

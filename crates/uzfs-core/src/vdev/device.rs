@@ -31,6 +31,11 @@ pub trait BlockDevice: Send + Sync {
     fn claim(&self) -> Result<()> {
         Ok(())
     }
+    /// Refuses every write (a read-only import's [`ReadOnlyDevice`]):
+    /// reads must not try to repair it.
+    fn read_only(&self) -> bool {
+        false
+    }
 }
 
 /// Processes other than this one that have `path` open (from /proc), for
@@ -384,6 +389,9 @@ impl BlockDevice for ReadOnlyDevice {
     }
     fn claim(&self) -> Result<()> {
         self.0.claim()
+    }
+    fn read_only(&self) -> bool {
+        true
     }
 }
 

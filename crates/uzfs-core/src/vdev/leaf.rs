@@ -196,8 +196,6 @@ pub struct Leaf {
     pub attached: RwLock<Vec<(AttachKind, Arc<Leaf>)>>,
     /// Is a hot spare (shows as INUSE/AVAIL under "spares").
     pub is_spare: bool,
-    /// Part of a read-only import: reads never repair it.
-    pub readonly: AtomicBool,
 }
 
 impl Leaf {
@@ -215,7 +213,6 @@ impl Leaf {
             inject: Inject::default(),
             attached: RwLock::new(Vec::new()),
             is_spare: false,
-            readonly: AtomicBool::new(false),
         }
     }
 

@@ -287,9 +287,7 @@ impl TopVdev {
 
     /// Part of a read-only import: nothing is repaired (nothing written).
     pub fn readonly(&self) -> bool {
-        self.children
-            .first()
-            .is_some_and(|c| c.readonly.load(std::sync::atomic::Ordering::Relaxed))
+        self.children.first().is_some_and(|c| c.dev.read_only())
     }
 
     /// Read every copy and column of a block without writing or counting
