@@ -5,7 +5,7 @@ use crate::client::Response;
 use crate::daemon::Daemon;
 use crate::fmt::{nicenum, Table};
 use crate::mounts;
-use crate::zpool::{err, getopt, has, values};
+use crate::zpool::{err, getopt, has, values, Opts};
 use std::sync::Arc;
 use uzfs_core::dsl::{props, Dataset};
 use uzfs_core::spa::Pool;
@@ -255,8 +255,8 @@ fn targets(
 }
 
 /// `-d depth`, checked.
-fn depth_opt(o: &[(char, Option<String>)]) -> Result<Option<usize>, Response> {
-    match values(&o.to_vec(), 'd').last() {
+fn depth_opt(o: &Opts) -> Result<Option<usize>, Response> {
+    match values(o, 'd').last() {
         None => Ok(None),
         Some(v) => v
             .parse::<usize>()

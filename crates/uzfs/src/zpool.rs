@@ -435,11 +435,7 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         Err(e) => return err(format!("cannot create '{name}': {e}")),
     };
     if has(&o, 'n') {
-        let tops: Vec<(TopKind, Vec<String>)> = specs
-            .iter()
-            .map(|s| (s.kind, s.leaves.iter().map(|(p, _)| p.clone()).collect()))
-            .collect();
-        let spares: Vec<String> = spares.iter().map(|(p, _)| p.clone()).collect();
+        let (tops, spares) = named(&specs, &spares);
         return Response::ok(format!(
             "would create '{name}' with the following layout:\n\n{}",
             layout(name, &tops, &spares)
@@ -538,13 +534,10 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             .iter()
             .map(|t| (t.kind, t.children.iter().map(|c| c.path.clone()).collect()))
             .collect();
-        tops.extend(
-            specs
-                .iter()
-                .map(|s| (s.kind, s.leaves.iter().map(|(p, _)| p.clone()).collect())),
-        );
         let mut all_spares: Vec<String> = cfg.spares.iter().map(|l| l.path.clone()).collect();
-        all_spares.extend(spares.iter().map(|(p, _)| p.clone()));
+        let (new_tops, new_spares) = named(&specs, &spares);
+        tops.extend(new_tops);
+        all_spares.extend(new_spares);
         return Response::ok(format!(
             "would update '{name}' to the following configuration:\n\n{}",
             layout(name, &tops, &all_spares)
@@ -565,6 +558,16 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     let _ = pool.txg_wait_synced();
     d.write_cache();
     Response::ok(String::new())
+}
+
+/// Parsed vdev specs and spares by the paths they were named with, for
+/// [`layout`].
+fn named(specs: &[TopSpec], spares: &Devices) -> (Vec<(TopKind, Vec<String>)>, Vec<String>) {
+    let paths = |devs: &Devices| devs.iter().map(|(p, _)| p.clone()).collect();
+    (
+        specs.iter().map(|s| (s.kind, paths(&s.leaves))).collect(),
+        paths(spares),
+    )
 }
 
 /// A pool layout as `zpool create -n` / `zpool add -n` print it (the
@@ -613,17 +616,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
         "size" => (n(size), "-"),
         "allocated" | "alloc" => (n(alloc), "-"),
         "free" => (n(free), "-"),
-        "capacity" | "cap" => {
-            let c = (alloc * 100).checked_div(size).unwrap_or(0);
-            (
-                if parsable {
-                    c.to_string()
-                } else {
-                    format!("{c}%")
-                },
-                "-",
-            )
-        }
+        "capacity" | "cap" => (capacity(alloc, size, parsable), "-"),
         "health" => (crate::status::pool_health(p).to_string(), "-"),
         "guid" => (p.guid.to_string(), "-"),
         "ashift" => (
@@ -747,6 +740,16 @@ fn list(d: &Daemon, args: &[String]) -> Response {
     Response::ok(t.render(has(&o, 'H')))
 }
 
+/// CAP as `zpool list` prints it: percent allocated (`-p`: the bare number).
+fn capacity(alloc: u64, size: u64, parsable: bool) -> String {
+    let c = (alloc * 100).checked_div(size).unwrap_or(0);
+    if parsable {
+        c.to_string()
+    } else {
+        format!("{c}%")
+    }
+}
+
 /// `zpool list -v`: a row per top-level vdev (its own size, allocated,
 /// free and capacity) and per device beneath it (its health), other
 /// columns "-", as zpool-list(8).
@@ -757,21 +760,14 @@ fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
     for (i, t) in p.io.tops().iter().enumerate() {
         let (alloc, free) = space.get(i).copied().unwrap_or((0, 0));
         let size = alloc + free;
-        let name = if t.kind == TopKind::Disk {
-            t.children.first().map_or(String::new(), |c| c.path.clone())
-        } else {
-            format!("{}-{}", t.kind.label(), t.id)
-        };
         rows.push(
             cols.iter()
                 .map(|c| match c.as_str() {
-                    "name" => format!("  {name}"),
+                    "name" => format!("  {}", t.name()),
                     "size" => n(size),
                     "allocated" | "alloc" => n(alloc),
                     "free" => n(free),
-                    "capacity" | "cap" => {
-                        format!("{}%", (alloc * 100).checked_div(size).unwrap_or(0))
-                    }
+                    "capacity" | "cap" => capacity(alloc, size, parsable),
                     "health" => t.health().to_string(),
                     _ => "-".into(),
                 })

@@ -589,6 +589,16 @@ fn zpool_list_verbose_shows_every_vdev() {
     );
     assert_eq!(rows[2][1], "-");
     assert!(rows.iter().all(|r| r[2] == "ONLINE"), "{out}");
+    // -p: CAP is a bare number on vdev rows as on the pool's.
+    let cap = e.ok(&["zpool", "list", "-v", "-H", "-p", "-o", "name,cap"]);
+    let caps: Vec<&str> = cap.lines().filter_map(|l| l.split('\t').nth(1)).collect();
+    assert!(
+        caps[..2]
+            .iter()
+            .chain(&caps[4..])
+            .all(|c| c.parse::<u64>().is_ok()),
+        "{cap}"
+    );
     e.ok(&["zpool", "export", "tank"]);
 }
 
