@@ -5,6 +5,7 @@
 
 mod common;
 use common::*;
+use uzfs_core::spa::config::FailMode;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
@@ -60,9 +61,9 @@ fn a_panic_under_a_hold_suspends_the_pool_before_the_half_change_commits() {
     assert!(r.is_clean(), "{}", zdb::format_report(&r));
 }
 
-/// A pool whose disks stop taking writes: the sync thread parks on the
-/// failed write and the pool suspends (fsync and changes get EIO, reads go
-/// on). `zpool clear` while the disks still fail suspends it again; once
+/// A pool whose disks stop taking writes (`failmode=continue`): the sync
+/// thread parks on the failed write and the pool suspends (fsync and
+/// changes get EIO, reads go on). `zpool clear` while the disks still fail suspends it again; once
 /// they are back it resumes the parked sync, and everything acknowledged
 /// before, and the fsync'd files, are on disk after export and import.
 /// Cases: a single disk; a mirror losing both sides at once; a mirror
@@ -87,6 +88,7 @@ fn resume_case(case: &str) {
     let mut o = opts(6);
     o.tunables.sync_thread = true;
     let pool = Pool::create("fs", vec![spec(kind, &disks)], o).expect("create");
+    pool.set_failmode(FailMode::Continue).expect("failmode");
     pool.format_root_fs().expect("format");
     let fs = mount_fs(&pool, "fs");
     let mk = |name: &[u8]| {
@@ -169,8 +171,9 @@ fn resume_case(case: &str) {
     assert_zdb_clean(&disks, case);
 }
 
-/// Export while the sync is parked: it gives up, and the pool imports at
-/// its last committed txg, consistent.
+/// Export while the sync is parked: it gives up, an fsync waiting for the
+/// pool (`failmode=wait`) gets EIO, and the pool imports at its last
+/// committed txg, consistent.
 #[test]
 fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
     let world = SimWorld::new();
@@ -179,7 +182,7 @@ fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
     o.tunables.sync_thread = true;
     let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], o).expect("create");
     pool.format_root_fs().expect("format");
-    let fs = mount_fs(&pool, "fs");
+    let fs = std::sync::Arc::new(mount_fs(&pool, "fs"));
     let a = fs
         .mknod(fs.root, b"a", libc::S_IFREG | 0o644, 0, 0, 0, None)
         .expect("a")
@@ -191,13 +194,17 @@ fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
         .mknod(fs.root, b"b", libc::S_IFREG | 0o644, 0, 0, 0, None)
         .expect("b")
         .ino;
-    assert_eq!(fs.fsync(b).err(), Some(libc::EIO));
-    assert!(pool.io.suspension.parked());
+    let fsync = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(b))
+    };
+    wait_parked(&pool);
     // DSL and vdev changes are refused, not stuck behind the parked sync.
     let root = pool.dataset("fs").expect("root dataset");
     assert!(pool.set_prop(&root, "atime", "off").is_err());
-    drop(fs);
     pool.close().expect("close gives up");
+    assert_eq!(fsync.join().expect("join"), Err(libc::EIO));
+    drop(fs);
     disks[0].fail_writes(false);
     let p2 = reimport(&SimWorld::new(), images(&disks)).expect("import");
     let fs = mount_fs(&p2, "fs");
@@ -206,4 +213,81 @@ fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
     drop(fs);
     p2.close().expect("close");
     assert_zdb_clean(&disks, "after export of a parked pool");
+}
+
+/// `failmode=wait` (the default): while the sync is parked on a failed
+/// write, an fsync and a new change wait (neither fails nor returns);
+/// `zpool clear` once the disk is back lets both finish, and what they
+/// wrote is on disk after export and import. Export instead of clear
+/// would end the wait with EIO.
+#[test]
+fn failmode_wait_holds_writers_until_zpool_clear() {
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", DISK)];
+    let mut o = opts(7);
+    o.tunables.sync_thread = true;
+    let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], o).expect("create");
+    assert_eq!(pool.props().failmode, FailMode::Wait);
+    pool.format_root_fs().expect("format");
+    let fs = std::sync::Arc::new(mount_fs(&pool, "fs"));
+    let a = fs
+        .mknod(fs.root, b"a", libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("create a")
+        .ino;
+    fs.fsync(a).expect("fsync a");
+    disks[0].fail_writes(true);
+    fs.write(a, 0, &pattern(4, 100_000)).expect("write a");
+    let fsync = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(a))
+    };
+    wait_parked(&pool);
+    let create = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            fs.mknod(fs.root, b"b", libc::S_IFREG | 0o644, 0, 0, 0, None)
+                .map(|x| x.ino)
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!fsync.is_finished(), "fsync returned on a suspended pool");
+    assert!(
+        !create.is_finished(),
+        "a change returned on a suspended pool"
+    );
+    // Reads go on meanwhile.
+    assert!(fs.lookup(fs.root, b"a").is_ok());
+
+    disks[0].fail_writes(false);
+    pool.clear(None).expect("clear resumes");
+    fsync.join().expect("join").expect("fsync after the resume");
+    let b = create
+        .join()
+        .expect("join")
+        .expect("create after the resume");
+    fs.write(b, 0, b"after").expect("write b");
+    fs.fsync(b).expect("fsync b");
+    drop(fs);
+    pool.close().expect("close");
+
+    let p2 = reimport(&SimWorld::new(), images(&disks)).expect("import");
+    let fs = mount_fs(&p2, "fs");
+    let at = fs.lookup(fs.root, b"a").expect("a");
+    assert_eq!(
+        fs.read(at.ino, 0, 100_000).expect("read"),
+        pattern(4, 100_000)
+    );
+    let bt = fs.lookup(fs.root, b"b").expect("b");
+    assert_eq!(fs.read(bt.ino, 0, 5).expect("read"), b"after");
+    drop(fs);
+    p2.close().expect("close");
+    assert_zdb_clean(&disks, "wait");
+}
+
+fn wait_parked(pool: &Pool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !pool.io.suspension.parked() {
+        assert!(std::time::Instant::now() < deadline, "never suspended");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -41,6 +41,72 @@ pub struct Daemon {
     pub shutdown: Mutex<bool>,
     /// Mounted datasets (see `mounts.rs`).
     pub mounts: Mutex<crate::mounts::Mounts>,
+    /// The `cachefile` property of imported pools.
+    pub cachefiles: Mutex<CacheFiles>,
+}
+
+/// The `cachefile` pool property (zpoolprops(7)): where a pool's config is
+/// cached so it is imported again when the daemon starts. Not stored in
+/// the pool: it lasts for one import (and across daemon restarts, through
+/// the cache entry), as OpenZFS.
+#[derive(Default)]
+pub struct CacheFiles {
+    /// Pool name to `none` (never cached) or a file path; pools not listed
+    /// use the daemon's `zpool.cache`, the only one read at start.
+    pub by_pool: BTreeMap<String, String>,
+    /// Every file named so far, rewritten (empty once its last pool is
+    /// exported) by each `write_cache`.
+    pub files: std::collections::BTreeSet<String>,
+}
+
+impl CacheFiles {
+    /// `zpool get cachefile`: `-` for the default.
+    pub fn value(&self, pool: &str) -> String {
+        self.by_pool
+            .get(pool)
+            .cloned()
+            .unwrap_or_else(|| "-".into())
+    }
+
+    /// Set a pool's `cachefile` (`""` or `-`: the default).
+    pub fn set(&mut self, pool: &str, v: &str) {
+        match v {
+            "" | "-" => {
+                self.by_pool.remove(pool);
+            }
+            v => {
+                if v != "none" {
+                    self.files.insert(v.to_string());
+                }
+                self.by_pool.insert(pool.to_string(), v.to_string());
+            }
+        }
+    }
+}
+
+/// Read a cache file's entries (`zpool import -c`).
+pub fn read_cache_file(path: &Path) -> Result<Vec<CacheEntry>, String> {
+    let b = std::fs::read(path).map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
+    if b.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_slice(&b).map_err(|e| format!("'{}' is not a cache file: {e}", path.display()))
+}
+
+/// Write `entries` to `path` atomically (temp + rename), unless it holds
+/// them already.
+fn write_entries(path: &Path, entries: &[CacheEntry]) {
+    let Ok(b) = serde_json::to_vec_pretty(entries) else {
+        return;
+    };
+    if std::fs::read(path).is_ok_and(|old| old == b) {
+        return;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    if std::fs::write(&tmp, b).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
 }
 
 pub fn prepare_rundir(dir: &Path) -> std::io::Result<()> {
@@ -103,7 +169,8 @@ impl Daemon {
         }
     }
 
-    /// Rewrite the cache from the imported pools (atomically: temp + rename).
+    /// Rewrite the cache from the imported pools, and every `cachefile`
+    /// named by one (atomically: temp + rename).
     pub fn write_cache(&self) {
         let alt = self
             .mounts
@@ -111,32 +178,32 @@ impl Daemon {
             .unwrap_or_else(|e| e.into_inner())
             .altroot
             .clone();
+        let cf = self.cachefiles.lock().unwrap_or_else(|e| e.into_inner());
         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        let entries: Vec<CacheEntry> = pools
-            .values()
-            .map(|p| CacheEntry {
-                name: p.name.clone(),
-                guid: p.guid,
-                altroot: alt.get(&p.name).cloned(),
-                readonly: p.readonly(),
-                paths: p
-                    .io
-                    .tops()
-                    .iter()
-                    .flat_map(|t| t.leaves())
-                    .chain(p.io.spares())
-                    .map(|l| l.path.clone())
-                    .collect(),
-            })
-            .collect();
-        let tmp = self.rundir.join("zpool.cache.tmp");
-        if let Ok(b) = serde_json::to_vec_pretty(&entries) {
-            if std::fs::read(self.cache_path()).is_ok_and(|old| old == b) {
-                return;
-            }
-            if std::fs::write(&tmp, b).is_ok() {
-                let _ = std::fs::rename(&tmp, self.cache_path());
-            }
+        let entry = |p: &Arc<Pool>| CacheEntry {
+            name: p.name.clone(),
+            guid: p.guid,
+            altroot: alt.get(&p.name).cloned(),
+            readonly: p.readonly(),
+            paths: p
+                .io
+                .tops()
+                .iter()
+                .flat_map(|t| t.leaves())
+                .chain(p.io.spares())
+                .map(|l| l.path.clone())
+                .collect(),
+        };
+        let of = |file: Option<&str>| -> Vec<CacheEntry> {
+            pools
+                .values()
+                .filter(|p| cf.by_pool.get(&p.name).map(String::as_str) == file)
+                .map(entry)
+                .collect()
+        };
+        write_entries(&self.cache_path(), &of(None));
+        for f in &cf.files {
+            write_entries(Path::new(f), &of(Some(f)));
         }
     }
 
@@ -415,6 +482,7 @@ pub fn run(rundir: &Path) -> i32 {
         admin: Mutex::new(()),
         shutdown: Mutex::new(false),
         mounts: Mutex::new(Default::default()),
+        cachefiles: Mutex::new(Default::default()),
     });
     d.reimport_cached();
     // Devices change without a command (a replacement finishing, a spare

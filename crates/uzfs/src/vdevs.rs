@@ -62,11 +62,19 @@ pub fn scrub(d: &Daemon, args: &[String], full: &str) -> Response {
 }
 
 pub fn offline(d: &Daemon, args: &[String], full: &str) -> Response {
-    each_device(d, args, full, "f!t!", "offline", |p, dev| p.offline(dev))
+    each_device(d, args, full, "f!t!", "offline", |_, p, dev| p.offline(dev))
 }
 
+/// `zpool online [-e] POOL DEV...`: `-e` also expands the device's vdev to
+/// what its devices hold now (`spa/expand.rs`).
 pub fn online(d: &Daemon, args: &[String], full: &str) -> Response {
-    each_device(d, args, full, "e!", "online", |p, dev| p.online(dev))
+    each_device(d, args, full, "e", "online", |o, p, dev| {
+        if has(o, 'e') {
+            p.online_expand(dev).map(|_| ())
+        } else {
+            p.online(dev).map(|_| p.autoexpand())
+        }
+    })
 }
 
 /// `zpool VERB [-opts] POOL DEV...`: apply `op` to each device in turn.
@@ -76,9 +84,9 @@ fn each_device(
     full: &str,
     opts: &str,
     verb: &str,
-    op: impl Fn(&Arc<Pool>, &str) -> uzfs_core::Result<()>,
+    op: impl Fn(&crate::zpool::Opts, &Arc<Pool>, &str) -> uzfs_core::Result<()>,
 ) -> Response {
-    let (_o, rest) = match getopt(args, opts) {
+    let (o, rest) = match getopt(args, opts) {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -90,7 +98,7 @@ fn each_device(
         return usage_err("missing device name");
     }
     for dev in devs {
-        if let Err(e) = op(&p, dev) {
+        if let Err(e) = op(&o, &p, dev) {
             return err(e.to_string());
         }
     }

@@ -7,7 +7,7 @@ use crate::daemon::Daemon;
 use crate::fmt::{nicenum, Table};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use uzfs_core::spa::config::{FeatureState, PoolState};
+use uzfs_core::spa::config::{FailMode, FeatureState, PoolState};
 use uzfs_core::spa::import::{discover, scan_dir, FoundPool};
 use uzfs_core::spa::{feature, CreateOptions, Pool, TopSpec};
 use uzfs_core::vdev::{label, BlockDevice, FileDevice, FlushPolicy, TopKind};
@@ -125,7 +125,9 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
     if path.is_absolute() {
         return path.to_path_buf();
     }
-    let c = cwd.join(path);
+    // `components` drops `.` (`-d .` lists `/dir/a`, not `/dir/./a`, so a
+    // device is named the same way however it was found).
+    let c: PathBuf = cwd.join(path).components().collect();
     if c.exists() {
         return c;
     }
@@ -313,7 +315,7 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         "export" => export_or_destroy(d, rest, false),
         "destroy" => export_or_destroy(d, rest, true),
         "get" => get(d, rest),
-        "set" => set(d, rest, &full),
+        "set" => set(d, rest, cwd, &full),
         "history" => history(d, rest),
         "sync" => match pools_or_all(d, rest) {
             Ok(ps) => {
@@ -363,29 +365,19 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         tunables: Daemon::tunables(),
         ..Default::default()
     };
-    let mut comment = None;
-    let mut ashift_prop = None;
+    // Pool properties, checked before anything is written and set once
+    // the pool exists (`zpool get ashift` then shows what create was told,
+    // and a later `zpool add` uses it, as OpenZFS).
+    let mut settings = Vec::new();
     for kv in values(&o, 'o') {
         let Some((k, v)) = kv.split_once('=') else {
             return usage_err(&format!("bad property '{kv}': expected property=value"));
         };
         match k {
-            "ashift" => match v.parse::<u8>() {
-                Ok(a) if a == 0 || (9..=16).contains(&a) => {
-                    opts.ashift = if a == 0 { 12 } else { a };
-                    ashift_prop = Some(a);
-                }
-                _ => {
-                    return err(format!(
-                        "property 'ashift' must be 0 or between 9 and 16: '{v}'"
-                    ))
-                }
-            },
             "flush" => match FlushPolicy::parse(v) {
                 Ok(f) => opts.flush = f,
                 Err(e) => return err(e.to_string()),
             },
-            "comment" => comment = Some(v.to_string()),
             _ if k.starts_with("feature@") => {
                 if feature::info(&k[8..]).is_none() {
                     return err(format!(
@@ -398,11 +390,16 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
                     ));
                 }
             }
-            _ => {
-                return err(format!(
-                    "property '{k}' is not a valid pool property (or not settable at create)"
-                ))
-            }
+            _ => match pool_setting(k, v, cwd) {
+                Ok(s) => {
+                    if let PoolSetting::Ashift(a) = s {
+                        opts.ashift = if a == 0 { 12 } else { a };
+                    }
+                    settings.push(s);
+                }
+                Err(e) if !prop_is_known(k) => return Response::err(2, e),
+                Err(e) => return err(format!("cannot create '{name}': {e}")),
+            },
         }
     }
     let mut ds_props: Vec<(String, String)> = Vec::new();
@@ -452,16 +449,10 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             return err(format!("cannot create '{name}': {e}"));
         }
     }
-    if let Some(c) = comment {
-        if let Err(e) = pool.set_comment(&c) {
-            return err(format!("cannot set comment: {e}"));
-        }
-    }
-    // `zpool get ashift` shows what create was told (and later `zpool add`
-    // uses it), as OpenZFS.
-    if let Some(a) = ashift_prop {
-        if let Err(e) = pool.set_default_ashift(a) {
-            return err(format!("cannot set ashift: {e}"));
+    for st in settings {
+        if let Err(e) = apply_setting(d, &pool, st) {
+            let _ = pool.destroy();
+            return err(format!("cannot create '{name}': {e}"));
         }
     }
     pool.log_history(full);
@@ -603,7 +594,121 @@ fn pool_prop(d: &Daemon, p: &Pool, prop: &str, parsable: bool) -> Option<(String
             return Some((a, "local"));
         }
     }
+    if prop == "cachefile" {
+        let v = d
+            .cachefiles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .value(&p.name);
+        let src = if v == "-" { "default" } else { "local" };
+        return Some((v, src));
+    }
     prop_value(p, prop, parsable)
+}
+
+/// An on/off pool property's value and source.
+fn on_off_prop(on: bool) -> (String, &'static str) {
+    (
+        if on { "on" } else { "off" }.into(),
+        if on { "local" } else { "default" },
+    )
+}
+
+/// A pool property `zpool set`, and `-o` at create and import, change.
+#[derive(Clone)]
+enum PoolSetting {
+    Comment(String),
+    Multihost(bool),
+    Ashift(u8),
+    Autoexpand(bool),
+    Autoreplace(bool),
+    Failmode(FailMode),
+    Listsnapshots(bool),
+    /// `none`, a path, or the default (`""`).
+    Cachefile(String),
+}
+
+fn on_off(k: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("invalid value '{v}' for property '{k}': on | off")),
+    }
+}
+
+/// Check a settable pool property and its value (`Err`: what is wrong).
+fn pool_setting(k: &str, v: &str, cwd: &Path) -> Result<PoolSetting, String> {
+    use PoolSetting::*;
+    Ok(match k {
+        "comment" => {
+            uzfs_core::spa::check_comment(v).map_err(|e| e.to_string())?;
+            Comment(v.to_string())
+        }
+        "multihost" => Multihost(on_off(k, v)?),
+        "ashift" => match v.parse::<u8>() {
+            Ok(a) if a == 0 || (9..=16).contains(&a) => Ashift(a),
+            _ => {
+                return Err(format!(
+                    "property 'ashift' must be 0 or between 9 and 16: '{v}'"
+                ))
+            }
+        },
+        "autoexpand" | "expand" => Autoexpand(on_off(k, v)?),
+        "autoreplace" | "replace" => Autoreplace(on_off(k, v)?),
+        "failmode" => Failmode(FailMode::parse(v).ok_or_else(|| {
+            format!("invalid value '{v}' for property 'failmode': wait | continue | panic")
+        })?),
+        "listsnapshots" | "listsnaps" => Listsnapshots(on_off(k, v)?),
+        "cachefile" => Cachefile(match v {
+            "" | "-" | "none" => v.to_string(),
+            p => resolve(cwd, p).display().to_string(),
+        }),
+        _ if prop_is_known(k) => return Err(format!("property '{k}' is readonly")),
+        _ => return Err(format!("property '{k}' is not a valid pool property")),
+    })
+}
+
+/// A pool property `zpool get` knows (settable or not), by its name or
+/// short name.
+fn prop_is_known(k: &str) -> bool {
+    ALL_PROPS.contains(&k)
+        || matches!(
+            k,
+            "name"
+                | "alloc"
+                | "cap"
+                | "dedup"
+                | "frag"
+                | "expandsz"
+                | "ckpoint"
+                | "txg"
+                | "expand"
+                | "replace"
+                | "listsnaps"
+        )
+        || k.starts_with("feature@")
+}
+
+/// Apply a checked setting (the persisted ones commit with the next txg).
+fn apply_setting(d: &Daemon, pool: &Arc<Pool>, s: PoolSetting) -> uzfs_core::Result<()> {
+    use PoolSetting::*;
+    match s {
+        Comment(c) => pool.set_comment(&c),
+        Multihost(on) => pool.set_multihost(on),
+        Ashift(a) => pool.set_default_ashift(a),
+        Autoexpand(on) => pool.set_autoexpand(on),
+        Autoreplace(on) => pool.set_autoreplace(on),
+        Failmode(m) => pool.set_failmode(m),
+        Listsnapshots(on) => pool.set_listsnapshots(on),
+        Cachefile(v) => {
+            d.cachefiles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set(&pool.name, &v);
+            d.write_cache();
+            Ok(())
+        }
+    }
 }
 
 fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static str)> {
@@ -641,10 +746,22 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
         ),
         "version" => ("-".into(), "default"),
         "readonly" => (if p.readonly() { "on" } else { "off" }.into(), "-"),
-        "multihost" => (
-            if props.multihost { "on" } else { "off" }.into(),
-            if props.multihost { "local" } else { "default" },
+        "multihost" => on_off_prop(props.multihost),
+        "autoexpand" | "expand" => on_off_prop(props.autoexpand),
+        "autoreplace" | "replace" => on_off_prop(props.autoreplace),
+        "listsnapshots" | "listsnaps" => on_off_prop(props.listsnapshots),
+        "failmode" => (
+            props.failmode.name().into(),
+            if props.failmode == FailMode::default() {
+                "default"
+            } else {
+                "local"
+            },
         ),
+        "expandsize" | "expandsz" => {
+            let grow: u64 = p.expand_sizes().iter().sum();
+            (if grow == 0 { "-".into() } else { n(grow) }, "-")
+        }
         "dedupratio" | "dedup" => (
             if parsable {
                 "1.00".into()
@@ -654,7 +771,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
             "-",
         ),
         "fragmentation" | "frag" => ("-".into(), "-"),
-        "expandsize" | "expandsz" | "checkpoint" | "ckpoint" | "altroot" => ("-".into(), "default"),
+        "checkpoint" | "ckpoint" | "altroot" => ("-".into(), "default"),
         "txg" => (p.last_txg().to_string(), "-"),
         f if f.starts_with("feature@") => {
             let name = &f[8..];
@@ -671,20 +788,25 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
 
 const ALL_PROPS: &[&str] = &[
     "size",
-    "multihost",
     "capacity",
     "altroot",
     "health",
     "guid",
     "version",
-    "comment",
-    "expandsize",
+    "autoreplace",
+    "cachefile",
+    "failmode",
+    "listsnapshots",
+    "autoexpand",
     "dedupratio",
     "free",
     "allocated",
     "readonly",
     "ashift",
+    "comment",
+    "expandsize",
     "fragmentation",
+    "multihost",
     "checkpoint",
 ];
 
@@ -756,9 +878,14 @@ fn capacity(alloc: u64, size: u64, parsable: bool) -> String {
 fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
     let n = |v: u64| if parsable { v.to_string() } else { nicenum(v) };
     let space = p.vdev_space();
+    let grow = p.expand_sizes();
     let mut rows = Vec::new();
     for (i, t) in p.io.tops().iter().enumerate() {
         let (alloc, free) = space.get(i).copied().unwrap_or((0, 0));
+        let expandsz = match grow.get(i) {
+            Some(&g) if g > 0 => n(g),
+            _ => "-".into(),
+        };
         let size = alloc + free;
         rows.push(
             cols.iter()
@@ -768,6 +895,7 @@ fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
                     "allocated" | "alloc" => n(alloc),
                     "free" => n(free),
                     "capacity" | "cap" => capacity(alloc, size, parsable),
+                    "expandsize" | "expandsz" => expandsz.clone(),
                     "health" => t.health().to_string(),
                     _ => "-".into(),
                 })
@@ -829,28 +957,25 @@ fn found_tree(f: &FoundPool) -> String {
 }
 
 fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
-    let (o, rest) = match getopt(args, "Dd:fF!l!m!n!Nt!T:!X!c:!o:R:s!a") {
+    let (o, rest) = match getopt(args, "Dd:fF!l!m!n!Nt!T:!X!c:o:R:s!a") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
-    // -o property=value: readonly=on|off; other properties and mount
-    // options are refused, never ignored.
+    // -o property=value: readonly=on|off and the settable pool properties
+    // (set once imported); mount options are refused, never ignored.
     let mut readonly = false;
+    let mut settings = Vec::new();
     for kv in values(&o, 'o') {
         match kv.split_once('=') {
-            Some(("readonly", "on")) => readonly = true,
-            Some(("readonly", "off")) => readonly = false,
-            Some(("readonly", v)) => {
-                return err(format!(
-                    "invalid value '{v}' for property 'readonly': on | off"
-                ))
-            }
-            Some((k, _)) => {
-                return Response::err(
-                    2,
-                    format!("property '{k}' at import: not supported yet (only readonly=on|off)"),
-                )
-            }
+            Some(("readonly", v)) => match on_off("readonly", v) {
+                Ok(r) => readonly = r,
+                Err(e) => return err(e),
+            },
+            Some((k, v)) => match pool_setting(k, v, cwd) {
+                Ok(s) => settings.push(s),
+                Err(e) if !prop_is_known(k) => return Response::err(2, e),
+                Err(e) => return err(format!("cannot import: {e}")),
+            },
             None => {
                 return Response::err(
                     2,
@@ -859,15 +984,44 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
             }
         }
     }
-    let mut dirs: Vec<PathBuf> = values(&o, 'd').iter().map(|p| resolve(cwd, p)).collect();
-    if dirs.is_empty() {
-        dirs.push(PathBuf::from("/dev"));
+    if readonly
+        && settings
+            .iter()
+            .any(|s| !matches!(s, PoolSetting::Cachefile(_)))
+    {
+        return err("cannot import: a read-only import sets no pool property but cachefile");
     }
+    // -c FILE: the devices a cache file lists; else the -d directories.
     let mut devs = Vec::new();
-    for dir in &dirs {
-        match scan_dir(dir) {
-            Ok(v) => devs.extend(v),
-            Err(e) => return err(format!("cannot search '{}': {e}", dir.display())),
+    if let Some(c) = values(&o, 'c').last() {
+        if !values(&o, 'd').is_empty() {
+            return usage_err("-c and -d cannot be used together");
+        }
+        let entries = match crate::daemon::read_cache_file(&resolve(cwd, c)) {
+            Ok(e) => e,
+            Err(e) => return err(format!("cannot import: {e}")),
+        };
+        let paths: Vec<String> = entries.into_iter().flat_map(|e| e.paths).collect();
+        devs = crate::daemon::open_paths(&paths);
+        // The pool stays cached where it was found (unless -o says).
+        if !settings
+            .iter()
+            .any(|s| matches!(s, PoolSetting::Cachefile(_)))
+        {
+            settings.push(PoolSetting::Cachefile(
+                resolve(cwd, c).display().to_string(),
+            ));
+        }
+    } else {
+        let mut dirs: Vec<PathBuf> = values(&o, 'd').iter().map(|p| resolve(cwd, p)).collect();
+        if dirs.is_empty() {
+            dirs.push(PathBuf::from("/dev"));
+        }
+        for dir in &dirs {
+            match scan_dir(dir) {
+                Ok(v) => devs.extend(v),
+                Err(e) => return err(format!("cannot search '{}': {e}", dir.display())),
+            }
         }
     }
     let imported: Vec<u64> = d
@@ -972,8 +1126,14 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         } else {
             f
         };
-        if let Err(e) = d.import(f, new_name, !has(&o, 'N'), readonly) {
-            return err(e);
+        let pool = match d.import(f, new_name, !has(&o, 'N'), readonly) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        for s in &settings {
+            if let Err(e) = apply_setting(d, &pool, s.clone()) {
+                return err(format!("pool '{}' imported, but: {e}", pool.name));
+            }
         }
         d.write_cache();
     }
@@ -1014,6 +1174,12 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
+        // `cachefile` lasts for one import.
+        d.cachefiles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_pool
+            .remove(name.as_str());
         d.write_cache();
         if let Err(e) = r {
             return err(format!(
@@ -1080,7 +1246,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     Response::ok(t.render(has(&o, 'H')))
 }
 
-fn set(d: &Daemon, args: &[String], full: &str) -> Response {
+fn set(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     if args.len() < 2 {
         return usage_err("usage: zpool set <property=value> <pool> [vdev]");
     }
@@ -1092,20 +1258,6 @@ fn set(d: &Daemon, args: &[String], full: &str) -> Response {
         Err(r) => return r,
     };
     let r = match (k, args.get(2)) {
-        ("comment", None) => pool.set_comment(v),
-        ("multihost", None) => match v {
-            "on" => pool.set_multihost(true),
-            "off" => pool.set_multihost(false),
-            _ => {
-                return err(format!(
-                    "invalid value '{v}' for property 'multihost': on | off"
-                ))
-            }
-        },
-        ("ashift", None) => match v.parse::<u8>() {
-            Ok(a) => pool.set_default_ashift(a),
-            Err(_) => return err(format!("invalid value '{v}' for property 'ashift'")),
-        },
         ("flush", Some(vd)) => match FlushPolicy::parse(v) {
             Ok(f) => pool.set_flush(vd, f),
             Err(e) => return err(e.to_string()),
@@ -1113,18 +1265,15 @@ fn set(d: &Daemon, args: &[String], full: &str) -> Response {
         ("flush", None) => {
             return err("'flush' is a vdev property: zpool set flush=honor|ignore <pool> <vdev>")
         }
-        (k, _) if prop_value(&pool, k, false).is_some() => {
+        (_, Some(vd)) => {
             return err(format!(
-                "cannot set property for '{}': '{k}' is readonly",
-                pool.name
+                "cannot set property for '{vd}': '{k}' is not a vdev property (only flush is)"
             ))
         }
-        (k, _) => {
-            return err(format!(
-                "cannot set property for '{}': invalid property '{k}'",
-                pool.name
-            ))
-        }
+        (k, None) => match pool_setting(k, v, cwd) {
+            Ok(s) => apply_setting(d, &pool, s),
+            Err(e) => return err(format!("cannot set property for '{}': {e}", pool.name)),
+        },
     };
     if let Err(e) = r {
         return err(format!("cannot set property for '{}': {e}", pool.name));

@@ -869,8 +869,9 @@ fn posix_acls_behave_as_on_ext4() {
     e.export_and_zdb("tank");
 }
 
-/// A disk that stops taking writes suspends the pool (fsync gets EIO,
-/// `zpool status` says SUSPENDED and what to do); once the fault is gone,
+/// A disk that stops taking writes suspends the pool (with
+/// `failmode=continue` fsync gets EIO; `zpool status` says SUSPENDED and
+/// what to do); once the fault is gone,
 /// `zpool clear` resumes the parked sync and the pool goes on where it
 /// stopped: nothing committed or acknowledged is lost.
 #[test]
@@ -880,7 +881,7 @@ fn zpool_clear_resumes_a_pool_suspended_by_failed_writes() {
     }
     let e = Env::new();
     let a = e.disk("a", 256);
-    e.ok(&["zpool", "create", "tank", &a]);
+    e.ok(&["zpool", "create", "-o", "failmode=continue", "tank", &a]);
     let m = e.dir.path().join("mnt/tank");
     std::fs::write(m.join("before"), vec![7u8; 1 << 20]).expect("write");
     e.ok(&["zpool", "sync", "tank"]);

@@ -677,7 +677,7 @@ impl DatasetCtx for DsCtx {
     }
     fn commit(&self, _obj: u64) -> zpl::fs::ZResult<()> {
         self.pool
-            .txg_wait_synced()
+            .txg_wait_synced_data()
             .map(|_| ())
             .map_err(zpl::fs::errno)
     }
@@ -698,8 +698,15 @@ impl DatasetCtx for DsCtx {
     fn txg(&self) -> u64 {
         lock(&self.pool.txg).open
     }
+    /// With `failmode=wait`, a change waits here while the pool is
+    /// suspended on a parked sync (`spa/suspend.rs`).
     fn live(&self) -> bool {
-        self.pool.suspended().is_none()
+        while self.pool.suspended().is_some() {
+            if !self.pool.io.suspension.wait_resumed() {
+                return false;
+            }
+        }
+        true
     }
 }
 

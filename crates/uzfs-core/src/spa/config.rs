@@ -179,4 +179,50 @@ pub struct PoolProps {
     /// the pool is alive (`spa/mmp.rs`).
     #[serde(default)]
     pub multihost: bool,
+    /// `autoexpand=on`: grow vdevs whose devices grew (`spa/expand.rs`).
+    #[serde(default)]
+    pub autoexpand: bool,
+    /// `autoreplace=on`: a new device found where a lost leaf was takes
+    /// its place (`Pool::autoreplace`).
+    #[serde(default)]
+    pub autoreplace: bool,
+    /// What a pool does when its sync cannot write (`spa/suspend.rs`).
+    #[serde(default)]
+    pub failmode: FailMode,
+    /// `listsnapshots=on`: `zfs list` without `-t` lists snapshots too.
+    #[serde(default)]
+    pub listsnapshots: bool,
+}
+
+/// `failmode`: what a pool does when its sync cannot write (OpenZFS
+/// zpoolprops(7)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Changes and `fsync` wait until `zpool clear` resumes the pool.
+    #[default]
+    Wait,
+    /// New changes and `fsync` get EIO; reads go on.
+    Continue,
+    /// The daemon aborts (what a crash dump is for the kernel).
+    Panic,
+}
+
+impl FailMode {
+    pub fn parse(s: &str) -> Option<FailMode> {
+        match s {
+            "wait" => Some(FailMode::Wait),
+            "continue" => Some(FailMode::Continue),
+            "panic" => Some(FailMode::Panic),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailMode::Wait => "wait",
+            FailMode::Continue => "continue",
+            FailMode::Panic => "panic",
+        }
+    }
 }

@@ -415,6 +415,7 @@ impl Pool {
                 list.insert(c.id(), c);
             }
         }
+        pool.io.suspension.set_mode(lock(&pool.st).props.failmode);
         if tun.sync_thread && !tun.readonly {
             txg::start_sync_thread(&pool);
         }
@@ -444,6 +445,8 @@ impl Pool {
             return Ok(pool);
         }
         pool.resume_scan(scan);
+        // Devices that grew while the pool was away.
+        pool.autoexpand();
         if tun.sync_thread {
             // Leaves that came back, or a spare needed since export.
             pool.activate_spares()?;

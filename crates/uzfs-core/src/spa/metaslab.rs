@@ -84,37 +84,44 @@ pub struct VdevAlloc {
 
 impl VdevAlloc {
     pub fn new(id: u32, ashift: u8, asize: u64, ms_shift: u8, sm_objs: &[u64]) -> Self {
-        let count = asize >> ms_shift;
-        let metaslabs = (0..count)
-            .map(|i| {
-                let start = i << ms_shift;
-                let size = 1u64 << ms_shift;
-                let mut free = RangeTree::new();
-                free.add(start, size);
-                Metaslab {
-                    id: i,
-                    start,
-                    size,
-                    sm_obj: sm_objs.get(i as usize).copied().unwrap_or(0),
-                    free,
-                    pending: Vec::new(),
-                    freeing: Vec::new(),
-                    defer: Vec::new(),
-                    held: Vec::new(),
-                    cursor: start,
-                }
-            })
-            .collect();
-        VdevAlloc {
+        let mut v = VdevAlloc {
             id,
             ashift,
             dcols: 1,
             nparity: 0,
-            asize,
+            asize: 0,
             ms_shift,
-            metaslabs,
+            metaslabs: Vec::new(),
             active: 0,
+        };
+        v.grow(asize, sm_objs);
+        v
+    }
+
+    /// Grow the address space to `asize` (`spa/expand.rs`): new, empty
+    /// metaslabs after the existing ones, whose space maps are `sm_objs`
+    /// in order (missing ones are 0).
+    pub fn grow(&mut self, asize: u64, sm_objs: &[u64]) {
+        let from = self.metaslabs.len() as u64;
+        for i in from..asize >> self.ms_shift {
+            let start = i << self.ms_shift;
+            let size = 1u64 << self.ms_shift;
+            let mut free = RangeTree::new();
+            free.add(start, size);
+            self.metaslabs.push(Metaslab {
+                id: i,
+                start,
+                size,
+                sm_obj: sm_objs.get((i - from) as usize).copied().unwrap_or(0),
+                free,
+                pending: Vec::new(),
+                freeing: Vec::new(),
+                defer: Vec::new(),
+                held: Vec::new(),
+                cursor: start,
+            });
         }
+        self.asize = self.asize.max(asize);
     }
 
     /// Free bytes, counting deferred frees as free (they are, on disk).

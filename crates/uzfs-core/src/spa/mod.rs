@@ -4,6 +4,7 @@
 //! pool is found and opened.
 
 pub mod config;
+pub mod expand;
 pub mod feature;
 pub mod gang;
 pub mod import;
@@ -544,11 +545,7 @@ impl Pool {
     }
 
     pub fn set_comment(&self, comment: &str) -> Result<()> {
-        if comment.len() > 32 || comment.chars().any(|c| c.is_control()) {
-            return Err(Error::invalid(
-                "comment must be at most 32 printable characters",
-            ));
-        }
+        check_comment(comment)?;
         self.update_props(|p| p.comment = comment.to_string())
     }
 
@@ -557,6 +554,31 @@ impl Pool {
             return Err(Error::invalid("ashift must be 0 or between 9 and 16"));
         }
         self.update_props(|p| p.ashift = ashift)
+    }
+
+    /// `zpool set autoexpand=on|off`; turning it on expands what can grow
+    /// now, as OpenZFS does.
+    pub fn set_autoexpand(&self, on: bool) -> Result<()> {
+        self.update_props(|p| p.autoexpand = on)?;
+        self.autoexpand();
+        Ok(())
+    }
+
+    /// `zpool set autoreplace=on|off`.
+    pub fn set_autoreplace(&self, on: bool) -> Result<()> {
+        self.update_props(|p| p.autoreplace = on)
+    }
+
+    /// `zpool set failmode=wait|continue|panic`.
+    pub fn set_failmode(&self, mode: config::FailMode) -> Result<()> {
+        self.update_props(|p| p.failmode = mode)?;
+        self.io.suspension.set_mode(mode);
+        Ok(())
+    }
+
+    /// `zpool set listsnapshots=on|off`.
+    pub fn set_listsnapshots(&self, on: bool) -> Result<()> {
+        self.update_props(|p| p.listsnapshots = on)
     }
 
     /// Change the persisted pool properties (committed with the next txg).
@@ -584,17 +606,7 @@ impl Pool {
             )));
         };
         st.config.vdev_tree[pos].flush = policy;
-        let old = &tops[pos];
-        let new = Arc::new(TopVdev {
-            id: old.id,
-            guid: old.guid,
-            kind: old.kind,
-            ashift: old.ashift,
-            asize: old.asize,
-            ms_shift: old.ms_shift,
-            flush: policy,
-            children: old.children.clone(),
-        });
+        let new = tops[pos].with_flush(policy);
         self.io.vdevs.write().unwrap_or_else(|e| e.into_inner())[pos] = new;
         st.config_dirty = true;
         Ok(())
@@ -727,6 +739,16 @@ impl Pool {
     }
 }
 
+/// The `comment` pool property's rule: at most 32 printable characters.
+pub fn check_comment(comment: &str) -> Result<()> {
+    if comment.len() > 32 || comment.chars().any(|c| c.is_control()) {
+        return Err(Error::invalid(
+            "comment must be at most 32 printable characters",
+        ));
+    }
+    Ok(())
+}
+
 /// Rewrite the vdev tree and spares of `config` from the live leaves
 /// (paths, states, DTLs, attachments).
 pub(crate) fn refresh_vdev_config(
@@ -742,15 +764,22 @@ pub(crate) fn refresh_vdev_config(
 
 /// Create one space map object per metaslab and the array listing them.
 fn create_space_maps(mos: &Objset, count: u64) -> Result<(u64, Vec<u64>)> {
+    let arr = mos.create_object(ot::METASLAB_ARRAY, 16384, &ObjProps::METADATA)?;
+    let sms = append_space_maps(mos, arr, 0, count)?;
+    Ok((arr, sms))
+}
+
+/// Create the space maps of metaslabs `from..to` and list them in the
+/// metaslab array `arr` after the first `from`.
+pub(crate) fn append_space_maps(mos: &Objset, arr: u64, from: u64, to: u64) -> Result<Vec<u64>> {
     let md = ObjProps::METADATA;
-    let mut sms = Vec::with_capacity(count as usize);
-    for _ in 0..count {
+    let mut sms = Vec::with_capacity(to.saturating_sub(from) as usize);
+    for _ in from..to {
         sms.push(mos.create_object(ot::SPACE_MAP, space_map::SM_BLOCK_SIZE, &md)?);
     }
-    let arr = mos.create_object(ot::METASLAB_ARRAY, 16384, &md)?;
     let bytes: Vec<u8> = sms.iter().flat_map(|s| s.to_le_bytes()).collect();
-    mos.write(arr, 0, &bytes)?;
-    Ok((arr, sms))
+    mos.write(arr, from * 8, &bytes)?;
+    Ok(sms)
 }
 
 /// The object-set pointers of every dataset as of the MOS `mos`, keyed by
@@ -804,8 +833,11 @@ impl Pool {
 
     fn check_writable(&self, incoming: u64) -> Result<()> {
         self.check_rw()?;
-        if let Some(why) = self.suspended() {
-            return Err(Error::suspended(&self.name, &why));
+        while let Some(why) = self.suspended() {
+            // failmode=wait: until `zpool clear` resumes the pool.
+            if !self.io.suspension.wait_resumed() {
+                return Err(Error::suspended(&self.name, &why));
+            }
         }
         if self.admission_cost(self.dirty_bytes() + incoming) > self.writable_space() {
             return Err(Error::NoSpace);

@@ -44,7 +44,7 @@ use crate::dmu::dnode::{DnodePhys, DNODE_SIZE};
 use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader, Objset};
 use crate::error::{Error, Result};
 use crate::vdev::leaf::{leaf_key, set_scan_io, ScanIo};
-use crate::vdev::{AttachKind, Leaf, LeafState};
+use crate::vdev::{AttachKind, BlockDevice, Leaf, LeafState};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -156,6 +156,9 @@ pub struct ScanSignals {
     pub delay_us: AtomicU64,
     /// A spare activation is under way (see `zed_check`).
     pub zed_busy: AtomicBool,
+    /// When `zed_check` last looked for grown or replaced devices
+    /// (milliseconds since the pool opened).
+    pub zed_polled_ms: AtomicU64,
     /// Resilvers started one after another by finished resilvers that
     /// left some leaf still lacking txgs (see `resilver_again`).
     pub auto_restarts: std::sync::atomic::AtomicU32,
@@ -1141,33 +1144,91 @@ impl Pool {
     /// and a spare is free, activate it from a helper thread (the sync
     /// thread cannot wait for its own txgs), as OpenZFS's zed does.
     pub(crate) fn zed_check(self: &Arc<Self>) {
+        // autoreplace and autoexpand look at the devices at most once a
+        // second: a stat and, for a lost leaf, an open of its path.
+        let props = self.props();
+        let now_ms = self.opened.elapsed().as_millis() as u64;
+        let poll = (props.autoreplace || props.autoexpand)
+            && now_ms.saturating_sub(self.scan_sig.zed_polled_ms.load(Ordering::Relaxed)) >= 1000;
         let spares = self.io.spares();
-        if !spares
+        let spare_free = spares
             .iter()
-            .any(|s| s.is_usable() && !self.spare_in_use(s))
-        {
+            .any(|s| s.is_usable() && !self.spare_in_use(s));
+        let needs = spare_free
+            && self.io.tops().iter().any(|t| {
+                t.children.iter().any(|c| {
+                    (matches!(c.state(), LeafState::Faulted | LeafState::Removed) || c.is_missing())
+                        && !c.attached().iter().any(|(_, l)| l.is_usable())
+                })
+            });
+        if !(needs || poll) || self.scan_sig.zed_busy.swap(true, Ordering::Relaxed) {
             return;
         }
-        let needs = self.io.tops().iter().any(|t| {
-            t.children.iter().any(|c| {
-                (matches!(c.state(), LeafState::Faulted | LeafState::Removed) || c.is_missing())
-                    && !c.attached().iter().any(|(_, l)| l.is_usable())
-            })
-        });
-        if !needs || self.scan_sig.zed_busy.swap(true, Ordering::Relaxed) {
-            return;
+        if poll {
+            self.scan_sig.zed_polled_ms.store(now_ms, Ordering::Relaxed);
         }
         let weak = Arc::downgrade(self);
         let _ = std::thread::Builder::new()
             .name(format!("zed:{}", self.name))
             .spawn(move || {
                 if let Some(p) = weak.upgrade() {
-                    if let Err(e) = p.activate_spares() {
-                        eprintln!("uzfs: pool '{}': spare activation failed: {e}", p.name);
+                    if poll && props.autoreplace {
+                        if let Err(e) = p.autoreplace_check() {
+                            log::warn!("pool '{}': autoreplace failed: {e}", p.name);
+                        }
+                    }
+                    if needs {
+                        if let Err(e) = p.activate_spares() {
+                            eprintln!("uzfs: pool '{}': spare activation failed: {e}", p.name);
+                        }
+                    }
+                    if poll && props.autoexpand {
+                        p.autoexpand();
                     }
                     p.scan_sig.zed_busy.store(false, Ordering::Relaxed);
                 }
             });
+    }
+
+    /// `autoreplace=on` (what zed does for OpenZFS): a lost leaf (missing,
+    /// faulted or removed) whose path now holds a device carrying no pool
+    /// label, a new disk put where the old one was, is replaced by it and
+    /// resilvered. A device that still carries a label is the old one back,
+    /// or another pool's: `zpool online`/`clear` or the operator decide.
+    /// Returns whether a replace started.
+    pub fn autoreplace_check(self: &Arc<Self>) -> Result<bool> {
+        if !self.props().autoreplace || self.readonly() || self.suspended().is_some() {
+            return Ok(false);
+        }
+        let mut started = false;
+        for t in self.io.tops() {
+            for col in &t.children {
+                let lost = matches!(col.state(), LeafState::Faulted | LeafState::Removed)
+                    || col.is_missing();
+                if !lost
+                    || col
+                        .attached()
+                        .iter()
+                        .any(|(k, _)| *k == AttachKind::Replacing)
+                {
+                    continue;
+                }
+                let Ok(dev) = crate::vdev::FileDevice::open(std::path::Path::new(&col.path)) else {
+                    continue;
+                };
+                if super::probe_label(&dev).is_some() || dev.claim().is_err() {
+                    continue;
+                }
+                log::info!(
+                    "pool '{}': autoreplace: a new device at {} replaces the lost one",
+                    self.name,
+                    col.path
+                );
+                self.replace(&col.guid.to_string(), &col.path, Arc::new(dev), false)?;
+                started = true;
+            }
+        }
+        Ok(started)
     }
 
     /// A leaf left service (faulted or removed) with a spare available:

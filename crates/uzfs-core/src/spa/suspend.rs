@@ -24,10 +24,24 @@
 //!   committed. Only export and import recover; the pool comes back at its
 //!   last committed txg.
 //!
+//! What writers see meanwhile is the pool's `failmode` (zpoolprops(7)):
+//!
+//! - `wait` (the default, as OpenZFS): new changes and `fsync` wait while
+//!   the sync is parked, and go on when `zpool clear` resumes it (or fail
+//!   with EIO if the pool is exported instead). Reads go on.
+//! - `continue`: new changes and `fsync` get EIO at once; reads go on.
+//! - `panic`: the process aborts as the pool suspends (the kernel's crash
+//!   dump; what was committed is on disk, what was not is lost as in any
+//!   crash).
+//!
+//! A suspension for good (below) gives EIO in every mode: nothing would
+//! ever end the wait.
+//!
 //! A suspension that is not a parked I/O (an operation broke off half done,
 //! `dmu/tx.rs`; a read the sync needed failed; the sync ran out of space)
 //! is of the second kind: `zpool clear` says so instead of resuming.
 
+use super::config::FailMode;
 use crate::error::{Error, Result};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -41,6 +55,7 @@ struct State {
     give_up: bool,
     /// Bumped by every resume (what a parked I/O waits for).
     resumes: u64,
+    mode: FailMode,
 }
 
 #[derive(Default)]
@@ -72,9 +87,39 @@ impl Suspension {
         self.lock().parked
     }
 
+    /// The pool's `failmode`.
+    pub fn set_mode(&self, mode: FailMode) {
+        self.lock().mode = mode;
+    }
+
+    /// `failmode=panic`: abort now.
+    fn panic_if_asked(s: &State, pool: &str, why: &str) {
+        if s.mode == FailMode::Panic {
+            log::error!("pool '{pool}' suspended ({why}) with failmode=panic: aborting");
+            eprintln!("uzfs: pool '{pool}' suspended ({why}) with failmode=panic: aborting");
+            std::process::abort();
+        }
+    }
+
+    /// A writer that found the pool suspended: with `failmode=wait` and a
+    /// parked sync, wait until it is resumed (true: try again) or given
+    /// up; otherwise return false at once (the caller's EIO stands).
+    pub fn wait_resumed(&self) -> bool {
+        let mut s = self.lock();
+        if s.mode != FailMode::Wait || !s.parked {
+            return false;
+        }
+        let seen = s.resumes;
+        while s.parked && s.resumes == seen && !s.give_up {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        !s.give_up
+    }
+
     /// Suspend for good (a failed sync that cannot be retried).
     pub fn fail(&self, pool: &str, why: &str) {
         let mut s = self.lock();
+        Self::panic_if_asked(&s, pool, why);
         if s.why.is_none() {
             log::error!(
                 "pool '{pool}' suspended: {why}; writes get EIO until it is exported and imported again"
@@ -109,6 +154,7 @@ impl Suspension {
                 "pool '{pool}' suspended: {what} failed: {e}; the sync waits, and `zpool clear` retries it once the device is back"
             );
             s.why = Some(format!("{what} failed: {e}"));
+            Self::panic_if_asked(&s, pool, &format!("{what} failed: {e}"));
             s.parked = true;
             let seen = s.resumes;
             while s.resumes == seen && !s.give_up {

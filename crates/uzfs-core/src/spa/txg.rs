@@ -1131,6 +1131,23 @@ impl Pool {
         }
     }
 
+    /// `txg_wait_synced` for a writer (`fsync`): on a suspended pool with
+    /// `failmode=wait` it waits for `zpool clear` instead of failing.
+    /// (Admin commands use `txg_wait_synced`: they never wait on a
+    /// suspension.)
+    pub fn txg_wait_synced_data(&self) -> Result<u64> {
+        loop {
+            match self.txg_wait_synced() {
+                Err(e @ Error::Suspended { .. }) => {
+                    if !self.io.suspension.wait_resumed() {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// The write throttle: delay or block the caller according to dirty data.
     pub fn throttle(&self, incoming: u64) -> Result<()> {
         debug_assert!(

@@ -60,7 +60,7 @@ impl Pool {
         None
     }
 
-    fn leaf_or_err(&self, name: &str) -> Result<LeafPos> {
+    pub(crate) fn leaf_or_err(&self, name: &str) -> Result<LeafPos> {
         self.find_leaf(name)
             .ok_or_else(|| Error::invalid(format!("no such device in pool: '{name}'")))
     }
@@ -188,8 +188,12 @@ impl Pool {
         dev: &Arc<dyn BlockDevice>,
         top: &TopVdev,
         force: bool,
+        replacing: Option<&Arc<Leaf>>,
     ) -> Result<()> {
-        if self.find_leaf(path).is_some() {
+        // `zpool replace POOL DEV`: a new device at the path of the one it
+        // replaces is not "part of this pool".
+        let in_place = |p: &LeafPos| replacing.is_some_and(|r| Arc::ptr_eq(r, &p.leaf));
+        if self.find_leaf(path).is_some_and(|p| !in_place(&p)) {
             return Err(Error::invalid(format!(
                 "{path} is part of this pool already"
             )));
@@ -251,7 +255,7 @@ impl Pool {
                     "cannot replace {old}: a replacement is already in progress"
                 )));
             }
-            self.check_new_device(new_path, &dev, &top, force)?;
+            self.check_new_device(new_path, &dev, &top, force, Some(&pos.leaf))?;
             let leaf = self.new_leaf(new_path, dev)?;
             pos.primary
                 .attached
@@ -284,7 +288,7 @@ impl Pool {
                     "cannot attach {new_path} to {existing}: can only attach to mirrors and top-level disks"
                 )));
             }
-            self.check_new_device(new_path, &dev, &top, force)?;
+            self.check_new_device(new_path, &dev, &top, force, None)?;
             let leaf = self.new_leaf(new_path, dev)?;
             let mut children = top.children.clone();
             children.push(leaf.clone());

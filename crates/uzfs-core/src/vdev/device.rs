@@ -36,6 +36,17 @@ pub trait BlockDevice: Send + Sync {
     fn read_only(&self) -> bool {
         false
     }
+    /// The device's size as it is now, which may exceed `size()` if the
+    /// device grew since it was opened (a file enlarged, a LUN resized).
+    fn current_size(&self) -> u64 {
+        self.size()
+    }
+    /// Take a grown device's new size as `size()` (`zpool online -e`,
+    /// autoexpand; labels L2 and L3 move to the new end with it). A size
+    /// never shrinks. Returns the size in force.
+    fn adopt_size(&self) -> u64 {
+        self.size()
+    }
 }
 
 /// Processes other than this one that have `path` open (from /proc), for
@@ -145,7 +156,8 @@ pub struct FileDevice {
     direct: Option<File>,
     direct_ok: std::sync::atomic::AtomicBool,
     path: PathBuf,
-    size: u64,
+    /// Size when opened, or as adopted since (`adopt_size`).
+    size: std::sync::atomic::AtomicU64,
     /// Contiguous span of small writes not yet handed to writeback.
     span: std::sync::Mutex<(u64, u64)>,
 }
@@ -171,15 +183,7 @@ impl FileDevice {
             .write(true)
             .open(path)
             .map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        let size = if meta.file_type().is_file() {
-            meta.len()
-        } else {
-            // Block devices report 0 in metadata; seeking to the end gives the size.
-            use std::io::{Seek, SeekFrom};
-            let mut f = &file;
-            f.seek(SeekFrom::End(0)).map_err(io)?
-        };
+        let size = measure(&file).map_err(io)?;
         let direct = if !direct {
             None
         } else {
@@ -197,9 +201,13 @@ impl FileDevice {
             direct,
             file,
             path: path.to_path_buf(),
-            size,
+            size: std::sync::atomic::AtomicU64::new(size),
             span: std::sync::Mutex::new((0, 0)),
         })
+    }
+
+    fn len(&self) -> u64 {
+        self.size.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn writeback(&self, offset: u64, len: u64) {
@@ -274,7 +282,7 @@ impl BlockDevice for FileDevice {
             .map_err(|e| self.io_err(e))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        if offset + buf.len() as u64 > self.size {
+        if offset + buf.len() as u64 > self.len() {
             return Err(Error::invalid(format!(
                 "{}: write past end of device",
                 self.path.display()
@@ -328,10 +336,32 @@ impl BlockDevice for FileDevice {
         self.file.sync_data().map_err(|e| self.io_err(e))
     }
     fn size(&self) -> u64 {
-        self.size
+        self.len()
     }
     fn name(&self) -> String {
         self.path.display().to_string()
+    }
+    fn current_size(&self) -> u64 {
+        measure(&self.file).unwrap_or(0).max(self.len())
+    }
+    fn adopt_size(&self) -> u64 {
+        let now = self.current_size();
+        self.size
+            .fetch_max(now, std::sync::atomic::Ordering::AcqRel)
+            .max(now)
+    }
+}
+
+/// Size of an open file or block device.
+fn measure(file: &File) -> std::io::Result<u64> {
+    let meta = file.metadata()?;
+    if meta.file_type().is_file() {
+        Ok(meta.len())
+    } else {
+        // Block devices report 0 in metadata; seeking to the end gives the size.
+        use std::io::{Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::End(0))
     }
 }
 
@@ -392,6 +422,9 @@ impl BlockDevice for ReadOnlyDevice {
     }
     fn read_only(&self) -> bool {
         true
+    }
+    fn current_size(&self) -> u64 {
+        self.0.current_size()
     }
 }
 

@@ -193,6 +193,24 @@ impl TopVdev {
         })
     }
 
+    /// The same vdev with a larger address space (`spa/expand.rs`).
+    pub fn with_asize(&self, asize: u64) -> Arc<TopVdev> {
+        Arc::new(TopVdev {
+            asize,
+            children: self.children.clone(),
+            ..*self
+        })
+    }
+
+    /// The same vdev with another cache-flush policy.
+    pub fn with_flush(&self, flush: FlushPolicy) -> Arc<TopVdev> {
+        Arc::new(TopVdev {
+            flush,
+            children: self.children.clone(),
+            ..*self
+        })
+    }
+
     /// Columns whose loss the vdev survives.
     pub fn redundancy(&self) -> usize {
         match self.kind {

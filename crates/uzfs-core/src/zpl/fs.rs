@@ -40,7 +40,8 @@ pub trait DatasetCtx: Send + Sync {
     /// The open txg (stamped into new znodes as their generation).
     fn txg(&self) -> u64;
     /// Whether the pool still takes changes: a suspended pool (a failed
-    /// sync, an operation that broke off half done) refuses them with EIO.
+    /// sync, an operation that broke off half done) refuses them with EIO,
+    /// or holds them until it resumes (`failmode=wait`).
     fn live(&self) -> bool {
         true
     }
