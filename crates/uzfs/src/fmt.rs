@@ -14,6 +14,11 @@ pub fn nicenum(n: u64) -> String {
         v /= 1024.0;
         i += 1;
     }
+    // An exact multiple of the unit shows no decimals ("64M", not
+    // "64.0M"), as zfs_nicenum_format.
+    if n & ((1u64 << (10 * i)) - 1) == 0 {
+        return format!("{}{}", n >> (10 * i), UNITS[i]);
+    }
     let s = if v < 10.0 {
         format!("{:.2}", v)
     } else if v < 100.0 {

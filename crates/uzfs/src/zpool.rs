@@ -315,7 +315,7 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         "export" => export_or_destroy(d, rest, false),
         "destroy" => export_or_destroy(d, rest, true),
         "get" => get(d, rest),
-        "set" => set(d, rest, cwd, &full),
+        "set" => set(d, rest, &full),
         "history" => history(d, rest),
         "sync" => match pools_or_all(d, rest) {
             Ok(ps) => {
@@ -341,6 +341,10 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         "iostat" => crate::iostat::snapshot_cmd(d, rest),
         "upgrade" => upgrade(rest),
         "help" | "-?" | "--help" => Response::ok(USAGE.into()),
+        "checkpoint" | "trim" | "initialize" | "split" | "reguid" | "reopen" | "events"
+        | "resilver" | "prefetch" | "ddtprune" | "discard-checkpoint" => {
+            Response::err(2, format!("zpool {cmd}: not supported yet"))
+        }
         other => usage_err(&format!("unrecognized command '{other}'")),
     }
 }
@@ -390,14 +394,14 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
                     ));
                 }
             }
-            _ => match pool_setting(k, v, cwd) {
+            _ => match pool_setting(k, v) {
                 Ok(s) => {
                     if let PoolSetting::Ashift(a) = s {
                         opts.ashift = if a == 0 { 12 } else { a };
                     }
                     settings.push(s);
                 }
-                Err(e) if !prop_is_known(k) => return Response::err(2, e),
+                Err(e) if !prop_is_known(k) => return err(e),
                 Err(e) => return err(format!("cannot create '{name}': {e}")),
             },
         }
@@ -637,7 +641,7 @@ fn on_off(k: &str, v: &str) -> Result<bool, String> {
 }
 
 /// Check a settable pool property and its value (`Err`: what is wrong).
-fn pool_setting(k: &str, v: &str, cwd: &Path) -> Result<PoolSetting, String> {
+fn pool_setting(k: &str, v: &str) -> Result<PoolSetting, String> {
     use PoolSetting::*;
     Ok(match k {
         "comment" => {
@@ -661,8 +665,16 @@ fn pool_setting(k: &str, v: &str, cwd: &Path) -> Result<PoolSetting, String> {
         "listsnapshots" | "listsnaps" => Listsnapshots(on_off(k, v)?),
         "cachefile" => Cachefile(match v {
             "" | "-" | "none" => v.to_string(),
-            p => resolve(cwd, p).display().to_string(),
+            p if p.starts_with('/') => p.to_string(),
+            _ => {
+                return Err(format!(
+                    "property 'cachefile' must be empty, an absolute path, or 'none': '{v}'"
+                ))
+            }
         }),
+        "altroot" => {
+            return Err("property 'altroot' can only be set at create or import (-R)".into())
+        }
         _ if prop_is_known(k) => return Err(format!("property '{k}' is readonly")),
         _ => return Err(format!("property '{k}' is not a valid pool property")),
     })
@@ -971,9 +983,9 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
                 Ok(r) => readonly = r,
                 Err(e) => return err(e),
             },
-            Some((k, v)) => match pool_setting(k, v, cwd) {
+            Some((k, v)) => match pool_setting(k, v) {
                 Ok(s) => settings.push(s),
-                Err(e) if !prop_is_known(k) => return Response::err(2, e),
+                Err(e) if !prop_is_known(k) => return err(e),
                 Err(e) => return err(format!("cannot import: {e}")),
             },
             None => {
@@ -1246,7 +1258,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     Response::ok(t.render(has(&o, 'H')))
 }
 
-fn set(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
+fn set(d: &Daemon, args: &[String], full: &str) -> Response {
     if args.len() < 2 {
         return usage_err("usage: zpool set <property=value> <pool> [vdev]");
     }
@@ -1270,7 +1282,7 @@ fn set(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
                 "cannot set property for '{vd}': '{k}' is not a vdev property (only flush is)"
             ))
         }
-        (k, None) => match pool_setting(k, v, cwd) {
+        (k, None) => match pool_setting(k, v) {
             Ok(s) => apply_setting(d, &pool, s),
             Err(e) => return err(format!("cannot set property for '{}': {e}", pool.name)),
         },

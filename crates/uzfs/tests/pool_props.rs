@@ -298,18 +298,10 @@ fn cachefile_none_or_a_path_and_import_c() {
         "nocache",
         &a,
     ]);
-    e.ok(&[
-        "zpool",
-        "create",
-        "-m",
-        "none",
-        "-o",
-        "cachefile=alt.cache",
-        "alt",
-        &b,
-    ]);
-    e.ok(&["zpool", "create", "-m", "none", "plain", &c]);
     let alt = e.dir.path().join("alt.cache").display().to_string();
+    let kv = format!("cachefile={alt}");
+    e.ok(&["zpool", "create", "-m", "none", "-o", &kv, "alt", &b]);
+    e.ok(&["zpool", "create", "-m", "none", "plain", &c]);
     let get = |p: &str| e.ok(&["zpool", "get", "-H", "-o", "value,source", "cachefile", p]);
     assert_eq!(get("nocache"), "none\tlocal\n");
     assert_eq!(get("alt"), format!("{alt}\tlocal\n"));

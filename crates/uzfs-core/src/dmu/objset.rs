@@ -73,6 +73,11 @@ pub trait BlockWriter {
     /// this txg and the new one fits.
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr>;
     fn free_bp(&mut self, bp: &BlkPtr);
+    /// What `bp` is charged to its object set's `used`: its allocated
+    /// bytes, deflated by the pool's RAID-Z ratio (`VdevAlloc::deflate`).
+    fn dsize(&self, bp: &BlkPtr) -> u64 {
+        bp.asize()
+    }
     /// Write many level-0 blocks at once (the I/O pipeline may compress,
     /// checksum and issue them in parallel). Same semantics as `write_bp`
     /// applied to each `(old, data)` in order, except that the blocks are
@@ -167,7 +172,8 @@ struct SyncedTree {
 }
 
 /// Space charged to an object set: `used` counts allocated bytes (every
-/// copy, parity included), `logical` the uncompressed size of the blocks.
+/// copy) deflated by RAID-Z's parity ratio (`BlockWriter::dsize`),
+/// `logical` the uncompressed size of the blocks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ObjsetSpace {
     pub used: u64,
@@ -1014,7 +1020,7 @@ struct Counting<'a> {
 
 impl Counting<'_> {
     fn charge(&mut self, old: &BlkPtr, new: &BlkPtr) {
-        self.used += new.asize() as i64 - old.asize() as i64;
+        self.used += self.inner.dsize(new) as i64 - self.inner.dsize(old) as i64;
         self.logical += new.lsize as i64 - old.lsize as i64;
     }
 }
@@ -1023,13 +1029,16 @@ impl BlockWriter for Counting<'_> {
     fn txg(&self) -> u64 {
         self.inner.txg()
     }
+    fn dsize(&self, bp: &BlkPtr) -> u64 {
+        self.inner.dsize(bp)
+    }
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
         let new = self.inner.write_bp(old, data, wp)?;
         self.charge(old, &new);
         Ok(new)
     }
     fn free_bp(&mut self, bp: &BlkPtr) {
-        self.used -= bp.asize() as i64;
+        self.used -= self.inner.dsize(bp) as i64;
         self.logical -= bp.lsize as i64;
         self.inner.free_bp(bp)
     }

@@ -437,7 +437,7 @@ impl Pool {
     /// Bytes `d` may still write: pool space less others' unused
     /// reservations, capped by each quota on the way up.
     pub fn ds_available(&self, d: &Arc<Dataset>) -> u64 {
-        let mut avail = self.writable_space();
+        let mut avail = self.deflate_space(self.writable_space());
         let mine: Vec<u64> = std::iter::once(d.id())
             .chain(self.ancestors(d).iter().map(|a| a.id()))
             .collect();

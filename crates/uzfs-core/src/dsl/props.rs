@@ -184,9 +184,61 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             }
             Ok(n.to_string())
         }
+        _ if NOT_YET.contains(&name) || name.contains(':') => Err(Error::Unsupported(format!(
+            "property '{name}' is not supported yet"
+        ))),
         _ => Err(Error::invalid(format!("invalid property '{name}'"))),
     }
 }
+
+/// zfsprops(7) properties uzfs does not have yet (and user properties,
+/// `module:name`): refused as such, never stored without effect.
+pub const NOT_YET: &[&str] = &[
+    "aclinherit",
+    "aclmode",
+    "casesensitivity",
+    "context",
+    "dedup",
+    "defcontext",
+    "devices",
+    "direct",
+    "dnodesize",
+    "encryption",
+    "exec",
+    "filesystem_limit",
+    "fscontext",
+    "keyformat",
+    "keylocation",
+    "logbias",
+    "mlslabel",
+    "nbmand",
+    "normalization",
+    "overlay",
+    "pbkdf2iters",
+    "prefetch",
+    "primarycache",
+    "redundant_metadata",
+    "refquota",
+    "refreservation",
+    "relatime",
+    "rootcontext",
+    "secondarycache",
+    "setuid",
+    "sharenfs",
+    "sharesmb",
+    "snapdev",
+    "snapdir",
+    "snapshot_limit",
+    "special_small_blocks",
+    "sync",
+    "utf8only",
+    "volblocksize",
+    "volmode",
+    "volsize",
+    "vscan",
+    "xattr",
+    "zoned",
+];
 
 /// `on` means lz4 (as in OpenZFS). zstd-N and gzip-N levels are accepted;
 /// gzip is stored as zstd (the pool has no gzip codec; a documented departure).

@@ -137,6 +137,20 @@ impl VdevAlloc {
         self.metaslabs.iter().map(|m| m.free.space()).sum()
     }
 
+    /// OpenZFS `vdev_deflate_ratio`: bytes of data per 512 bytes this vdev
+    /// allocates for a 128 KiB block. 512 on a disk or mirror; less on
+    /// RAID-Z, by its parity and padding.
+    pub fn deflate_ratio(&self) -> u64 {
+        (1u64 << 17) / (self.round(1 << 17) >> 9).max(1)
+    }
+
+    /// `asize` bytes allocated here as datasets are charged for them
+    /// (`used`, `available`): without RAID-Z parity, so a 20 MiB file
+    /// shows about 20M, as OpenZFS.
+    pub fn deflate(&self, asize: u64) -> u64 {
+        (asize >> 9) * self.deflate_ratio()
+    }
+
     /// The allocator for a vdev described by `c`.
     pub fn for_top(c: &super::config::TopConfig, sm_objs: &[u64]) -> Self {
         let mut v = VdevAlloc::new(c.id, c.ashift, c.asize, c.ms_shift, sm_objs);
@@ -219,6 +233,25 @@ impl Allocator {
     }
     pub fn total_space(&self) -> u64 {
         self.vdevs.iter().map(|v| v.asize).sum()
+    }
+
+    /// `total_space` deflated (`VdevAlloc::deflate`).
+    pub fn deflated_space(&self) -> u64 {
+        self.vdevs.iter().map(|v| v.deflate(v.asize)).sum()
+    }
+
+    /// What a block is charged to its dataset: each copy's allocated
+    /// bytes, deflated by its vdev's ratio (OpenZFS bp_get_dsize).
+    pub fn dsize(&self, bp: &crate::dmu::blkptr::BlkPtr) -> u64 {
+        bp.dva
+            .iter()
+            .filter(|d| d.is_valid())
+            .map(|d| {
+                self.vdevs
+                    .get(d.vdev as usize)
+                    .map_or(d.asize, |v| v.deflate(d.asize))
+            })
+            .sum()
     }
 
     /// One extent for `psize` bytes on vdev `v` only (a gang block's

@@ -164,6 +164,8 @@ pub(crate) struct SpaceSnapshot {
     pub pending_frees: u64,
     /// Worst allocated/logical ratio of a block, in 1/1024ths.
     pub inflation: u64,
+    /// `size` deflated (`Allocator::deflated_space`).
+    pub dsize: u64,
 }
 
 /// Validate a pool name as zpool(8) does.
@@ -677,6 +679,7 @@ impl Pool {
             allocatable,
             pending_frees: free.saturating_sub(allocatable),
             inflation,
+            dsize: alloc.deflated_space(),
         };
     }
 

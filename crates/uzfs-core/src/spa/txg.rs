@@ -485,6 +485,10 @@ impl BlockWriter for SyncWriter<'_> {
         self.txg
     }
 
+    fn dsize(&self, bp: &BlkPtr) -> u64 {
+        self.alloc.dsize(bp)
+    }
+
     /// The I/O pipeline: helper threads compress and checksum chunk k+1
     /// while this thread allocates (in order: cheap, and it must be
     /// deterministic) and writes chunk k: one writer per child device
@@ -1189,6 +1193,17 @@ impl Pool {
         let s = *lock(&self.space_snapshot);
         let slop = (s.size / 32).max((16u64 << 20).min(s.size / 2));
         s.allocatable.saturating_sub(slop)
+    }
+
+    /// Raw pool bytes as datasets see them (`zfs list`, `df`): deflated by
+    /// the vdevs' RAID-Z ratio (`VdevAlloc::deflate`; a pool mixing vdev
+    /// kinds uses their size-weighted mean).
+    pub fn deflate_space(&self, raw: u64) -> u64 {
+        let s = *lock(&self.space_snapshot);
+        if s.size == 0 {
+            return raw;
+        }
+        (raw as u128 * s.dsize as u128 / s.size as u128) as u64
     }
 
     /// A write was refused for space: if frees are waiting out their txgs,
