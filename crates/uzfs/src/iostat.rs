@@ -523,7 +523,7 @@ mod tests {
         let want = "              capacity     operations     bandwidth
 pool        alloc   free   read  write   read  write
 ----------  -----  -----  -----  -----  -----  -----
-tank         408K  9.28G     10     20  1.00M  2.00M
+tank         408K  9.28G     10     20     1M     2M
 ";
         assert_eq!(got, want);
     }
@@ -536,10 +536,10 @@ tank         408K  9.28G     10     20  1.00M  2.00M
         let want = "              capacity     operations     bandwidth
 pool        alloc   free   read  write   read  write
 ----------  -----  -----  -----  -----  -----  -----
-tank         408K  9.28G    100    200  10.0M  20.0M
-  mirror-0   408K  9.28G    100    200  10.0M  20.0M
-    sda         -      -     50    100  5.00M  10.0M
-    sdb         -      -     50    100  5.00M  10.0M
+tank         408K  9.28G    100    200    10M    20M
+  mirror-0   408K  9.28G    100    200    10M    20M
+    sda         -      -     50    100     5M    10M
+    sdb         -      -     50    100     5M    10M
 ----------  -----  -----  -----  -----  -----  -----
 ";
         assert_eq!(got, want);
@@ -552,7 +552,7 @@ tank         408K  9.28G    100    200  10.0M  20.0M
         let want = "              capacity     operations     bandwidth    total_wait     disk_wait    syncq_wait    asyncq_wait  scrub   trim
 pool        alloc   free   read  write   read  write   read  write   read  write   read  write   read  write   wait   wait
 ----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
-tank         408K  9.28G     10     20  1.00M  2.00M  250us    1ms  250us    1ms      -      -      -      -      -      -
+tank         408K  9.28G     10     20     1M     2M  250us    1ms  250us    1ms      -      -      -      -      -      -
 ";
         assert_eq!(got, want);
     }

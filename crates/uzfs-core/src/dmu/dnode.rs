@@ -5,7 +5,8 @@
 //!   0  type u8 | nlevels u8 | nblkptr u8 (=3) | flags u8 | indblkshift u8 | checksum u8 | compress u8 | copies u8
 //!   8  datablksz u32 | reserved u32
 //!  16  maxblkid u64          highest level-0 block id ever written (0 if none)
-//!  24  used_bytes u64        allocated bytes (all DVAs) beneath this dnode
+//!  24  used_bytes u64        allocated bytes (all DVAs) beneath this dnode, deflated
+//!                            by RAID-Z's parity ratio (BlockWriter::dsize)
 //!  32  size u64              logical object size in bytes
 //!  40  bonus[0..24]          small per-type payload, first part
 //!  64  blkptr[3]             top-level block pointers (level nlevels-1)

@@ -1150,7 +1150,7 @@ fn apply_blocks(
             &encode_indirect(&children),
             indirect_params(dn, dn.nlevels, fill),
         )?;
-        used += bp.asize() as i64;
+        used += w.dsize(&bp) as i64;
         dn.blkptr = [bp, BlkPtr::HOLE, BlkPtr::HOLE];
         dn.nlevels += 1;
     }
@@ -1165,7 +1165,7 @@ fn apply_blocks(
     }
     let new_l0 = w.write_batch(&olds, l0_params(dn))?;
     for ((old, _), new) in olds.iter().zip(&new_l0) {
-        used += new.asize() as i64 - old.asize() as i64;
+        used += w.dsize(new) as i64 - w.dsize(old) as i64;
     }
     for (data, new) in blocks.values().zip(&new_l0) {
         if !new.is_hole() {
@@ -1268,7 +1268,7 @@ fn rewrite_indirect(
         &encode_indirect(children),
         indirect_params(dn, level, fill),
     )?;
-    *used += new.asize() as i64 - old.asize() as i64;
+    *used += w.dsize(&new) as i64 - w.dsize(old) as i64;
     Ok(new)
 }
 
@@ -1347,7 +1347,7 @@ fn free_node(
         )?;
     }
     if children.iter().all(|c| c.is_hole()) {
-        *used -= old.asize() as i64;
+        *used -= w.dsize(old) as i64;
         w.free_bp(old);
         return Ok(BlkPtr::HOLE);
     }
@@ -1372,8 +1372,9 @@ fn free_subtree(reader: &dyn BlockReader, w: &mut dyn BlockWriter, bp: &BlkPtr) 
             }
         }
     }
+    let d = w.dsize(bp);
     w.free_bp(bp);
-    Ok(freed + bp.asize())
+    Ok(freed + d)
 }
 
 pub fn encode_indirect(children: &[BlkPtr]) -> Vec<u8> {
