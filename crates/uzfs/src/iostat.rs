@@ -386,9 +386,22 @@ fn histogram(name: &str, c: &Counters, o: &Opts) -> String {
     out
 }
 
+/// `-L`: device names that are symbolic links shown as what they point to.
+fn resolve_links(snap: &mut [PoolSnap]) {
+    for p in snap.iter_mut() {
+        for v in p.nodes.iter_mut() {
+            if v.name.starts_with('/') {
+                if let Ok(r) = std::fs::canonicalize(&v.name) {
+                    v.name = r.display().to_string();
+                }
+            }
+        }
+    }
+}
+
 /// Client side: fetch snapshots, print reports.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
-    let (o, rest) = match getopt(args, "c:!g!HlL!n!pP!q!r!T:!vwy") {
+    let (o, rest) = match getopt(args, "c:!g!HlLn!pPq!r!T:vwy") {
         Ok(x) => x,
         Err(e) => {
             let r = usage_err(&e);
@@ -417,6 +430,12 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
     }
     let interval = nums.first().copied();
     let count = nums.get(1).map(|c| *c as u64);
+    if let Err(r) = crate::status::timestamp(&o) {
+        crate::err(&r.stderr);
+        return 2;
+    }
+    // -P: full paths are what uzfs prints anyway; -L: links resolved.
+    let resolve = has(&o, 'L');
     let skip_first = has(&o, 'y');
     let mut prev: Option<Vec<PoolSnap>> = None;
     let mut printed = 0u64;
@@ -428,7 +447,7 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
             crate::err(&r.stderr);
             return r.code;
         }
-        let snap: Vec<PoolSnap> = match serde_json::from_str(&r.stdout) {
+        let mut snap: Vec<PoolSnap> = match serde_json::from_str(&r.stdout) {
             Ok(s) => s,
             Err(e) => {
                 crate::err(&format!("zpool iostat: bad reply from the daemon: {e}\n"));
@@ -439,7 +458,13 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
             crate::out("no pools available\n");
             return 0;
         }
+        if resolve {
+            resolve_links(&mut snap);
+        }
         if !(skip_first && prev.is_none() && interval.is_some()) {
+            if let Ok(t) = crate::status::timestamp(&o) {
+                crate::out(&t);
+            }
             crate::out(&render(&snap, prev.as_deref(), &opts));
             printed += 1;
         }

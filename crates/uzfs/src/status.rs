@@ -6,6 +6,7 @@ use crate::daemon::Daemon;
 use crate::fmt::nicebytes;
 use crate::zpool::{getopt, has, pools_or_all, usage_err};
 use std::sync::Arc;
+use uzfs_core::spa::config::FailMode;
 use uzfs_core::spa::scan::{ScanFunc, ScanPhys, ScanState};
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::{AttachKind, Leaf, LeafState, TopVdev, VdevStats};
@@ -149,6 +150,43 @@ fn counts(l: &Leaf) -> [String; 3] {
     ]
 }
 
+/// How `zpool status` (and `list -v`) name devices: `-g` by guid, `-L`
+/// with symbolic links resolved, else by path as configured (always the
+/// full path: `-P` is what uzfs does anyway).
+#[derive(Clone, Copy, Default)]
+pub struct Naming {
+    pub guid: bool,
+    pub resolve: bool,
+}
+
+impl Naming {
+    pub fn leaf(&self, l: &Leaf) -> String {
+        if self.guid {
+            return l.guid.to_string();
+        }
+        if self.resolve {
+            if let Ok(p) = std::fs::canonicalize(&l.path) {
+                return p.display().to_string();
+            }
+        }
+        l.path.clone()
+    }
+
+    pub fn top(&self, t: &TopVdev) -> String {
+        if self.guid {
+            return t.guid.to_string();
+        }
+        match t.children.first() {
+            Some(c) if t.kind == uzfs_core::vdev::TopKind::Disk => self.leaf(c),
+            _ => t.name(),
+        }
+    }
+}
+
+thread_local! {
+    static NAMING: std::cell::Cell<Naming> = const { std::cell::Cell::new(Naming { guid: false, resolve: false }) };
+}
+
 fn leaf_row(l: &Leaf, indent: usize, resilvering: bool) -> Vec<String> {
     let [r, w, c] = counts(l);
     let note = if l.is_missing() {
@@ -161,7 +199,7 @@ fn leaf_row(l: &Leaf, indent: usize, resilvering: bool) -> Vec<String> {
         String::new()
     };
     vec![
-        format!("{}{}", " ".repeat(indent), l.path),
+        format!("{}{}", " ".repeat(indent), NAMING.get().leaf(l)),
         leaf_state(l).into(),
         r,
         w,
@@ -235,7 +273,7 @@ fn top_rows(t: &TopVdev, resilvering: bool, rows: &mut Vec<Vec<String>>) {
         }
         return;
     }
-    rows.push(zero_row(format!("  {}", t.name()), t.health()));
+    rows.push(zero_row(format!("  {}", NAMING.get().top(t)), t.health()));
     for (i, c) in t.children.iter().enumerate() {
         column_rows(c, i, 4, resilvering, rows);
     }
@@ -245,12 +283,18 @@ fn explain(p: &Pool, health: &str, resilvering: bool, errs: u64) -> String {
     let leaves: Vec<Arc<Leaf>> = p.io.tops().iter().flat_map(|t| t.leaves()).collect();
     let any = |s: LeafState| leaves.iter().any(|l| !l.is_missing() && l.state() == s);
     if let Some(why) = p.suspended() {
-        let action = if p.io.suspension.parked() {
+        let parked = p.io.suspension.parked();
+        let action = if parked {
             "Make the devices available, then run 'zpool clear': the sync resumes\n\twhere it stopped and nothing is lost."
         } else {
             "Export and re-import the pool: it comes back at its last committed txg."
         };
-        return format!("status: The pool is suspended: {why}\n\tNothing after the last committed txg is written; reads continue, writes fail\n\twith EIO.\naction: {action}\n");
+        let writes = if parked && p.props().failmode == FailMode::Wait {
+            "writes wait\n\tuntil it resumes (failmode=wait)"
+        } else {
+            "writes fail\n\twith EIO"
+        };
+        return format!("status: The pool is suspended: {why}\n\tNothing after the last committed txg is written; reads continue, {writes}.\naction: {action}\n");
     }
     if resilvering {
         return "status: One or more devices is currently being resilvered.  The pool will\n\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n".into();
@@ -273,8 +317,39 @@ fn explain(p: &Pool, health: &str, resilvering: bool, errs: u64) -> String {
     String::new()
 }
 
+/// What `zpool status` options change in the report.
+#[derive(Clone, Copy, Default)]
+pub struct Show {
+    pub naming: Naming,
+    /// `-e`: only vdevs that are not ONLINE or have errors (and the
+    /// vdevs above them).
+    pub unhealthy: bool,
+}
+
+/// Keep the pool row, and each vdev row that is unhealthy or has an
+/// unhealthy row beneath it (rows are in tree order, nested by indent).
+fn unhealthy_only(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    let indent = |r: &[String]| r[0].len() - r[0].trim_start().len();
+    let bad = |r: &[String]| r[1] != "ONLINE" || r[2..5].iter().any(|c| c != "0");
+    let keep: Vec<bool> = (0..rows.len())
+        .map(|i| {
+            i == 0
+                || bad(&rows[i])
+                || rows[i + 1..]
+                    .iter()
+                    .take_while(|r| indent(r) > indent(&rows[i]))
+                    .any(|r| bad(r))
+        })
+        .collect();
+    rows.into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect()
+}
+
 /// The whole report for one pool. `now` is injectable for golden tests.
-pub fn render(p: &Pool, now: u64) -> String {
+pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
+    NAMING.set(show.naming);
     let health = pool_health(p);
     let errs: u64 =
         p.io.tops()
@@ -303,12 +378,15 @@ pub fn render(p: &Pool, now: u64) -> String {
         out.push_str(&format!("warning: {why}\n"));
     }
     out.push_str("config:\n\n");
-    let rows = tree_rows(p, health, resilvering);
+    let mut rows = tree_rows(p, health, resilvering);
+    if show.unhealthy {
+        rows = unhealthy_only(rows);
+    }
     let spares = p.io.spares();
     let namew = rows
         .iter()
         .map(|r| r[0].len())
-        .chain(spares.iter().map(|s| s.path.len() + 2))
+        .chain(spares.iter().map(|s| show.naming.leaf(s).len() + 2))
         .max()
         .unwrap_or(0)
         .max(10);
@@ -343,7 +421,14 @@ pub fn render(p: &Pool, now: u64) -> String {
             } else {
                 "UNAVAIL"
             };
-            out.push_str(&format!("\t  {:<w$}  {st}\n", s.path, w = namew - 2));
+            if show.unhealthy && st == "AVAIL" {
+                continue;
+            }
+            out.push_str(&format!(
+                "\t  {:<w$}  {st}\n",
+                show.naming.leaf(s),
+                w = namew - 2
+            ));
         }
     }
     match scan.as_ref().map(|s| s.errors).unwrap_or(0) {
@@ -355,8 +440,21 @@ pub fn render(p: &Pool, now: u64) -> String {
     out
 }
 
+/// `-T u|d` (zpool status, list, iostat, wait): a timestamp line, seconds
+/// since the epoch or the date as date(1) prints it.
+pub fn timestamp(o: &crate::zpool::Opts) -> Result<String, Response> {
+    match crate::zpool::values(o, 'T').last().map(String::as_str) {
+        None => Ok(String::new()),
+        Some("u") => Ok(format!("{}\n", uzfs_core::spa::scan::now_secs())),
+        Some("d") => Ok(format!("{}\n", ctime(uzfs_core::spa::scan::now_secs()))),
+        Some(x) => Err(usage_err(&format!(
+            "invalid timestamp format '{x}': 'u' (seconds) or 'd' (date)"
+        ))),
+    }
+}
+
 pub fn status(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "c:!D!e!g!i!L!p!Ps!t!T:!vx") {
+    let (o, rest) = match getopt(args, "c:!D!egi!Lp!Ps!t!T:vx") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -368,17 +466,27 @@ pub fn status(d: &Daemon, args: &[String]) -> Response {
         return Response::ok("no pools available\n".into());
     }
     let now = uzfs_core::spa::scan::now_secs();
-    let mut out = String::new();
+    let show = Show {
+        naming: Naming {
+            guid: has(&o, 'g'),
+            resolve: has(&o, 'L'),
+        },
+        unhealthy: has(&o, 'e'),
+    };
+    let mut out = match timestamp(&o) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
     for p in &pools {
-        let text = render(p, now);
+        let text = render_with(p, now, show);
         if has(&o, 'x') && pool_health(p) == "ONLINE" && !text.contains("status: ") {
             continue;
         }
         out.push_str(&text);
         out.push('\n');
     }
-    if out.is_empty() {
-        out = "all pools are healthy\n".into();
+    if !out.contains("pool: ") {
+        out.push_str("all pools are healthy\n");
     }
     Response::ok(out.trim_end().to_string() + "\n")
 }

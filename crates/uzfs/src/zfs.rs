@@ -701,7 +701,7 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn mount(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "af!l!O!o:v!") {
+    let (o, rest) = match getopt(args, "af!l!Oo:v") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -749,7 +749,7 @@ fn mount(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn unmount(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "afu!") {
+    let (o, rest) = match getopt(args, "afu") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

@@ -19,16 +19,16 @@ where 'command' is one of the following:
 \t    [-R root] <pool> <vdev> ...
 \tdestroy [-f] <pool>
 
-\tadd [-fn] [-o ashift=N] <pool> <vdev> ...
+\tadd [-fnP] [-o ashift=N] <pool> <vdev> ...
 \tremove <pool> <device> ...
 
 \tlabelclear [-f] <vdev>
 
-\tlist [-Hpv] [-o property[,...]] [pool] ...
-\tiostat [-v] [-l | -w] [-Hpy] [pool] ... [interval [count]]
-\tstatus [-vxP] [pool] ...
+\tlist [-gHLpPv] [-o property[,...]] [-T u|d] [pool] ...
+\tiostat [-v] [-l | -w] [-HLpPy] [-T u|d] [pool] ... [interval [count]]
+\tstatus [-egLPvx] [-T u|d] [pool] ...
 
-\tonline <pool> <device> ...
+\tonline [-e] <pool> <device> ...
 \toffline <pool> <device> ...
 \tclear <pool> [device]
 
@@ -39,8 +39,9 @@ where 'command' is one of the following:
 \tscrub [-s | -p] [-w] <pool> ...
 \twait [-H] [-t activity[,...]] <pool>
 
-\timport [-d dir] [-f] [-N] [-R root] [-a]
-\timport [-d dir] [-f] [-N] [-R root] <pool | id> [newpool]
+\timport [-d dir | -c cachefile] [-D] [-f] [-N] [-o property=value] ... [-R root] [-a]
+\timport [-d dir | -c cachefile] [-D] [-f] [-N] [-o property=value] ... [-R root]
+\t    <pool | id> [newpool]
 \texport [-f] [-a | <pool> ...]
 \tupgrade [-v]
 
@@ -493,7 +494,7 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
 }
 
 fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
-    let (o, rest) = match getopt(args, "fg!L!nP!o:") {
+    let (o, rest) = match getopt(args, "fg!L!nPo:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -823,7 +824,7 @@ const ALL_PROPS: &[&str] = &[
 ];
 
 fn list(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "g!HL!pP!vo:T:!") {
+    let (o, rest) = match getopt(args, "gHLpPvo:T:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -854,6 +855,14 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         .iter()
         .map(|c| !matches!(c.as_str(), "name" | "altroot" | "health" | "comment"))
         .collect();
+    let stamp = match crate::status::timestamp(&o) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let naming = crate::status::Naming {
+        guid: has(&o, 'g'),
+        resolve: has(&o, 'L'),
+    };
     let mut t = Table::new(&hdr.iter().map(String::as_str).collect::<Vec<_>>(), &right);
     for p in &pools {
         let mut row = Vec::new();
@@ -865,13 +874,13 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         }
         t.rows.push(row);
         if has(&o, 'v') {
-            t.rows.extend(vdev_rows(p, &cols, has(&o, 'p')));
+            t.rows.extend(vdev_rows(p, &cols, has(&o, 'p'), naming));
         }
     }
     if pools.is_empty() {
         return Response::ok("no pools available\n".into());
     }
-    Response::ok(t.render(has(&o, 'H')))
+    Response::ok(stamp + &t.render(has(&o, 'H')))
 }
 
 /// CAP as `zpool list` prints it: percent allocated (`-p`: the bare number).
@@ -887,7 +896,12 @@ fn capacity(alloc: u64, size: u64, parsable: bool) -> String {
 /// `zpool list -v`: a row per top-level vdev (its own size, allocated,
 /// free and capacity) and per device beneath it (its health), other
 /// columns "-", as zpool-list(8).
-fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
+fn vdev_rows(
+    p: &Pool,
+    cols: &[String],
+    parsable: bool,
+    naming: crate::status::Naming,
+) -> Vec<Vec<String>> {
     let n = |v: u64| if parsable { v.to_string() } else { nicenum(v) };
     let space = p.vdev_space();
     let grow = p.expand_sizes();
@@ -902,7 +916,7 @@ fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
         rows.push(
             cols.iter()
                 .map(|c| match c.as_str() {
-                    "name" => format!("  {}", t.name()),
+                    "name" => format!("  {}", naming.top(t)),
                     "size" => n(size),
                     "allocated" | "alloc" => n(alloc),
                     "free" => n(free),
@@ -920,7 +934,7 @@ fn vdev_rows(p: &Pool, cols: &[String], parsable: bool) -> Vec<Vec<String>> {
             rows.push(
                 cols.iter()
                     .map(|c| match c.as_str() {
-                        "name" => format!("    {}", l.path),
+                        "name" => format!("    {}", naming.leaf(&l)),
                         "health" => crate::status::leaf_state(&l).to_string(),
                         _ => "-".into(),
                     })
