@@ -62,7 +62,9 @@ pub fn scrub(d: &Daemon, args: &[String], full: &str) -> Response {
 }
 
 pub fn offline(d: &Daemon, args: &[String], full: &str) -> Response {
-    each_device(d, args, full, "f!t!", "offline", |_, p, dev| p.offline(dev))
+    each_device(d, args, full, "ft", "offline", |o, p, dev| {
+        p.offline_with(dev, has(o, 'f'), has(o, 't'))
+    })
 }
 
 /// `zpool online [-e] POOL DEV...`: `-e` also expands the device's vdev to

@@ -47,8 +47,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool import -X P", "-X"),
     ("zpool import -s P", "-s"),
     ("zpool scrub -e P", "-e"),
-    ("zpool offline -f P D", "-f"),
-    ("zpool offline -t P D", "-t"),
     ("zpool wait -p P", "-p"),
     ("zpool wait -T d P", "-T"),
     ("zpool iostat -c x", "-c"),
@@ -1052,6 +1050,62 @@ fn status_list_and_iostat_display_options() {
         st.contains("mirror-0") && st.contains(&a) && !st.contains(&link),
         "-e degraded:\n{st}"
     );
+    e.ok(&["zpool", "online", "tank", &a]);
+    e.ok(&["zpool", "wait", "tank"]);
+    e.export_and_zdb("tank");
+}
+
+/// `zpool offline -t` lasts until the pool is imported again (then the
+/// device is back and resilvered); `-f` faults the device instead of
+/// taking it offline, and that lasts until `zpool clear` (with `-t`: until
+/// the next import).
+#[test]
+fn offline_temporary_and_fault() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 96), e.disk("b", 96));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    let state = |dev: &str| {
+        let st = e.ok(&["zpool", "status", "tank"]);
+        st.lines()
+            .find(|l| l.split_whitespace().next() == Some(dev))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?")
+            .to_string()
+    };
+    let reimport = || {
+        e.ok(&["zpool", "export", "tank"]);
+        e.ok(&["zpool", "import", "-d", ".", "tank"]);
+        e.ok(&["zpool", "wait", "tank"]);
+    };
+    e.ok(&["zpool", "offline", "-t", "tank", &b]);
+    assert_eq!(state(&b), "OFFLINE");
+    let blob = e.dir.path().join("blob");
+    std::fs::write(&blob, vec![7u8; 3 << 20]).expect("blob");
+    let obj = e.ok(&["object", "put", "tank", &blob.display().to_string()]);
+    reimport();
+    assert_eq!(state(&b), "ONLINE", "offline -t lasts for one import");
+    e.ok(&["zpool", "offline", "-f", "tank", &b]);
+    assert_eq!(state(&b), "FAULTED");
+    reimport();
+    assert_eq!(state(&b), "FAULTED", "offline -f persists");
+    e.ok(&["zpool", "clear", "tank", &b]);
+    e.ok(&["zpool", "wait", "tank"]);
+    assert_eq!(state(&b), "ONLINE");
+    e.ok(&["zpool", "offline", "-ft", "tank", &a]);
+    assert_eq!(state(&a), "FAULTED");
+    reimport();
+    assert_eq!(state(&a), "ONLINE", "offline -ft lasts for one import");
+    // b was resilvered: it alone serves the data.
+    e.ok(&["zpool", "offline", "tank", &a]);
+    let back = e.dir.path().join("back");
+    e.ok(&[
+        "object",
+        "get",
+        "tank",
+        obj.trim(),
+        &back.display().to_string(),
+    ]);
+    assert_eq!(std::fs::read(&back).expect("back"), vec![7u8; 3 << 20]);
     e.ok(&["zpool", "online", "tank", &a]);
     e.ok(&["zpool", "wait", "tank"]);
     e.export_and_zdb("tank");

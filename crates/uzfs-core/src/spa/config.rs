@@ -50,7 +50,9 @@ impl LeafConfig {
 
     /// The config of a live leaf (and what is attached to it).
     pub fn of(l: &Leaf) -> Self {
+        let temporary = l.temporary.load(std::sync::atomic::Ordering::Relaxed);
         let state = match l.state() {
+            _ if temporary => "",
             LeafState::Offline => "offline",
             LeafState::Faulted => "faulted",
             _ => "",

@@ -67,11 +67,23 @@ impl Pool {
 
     /// `zpool offline`: refuse when it would leave data without a replica.
     pub fn offline(&self, name: &str) -> Result<()> {
+        self.offline_with(name, false, false)
+    }
+
+    /// `zpool offline [-f] [-t]`: `fault` puts the leaf in the FAULTED
+    /// state instead (as too many errors would; a hot spare may step in),
+    /// `temporary` keeps either state for this import only.
+    pub fn offline_with(&self, name: &str, fault: bool, temporary: bool) -> Result<()> {
         let pos = self.leaf_or_err(name)?;
+        let to = if fault {
+            LeafState::Faulted
+        } else {
+            LeafState::Offline
+        };
         {
             let _g = self.sync_guard()?;
             let top = self.io.top(pos.top as u32)?;
-            if pos.leaf.state() == LeafState::Offline {
+            if pos.leaf.state() == to {
                 return Ok(());
             }
             // Would the vdev still work without this leaf?
@@ -85,10 +97,17 @@ impl Pool {
                 )));
             }
             let txg = self.last_txg() + 1;
-            pos.leaf.set_state(LeafState::Offline, txg);
+            pos.leaf
+                .temporary
+                .store(temporary, std::sync::atomic::Ordering::Relaxed);
+            pos.leaf.set_state(to, txg);
             lock(&self.st).config_dirty = true;
         }
-        self.log_history(&format!("offline {name}"));
+        self.log_history(&format!(
+            "offline {}{}{name}",
+            if fault { "-f " } else { "" },
+            if temporary { "-t " } else { "" }
+        ));
         self.txg_wait_synced().map(|_| ())
     }
 

@@ -196,6 +196,10 @@ pub struct Leaf {
     pub attached: RwLock<Vec<(AttachKind, Arc<Leaf>)>>,
     /// Is a hot spare (shows as INUSE/AVAIL under "spares").
     pub is_spare: bool,
+    /// The state lasts for this import only (`zpool offline -t`): the
+    /// config records the leaf as online, and the next import resilvers
+    /// what it missed.
+    pub temporary: AtomicBool,
 }
 
 impl Leaf {
@@ -209,6 +213,7 @@ impl Leaf {
             dtl: Mutex::new(Vec::new()),
             has_dtl: AtomicBool::new(false),
             config_dirty: AtomicBool::new(false),
+            temporary: AtomicBool::new(false),
             recent_errors: AtomicU64::new(0),
             inject: Inject::default(),
             attached: RwLock::new(Vec::new()),
@@ -240,6 +245,8 @@ impl Leaf {
         }
         if s != LeafState::Online {
             self.dtl_open(txg);
+        } else {
+            self.temporary.store(false, Ordering::Relaxed);
         }
         self.config_dirty.store(true, Ordering::Relaxed);
     }
