@@ -401,7 +401,7 @@ fn resolve_links(snap: &mut [PoolSnap]) {
 
 /// Client side: fetch snapshots, print reports.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
-    let (o, rest) = match getopt(args, "c:!g!HlLn!pPq!r!T:vwy") {
+    let (o, rest) = match getopt(args, "c:!g!HlLnpPq!r!T:vwy") {
         Ok(x) => x,
         Err(e) => {
             let r = usage_err(&e);
@@ -465,7 +465,19 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
             if let Ok(t) = crate::status::timestamp(&o) {
                 crate::out(&t);
             }
-            crate::out(&render(&snap, prev.as_deref(), &opts));
+            let report = render(&snap, prev.as_deref(), &opts);
+            // -n: the headers once, not before every report.
+            let skip = if has(&o, 'n') && printed > 0 && !opts.scripted {
+                report.lines().take_while(|l| !l.starts_with("---")).count() + 1
+            } else {
+                0
+            };
+            let body: String = report
+                .lines()
+                .skip(skip)
+                .map(|l| format!("{l}\n"))
+                .collect();
+            crate::out(&body);
             printed += 1;
         }
         let Some(iv) = interval else { return 0 };

@@ -3,7 +3,6 @@
 
 use crate::client::Response;
 use crate::daemon::Daemon;
-use crate::fmt::nicebytes;
 use crate::zpool::{getopt, has, pools_or_all, usage_err};
 use std::sync::Arc;
 use uzfs_core::spa::config::FailMode;
@@ -66,6 +65,19 @@ pub fn hms(secs: u64) -> String {
         format!("{d} days {h:02}:{m:02}:{s:02}")
     } else {
         format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+thread_local! {
+    /// `zpool status -p`: exact numbers in the scan paragraph.
+    static PARSABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn nicebytes(n: u64) -> String {
+    if PARSABLE.get() {
+        n.to_string()
+    } else {
+        crate::fmt::nicebytes(n)
     }
 }
 
@@ -184,12 +196,14 @@ impl Naming {
 }
 
 thread_local! {
-    static NAMING: std::cell::Cell<Naming> = const { std::cell::Cell::new(Naming { guid: false, resolve: false }) };
+    /// The options of the report being rendered.
+    static SHOW: std::cell::Cell<Show> = const { std::cell::Cell::new(Show::DEFAULT) };
 }
 
 fn leaf_row(l: &Leaf, indent: usize, resilvering: bool) -> Vec<String> {
     let [r, w, c] = counts(l);
-    let note = if l.is_missing() {
+    let show = SHOW.get();
+    let mut note = if l.is_missing() {
         "cannot open".to_string()
     } else if l.state() == LeafState::Faulted {
         "too many errors".to_string()
@@ -198,25 +212,40 @@ fn leaf_row(l: &Leaf, indent: usize, resilvering: bool) -> Vec<String> {
     } else {
         String::new()
     };
-    vec![
-        format!("{}{}", " ".repeat(indent), NAMING.get().leaf(l)),
+    // uzfs has neither `zpool initialize` nor TRIM: each leaf is what
+    // OpenZFS calls a device never initialized and one without TRIM.
+    for (on, what) in [
+        (show.initialize, "(uninitialized)"),
+        (show.trim, "(trim unsupported)"),
+    ] {
+        if on {
+            if !note.is_empty() {
+                note.push(' ');
+            }
+            note.push_str(what);
+        }
+    }
+    let mut row = vec![
+        format!("{}{}", " ".repeat(indent), show.naming.leaf(l)),
         leaf_state(l).into(),
         r,
         w,
         c,
-        note,
-    ]
+    ];
+    if show.slow {
+        row.push(VdevStats::get(&l.stats.slow_ios).to_string());
+    }
+    row.push(note);
+    row
 }
 
 fn zero_row(name: String, state: &str) -> Vec<String> {
-    vec![
-        name,
-        state.into(),
-        "0".into(),
-        "0".into(),
-        "0".into(),
-        String::new(),
-    ]
+    let zeros = if SHOW.get().slow { 4 } else { 3 };
+    std::iter::once(name)
+        .chain(std::iter::once(state.to_string()))
+        .chain(std::iter::repeat_n("0".to_string(), zeros))
+        .chain(std::iter::once(String::new()))
+        .collect()
 }
 
 /// Rows for one column of a top-level vdev (a leaf, or a replacing/spare
@@ -273,7 +302,10 @@ fn top_rows(t: &TopVdev, resilvering: bool, rows: &mut Vec<Vec<String>>) {
         }
         return;
     }
-    rows.push(zero_row(format!("  {}", NAMING.get().top(t)), t.health()));
+    rows.push(zero_row(
+        format!("  {}", SHOW.get().naming.top(t)),
+        t.health(),
+    ));
     for (i, c) in t.children.iter().enumerate() {
         column_rows(c, i, 4, resilvering, rows);
     }
@@ -324,6 +356,30 @@ pub struct Show {
     /// `-e`: only vdevs that are not ONLINE or have errors (and the
     /// vdevs above them).
     pub unhealthy: bool,
+    /// `-s`: a SLOW column (I/Os over 30 s).
+    pub slow: bool,
+    /// `-p`: exact numbers.
+    pub parsable: bool,
+    /// `-i`, `-t`: initialize and TRIM state of each leaf.
+    pub initialize: bool,
+    pub trim: bool,
+    /// `-D`: the dedup table's summary.
+    pub dedup: bool,
+}
+
+impl Show {
+    const DEFAULT: Show = Show {
+        naming: Naming {
+            guid: false,
+            resolve: false,
+        },
+        unhealthy: false,
+        slow: false,
+        parsable: false,
+        initialize: false,
+        trim: false,
+        dedup: false,
+    };
 }
 
 /// Keep the pool row, and each vdev row that is unhealthy or has an
@@ -349,7 +405,8 @@ fn unhealthy_only(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
 
 /// The whole report for one pool. `now` is injectable for golden tests.
 pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
-    NAMING.set(show.naming);
+    SHOW.set(show);
+    PARSABLE.set(show.parsable);
     let health = pool_health(p);
     let errs: u64 =
         p.io.tops()
@@ -390,23 +447,33 @@ pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
         .max()
         .unwrap_or(0)
         .max(10);
-    // zpool status: "\t%-*s  %-8s %5s %5s %5s  %s"
+    // zpool status: "\t%-*s  %-8s %5s %5s %5s  %s" (-s: one more %5s)
     let line = |r: &[String]| -> String {
         let mut l = format!(
             "\t{:<namew$}  {:<8} {:>5} {:>5} {:>5}",
             r[0], r[1], r[2], r[3], r[4]
         );
-        if !r[5].is_empty() {
+        let note = if show.slow {
+            l.push_str(&format!(" {:>5}", r[5]));
+            &r[6]
+        } else {
+            &r[5]
+        };
+        if !note.is_empty() {
             l.push_str("  ");
-            l.push_str(&r[5]);
+            l.push_str(note);
         }
         l.push('\n');
         l
     };
-    let header: Vec<String> = ["NAME", "STATE", "READ", "WRITE", "CKSUM", ""]
+    let mut header: Vec<String> = ["NAME", "STATE", "READ", "WRITE", "CKSUM"]
         .iter()
         .map(|s| s.to_string())
         .collect();
+    if show.slow {
+        header.push("SLOW".into());
+    }
+    header.push(String::new());
     out.push_str(&line(&header));
     for r in &rows {
         out.push_str(&line(r));
@@ -431,6 +498,10 @@ pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
             ));
         }
     }
+    if show.dedup {
+        // uzfs does not deduplicate: there is never a table.
+        out.push_str("\n dedup: no DDT entries\n");
+    }
     match scan.as_ref().map(|s| s.errors).unwrap_or(0) {
         0 => out.push_str("\nerrors: No known data errors\n"),
         n => out.push_str(&format!(
@@ -454,7 +525,7 @@ pub fn timestamp(o: &crate::zpool::Opts) -> Result<String, Response> {
 }
 
 pub fn status(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "c:!D!egi!Lp!Ps!t!T:vx") {
+    let (o, rest) = match getopt(args, "c:!DegiLpPstT:vx") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -472,6 +543,11 @@ pub fn status(d: &Daemon, args: &[String]) -> Response {
             resolve: has(&o, 'L'),
         },
         unhealthy: has(&o, 'e'),
+        slow: has(&o, 's'),
+        parsable: has(&o, 'p'),
+        initialize: has(&o, 'i'),
+        trim: has(&o, 't'),
+        dedup: has(&o, 'D'),
     };
     let mut out = match timestamp(&o) {
         Ok(t) => t,

@@ -25,8 +25,8 @@ where 'command' is one of the following:
 \tlabelclear [-f] <vdev>
 
 \tlist [-gHLpPv] [-o property[,...]] [-T u|d] [pool] ...
-\tiostat [-v] [-l | -w] [-HLpPy] [-T u|d] [pool] ... [interval [count]]
-\tstatus [-egLPvx] [-T u|d] [pool] ...
+\tiostat [-v] [-l | -w] [-HLnpPy] [-T u|d] [pool] ... [interval [count]]
+\tstatus [-DeigLpPstvx] [-T u|d] [pool] ...
 
 \tonline [-e] <pool> <device> ...
 \toffline [-ft] <pool> <device> ...
@@ -983,7 +983,7 @@ fn found_tree(f: &FoundPool) -> String {
 }
 
 fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
-    let (o, rest) = match getopt(args, "Dd:fF!l!m!n!Nt!T:!X!c:o:R:s!a") {
+    let (o, rest) = match getopt(args, "Dd:fF!l!mn!Nt!T:!X!c:o:R:sa") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

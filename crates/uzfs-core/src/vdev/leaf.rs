@@ -74,7 +74,12 @@ pub struct VdevStats {
     pub write_ns: AtomicU64,
     pub read_hist: [AtomicU64; LAT_BUCKETS],
     pub write_hist: [AtomicU64; LAT_BUCKETS],
+    /// I/Os that took longer than [`SLOW_IO`] (`zpool status -s`).
+    pub slow_ios: AtomicU64,
 }
+
+/// An I/O slower than this counts as slow (OpenZFS zio_slow_io_ms).
+pub const SLOW_IO: Duration = Duration::from_secs(30);
 
 impl Default for VdevStats {
     fn default() -> Self {
@@ -90,6 +95,7 @@ impl Default for VdevStats {
             write_ns: AtomicU64::new(0),
             read_hist: std::array::from_fn(|_| AtomicU64::new(0)),
             write_hist: std::array::from_fn(|_| AtomicU64::new(0)),
+            slow_ios: AtomicU64::new(0),
         }
     }
 }
@@ -101,14 +107,22 @@ impl VdevStats {
     pub fn bump(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
-    fn record(hist: &[AtomicU64; LAT_BUCKETS], total: &AtomicU64, d: Duration) {
+    fn record(&self, hist: &[AtomicU64; LAT_BUCKETS], total: &AtomicU64, d: Duration) {
+        if d >= SLOW_IO {
+            self.slow_ios.fetch_add(1, Ordering::Relaxed);
+        }
         let ns = d.as_nanos().min(u64::MAX as u128) as u64;
         let b = (63 - ns.max(1).leading_zeros() as usize).min(LAT_BUCKETS - 1);
         hist[b].fetch_add(1, Ordering::Relaxed);
         total.fetch_add(ns, Ordering::Relaxed);
     }
     pub fn clear_errors(&self) {
-        for c in [&self.read_errors, &self.write_errors, &self.cksum_errors] {
+        for c in [
+            &self.read_errors,
+            &self.write_errors,
+            &self.cksum_errors,
+            &self.slow_ios,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -427,7 +441,8 @@ impl Leaf {
         let r = self
             .injected(false, at, buf.len() as u64)
             .and_then(|_| self.dev.read_at(buf, at));
-        VdevStats::record(&self.stats.read_hist, &self.stats.read_ns, t.elapsed());
+        self.stats
+            .record(&self.stats.read_hist, &self.stats.read_ns, t.elapsed());
         if let Err(e) = &r {
             self.note_error(e, &self.stats.read_errors);
         }
@@ -456,7 +471,8 @@ impl Leaf {
         let r = self
             .injected(true, at, buf.len() as u64)
             .and_then(|_| self.dev.write_at(buf, at));
-        VdevStats::record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
+        self.stats
+            .record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
         if let Err(e) = &r {
             self.note_error(e, &self.stats.write_errors);
         }
