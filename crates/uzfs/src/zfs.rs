@@ -13,7 +13,8 @@ use uzfs_core::spa::Pool;
 const USAGE: &str = "usage: zfs command args ...
 \tcreate [-p] [-o property=value] ... <filesystem>
 \tdestroy [-fnpRrv] <filesystem>
-\tlist [-rHp] [-o property[,...]] [-t type[,...]] [filesystem] ...
+\tlist [-rHp] [-j [--json-int]] [-d depth] [-o property[,...]] [-s|-S property] ...
+\t    [-t type[,...]] [filesystem] ...
 \tget [-rHp] [-o field[,...]] <\"all\" | property[,...]> [filesystem] ...
 \tset <property=value> ... <filesystem> ...
 \tinherit [-r] <property> <filesystem> ...
@@ -373,8 +374,77 @@ fn unknown_prop(p: &str, prefix: &str) -> Response {
     usage_err(&format!("{prefix}invalid property '{p}'"))
 }
 
+/// `-j`/`--json [--json-int]` (zfs list, zfs get): the long forms become
+/// `-j`; returns the arguments and whether `--json-int` was given.
+fn json_args(args: &[String]) -> (Vec<String>, bool) {
+    let mut int = false;
+    let mut out = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        match a.as_str() {
+            "--" => {
+                out.extend(args[i..].iter().cloned());
+                break;
+            }
+            "--json" => out.push("-j".into()),
+            "--json-int" => int = true,
+            _ => out.push(a.clone()),
+        }
+    }
+    (out, int)
+}
+
+/// One dataset's entry in OpenZFS's JSON output (zfs list -j, zfs get
+/// -j): name, type, pool and the properties with value and source.
+fn json_dataset(
+    d: &Daemon,
+    p: &Pool,
+    ds: &Arc<Dataset>,
+    props: &[String],
+    exact: bool,
+    int: bool,
+) -> serde_json::Value {
+    let mut pm = serde_json::Map::new();
+    for prop in props.iter().filter(|c| *c != "name") {
+        let (v, src) = show(d, p, ds, prop, exact || int);
+        let (kind, data) = match src.as_str() {
+            "-" => ("NONE", "-".to_string()),
+            "default" => ("DEFAULT", "-".to_string()),
+            "local" => ("LOCAL", "-".to_string()),
+            "temporary" => ("TEMPORARY", "-".to_string()),
+            s => match s.strip_prefix("inherited from ") {
+                Some(from) => ("INHERITED", from.to_string()),
+                None => ("NONE", s.to_string()),
+            },
+        };
+        let value = match v.parse::<u64>() {
+            Ok(n) if int => serde_json::json!(n),
+            _ => serde_json::json!(v),
+        };
+        pm.insert(
+            prop.clone(),
+            serde_json::json!({ "value": value, "source": { "type": kind, "data": data } }),
+        );
+    }
+    serde_json::json!({
+        "name": p.ds_name(&ds.rel()),
+        "type": "FILESYSTEM",
+        "pool": p.name,
+        "properties": pm,
+    })
+}
+
+/// The JSON document around the datasets' entries.
+fn json_doc(command: &str, datasets: serde_json::Map<String, serde_json::Value>) -> Response {
+    let doc = serde_json::json!({
+        "output_version": { "command": command, "vers_major": 0, "vers_minor": 1 },
+        "datasets": datasets,
+    });
+    Response::ok(format!("{doc}\n"))
+}
+
 fn list(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "d:Hj!o:prs:S:t:") {
+    let (args, json_int) = json_args(args);
+    let (o, rest) = match getopt(&args, "d:Hjo:prs:S:t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -471,6 +541,16 @@ fn list(d: &Daemon, args: &[String]) -> Response {
             )
         })
         .collect();
+    if has(&o, 'j') || json_int {
+        let mut m = serde_json::Map::new();
+        for (p, ds) in &ts {
+            m.insert(
+                p.ds_name(&ds.rel()),
+                json_dataset(d, p, ds, &cols, has(&o, 'p'), json_int),
+            );
+        }
+        return json_doc("zfs list", m);
+    }
     let mut t = Table::new(&h, &right);
     for (p, ds) in ts {
         t.rows.push(
@@ -483,7 +563,8 @@ fn list(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn get(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "d:Hj!o:prs:t:") {
+    let (args, json_int) = json_args(args);
+    let (o, rest) = match getopt(&args, "d:Hjo:prs:t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -554,6 +635,21 @@ fn get(d: &Daemon, args: &[String]) -> Response {
             })
         })
     };
+    if has(&o, 'j') || json_int {
+        let mut m = serde_json::Map::new();
+        for (p, ds) in &ts {
+            let shown: Vec<String> = props_wanted
+                .iter()
+                .filter(|prop| wanted_source(&show(d, p, ds, prop, false).1))
+                .cloned()
+                .collect();
+            m.insert(
+                p.ds_name(&ds.rel()),
+                json_dataset(d, p, ds, &shown, has(&o, 'p'), json_int),
+            );
+        }
+        return json_doc("zfs get", m);
+    }
     let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = Table::new(&h, &vec![false; fields.len()]);

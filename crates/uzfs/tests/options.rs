@@ -50,8 +50,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zfs create -b 8k F/x", "-b"),
     ("zfs create -s F/x", "-s"),
     ("zfs create -V 1M F/x", "-V"),
-    ("zfs list -j", "-j"),
-    ("zfs get -j all", "-j"),
     ("zfs inherit -S atime F", "-S"),
     ("zfs mount -f F", "-f"),
     ("zfs mount -l F", "-l"),
@@ -1156,5 +1154,45 @@ fn status_columns_and_notes_and_import_no_ops() {
     assert_eq!(io.matches("capacity").count(), 2, "without -n:\n{io}");
     e.ok(&["zpool", "export", "tank"]);
     e.ok(&["zpool", "import", "-m", "-s", "-d", ".", "tank"]);
+    e.export_and_zdb("tank");
+}
+
+/// `zfs list -j` / `zfs get -j` (`--json`, `--json-int`): OpenZFS's JSON
+/// document, each dataset with its properties' values and sources.
+#[test]
+fn zfs_list_and_get_json() {
+    let e = Env::new();
+    let a = e.disk("a", 96);
+    e.ok(&["zpool", "create", "-m", "none", "tank", &a]);
+    e.ok(&["zfs", "create", "tank/fs"]);
+    e.ok(&["zfs", "set", "atime=off", "tank"]);
+    let parse = |s: String| -> serde_json::Value { serde_json::from_str(&s).expect("JSON") };
+    let l = parse(e.ok(&["zfs", "list", "-j"]));
+    assert_eq!(l["output_version"]["command"], "zfs list");
+    assert_eq!(l["datasets"]["tank/fs"]["pool"], "tank");
+    assert_eq!(l["datasets"]["tank/fs"]["type"], "FILESYSTEM");
+    assert!(l["datasets"]["tank"]["properties"]["used"]["value"].is_string());
+    let l = parse(e.ok(&[
+        "zfs",
+        "list",
+        "--json",
+        "--json-int",
+        "-o",
+        "name,used",
+        "tank",
+    ]));
+    let used = &l["datasets"]["tank"]["properties"]["used"];
+    assert!(used["value"].as_u64().is_some_and(|v| v > 0), "{l}");
+    assert_eq!(used["source"]["type"], "NONE");
+    let g = parse(e.ok(&["zfs", "get", "-j", "atime,compression", "tank/fs"]));
+    let atime = &g["datasets"]["tank/fs"]["properties"]["atime"];
+    assert_eq!(atime["value"], "off");
+    assert_eq!(atime["source"]["type"], "INHERITED");
+    assert_eq!(atime["source"]["data"], "tank");
+    let g = parse(e.ok(&["zfs", "get", "-j", "-s", "local", "all", "tank"]));
+    let props = g["datasets"]["tank"]["properties"]
+        .as_object()
+        .expect("props");
+    assert!(props.contains_key("atime") && props.values().all(|p| p["source"]["type"] == "LOCAL"));
     e.export_and_zdb("tank");
 }
