@@ -182,7 +182,21 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
     let m = lock(d).by_name.remove(name);
     if let Some(mut m) = m {
         if let Some(s) = m.session.take() {
-            s.join();
+            let held = d
+                .pools
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&m.pool)
+                .is_some_and(|p| p.suspended().is_some());
+            if held {
+                // A request may be held by failmode=wait until the pool
+                // resumes or is exported: its session ends then, not now.
+                let _ = std::thread::Builder::new()
+                    .name("fuse-reaper".into())
+                    .spawn(move || s.join());
+            } else {
+                s.join();
+            }
         }
     }
     Ok(())

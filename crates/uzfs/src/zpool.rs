@@ -1184,8 +1184,20 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
                 "cannot destroy '{name}': pool '{name}' is read-only"
             ));
         }
-        if let Err(e) = crate::mounts::unmount_pool(d, name, has(&_o, 'f')) {
-            return err(e);
+        // A suspended pool's stuck txg is given up now (as export does
+        // anyway), so writers held by failmode=wait get EIO and its
+        // filesystems can come down.
+        let was_suspended = pool.suspended().is_some();
+        pool.abandon_parked_sync();
+        let mut tries = 0;
+        while let Err(e) = crate::mounts::unmount_pool(d, name, has(&_o, 'f')) {
+            // The writers just failed: give their processes a moment to
+            // close their files.
+            tries += 1;
+            if !was_suspended || tries > 20 {
+                return err(e);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
         pool.log_history(&format!(
             "zpool {} {name}",

@@ -915,3 +915,58 @@ fn zpool_clear_resumes_a_pool_suspended_by_failed_writes() {
     assert_eq!(std::fs::read(m.join("after")).expect("read"), b"resumed");
     e.ok(&["zpool", "export", "tank"]);
 }
+
+/// `failmode=wait` (the default) on a real mount: a writer whose disk
+/// stops taking writes waits (its fsync neither fails nor returns);
+/// `zpool clear` once the disk is back lets it finish. A second writer
+/// held the same way is released with EIO by `zpool export`, which then
+/// completes; the pool imports at its last committed txg.
+#[test]
+fn failmode_wait_holds_writers_until_clear_or_export() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let a = e.disk("a", 256);
+    e.ok(&["zpool", "create", "tank", &a]);
+    let m = e.dir.path().join("mnt/tank");
+    std::fs::write(m.join("before"), b"committed").expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    let writer = |name: &str| {
+        let p = m.join(name);
+        std::thread::spawn(move || {
+            std::fs::write(&p, vec![5u8; 1 << 20])
+                .and_then(|_| std::fs::File::open(&p)?.sync_all())
+                .map_err(|e| e.raw_os_error())
+        })
+    };
+    e.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);
+    let w1 = writer("held");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!w1.is_finished(), "fsync returned on a suspended pool");
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(
+        st.contains("SUSPENDED") && st.contains("writes wait"),
+        "{st}"
+    );
+    e.ok(&["zinject", "-c", "all", "tank"]);
+    e.ok(&["zpool", "clear", "tank"]);
+    assert_eq!(w1.join().expect("join"), Ok(()), "the held writer, resumed");
+
+    e.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);
+    let w2 = writer("lost");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!w2.is_finished(), "fsync returned on a suspended pool");
+    e.ok(&["zpool", "export", "tank"]);
+    assert_eq!(w2.join().expect("join"), Err(Some(libc::EIO)));
+    e.ok(&["zpool", "import", "-d", ".", "tank"]);
+    assert_eq!(
+        std::fs::read(m.join("before")).expect("before"),
+        b"committed"
+    );
+    assert_eq!(
+        std::fs::read(m.join("held")).expect("held"),
+        vec![5u8; 1 << 20]
+    );
+    e.export_and_zdb("tank");
+}

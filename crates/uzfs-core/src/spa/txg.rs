@@ -1249,13 +1249,20 @@ impl Pool {
         }
     }
 
+    /// Export or destroy of a suspended pool is coming: a sync parked on a
+    /// failed I/O gives up now (its txg is not committed), and writers
+    /// held by `failmode=wait` get EIO, so filesystems can be unmounted.
+    pub fn abandon_parked_sync(&self) {
+        if self.suspended().is_some() {
+            self.io.suspension.give_up();
+        }
+    }
+
     /// Stop the sync thread (after committing everything dirty). A sync
     /// parked on a failed I/O gives up: its txg is not committed.
     pub fn close(&self) -> Result<()> {
         self.stop_mmp();
-        if self.suspended().is_some() {
-            self.io.suspension.give_up();
-        }
+        self.abandon_parked_sync();
         self.stop_scan_thread();
         // A read-only pool changed nothing and writes nothing.
         let r = if self.suspended().is_none() && !self.tun.readonly {
