@@ -185,12 +185,14 @@ rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 stacks = ["uzfs"] + (["zfs-fuse"] if sys.argv[2] == "1" else []) + ["ext4"]
 cols = [("grow command (s)", 2), ("size before (MiB)", 3), ("size after (MiB)", 4),
         ("write after (MiB/s)", 5), ("daemon CPU s/GiB", 6), ("peak RSS (MiB)", 7)]
-def vals(s, i):
-    v = [r[i] for r in rows if r[0] == s]
+def num(x):
     try:
-        f = [float(x) for x in v]
+        return float(x)
     except ValueError:
         return None
+def vals(s, i):
+    f = [num(r[i]) for r in rows if r[0] == s]
+    f = [x for x in f if x is not None]
     if i in (3, 4):
         f = [x / 2**20 for x in f]
     return f
@@ -209,6 +211,10 @@ for name, i in cols:
         p = vals(s, i)
         ratios.append(f"{statistics.median(u) / statistics.median(p):.2f}" if u and p and statistics.median(p) else "n/a")
     print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+for s in stacks:
+    failed = [r[1] for r in rows if r[0] == s and r[5] == "fail"]
+    if failed:
+        print(f"\n{s}: the write after growing failed (ENOSPC: the pool did not grow) in round(s) {', '.join(failed)}; medians are of the other rounds.")
 EOF
 out ""
 out "Per-round figures: $TSV"

@@ -6,32 +6,6 @@
 mod common;
 use common::*;
 
-fn blob(e: &Env, seed: u8, mb: usize) -> String {
-    let p = e.dir.path().join(format!("blob{seed}"));
-    let data: Vec<u8> = (0..mb << 20)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed as u32) as u8
-        })
-        .collect();
-    std::fs::write(&p, &data).expect("write blob");
-    p.display().to_string()
-}
-
-fn put(e: &Env, pool: &str, seed: u8, mb: usize) -> String {
-    let p = blob(e, seed, mb);
-    e.ok(&["object", "put", pool, &p]).trim().to_string()
-}
-
-fn get_matches(e: &Env, pool: &str, obj: &str, seed: u8) {
-    let out = e.dir.path().join(format!("back{seed}"));
-    e.ok(&["object", "get", pool, obj, &out.display().to_string()]);
-    let a = std::fs::read(e.dir.path().join(format!("blob{seed}"))).expect("blob");
-    let b = std::fs::read(&out).expect("back");
-    assert!(a == b, "object {obj} of {pool} differs");
-}
-
 /// `zpool list -Hp -o NAME,...`: the pool row's fields.
 fn list(e: &Env, pool: &str, cols: &str) -> Vec<String> {
     e.ok(&["zpool", "list", "-Hp", "-o", cols, pool])
@@ -73,7 +47,7 @@ fn online_e_grows_a_mirror_whose_files_grew() {
     let a = e.disk("a", 512);
     let b = e.disk("b", 512);
     e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
-    let obj = put(&e, "tank", 1, 40);
+    let obj = put(&e, "tank", 40, 1);
     let before: u64 = list(&e, "tank", "size")[0].parse().expect("size");
     assert_eq!(list(&e, "tank", "expandsize")[0], "-");
     grow(&a, 1024);
@@ -99,7 +73,8 @@ fn online_e_grows_a_mirror_whose_files_grew() {
     assert_eq!(list(&e, "tank", "expandsize")[0], "-");
     get_matches(&e, "tank", &obj, 1);
     // Fill past the old size: the new metaslabs take data.
-    let more = put(&e, "tank", 2, 500);
+    // Incompressible, or compression would keep it in the old space.
+    let more = put_bytes(&e, "tank", 2, &noise(2, 500 << 20));
     e.ok(&["zpool", "sync", "tank"]);
     zdb_clean(&e, "tank");
     assert_eq!(list(&e, "tank", "size")[0].parse::<u64>().ok(), Some(after));
@@ -144,7 +119,7 @@ fn autoexpand_grows_a_mirror_after_bigger_disks_are_replaced_in() {
         ]),
         "on\tlocal\n"
     );
-    let obj = put(&e, "tank", 3, 30);
+    let obj = put(&e, "tank", 30, 3);
     let before: u64 = list(&e, "tank", "size")[0].parse().expect("size");
     e.ok(&["zpool", "replace", "-w", "tank", &a, &c]);
     assert_eq!(
@@ -170,7 +145,7 @@ fn autoexpand_at_import_grows_a_raidz() {
     e.ok(&[
         "zpool", "create", "-m", "none", "tank", "raidz1", &d[0], &d[1], &d[2],
     ]);
-    let obj = put(&e, "tank", 4, 60);
+    let obj = put(&e, "tank", 60, 4);
     let before: u64 = list(&e, "tank", "size")[0].parse().expect("size");
     e.ok(&["zpool", "export", "tank"]);
     for p in &d {
@@ -184,7 +159,8 @@ fn autoexpand_at_import_grows_a_raidz() {
     );
     assert_eq!(list(&e, "tank", "expandsize")[0], "-");
     get_matches(&e, "tank", &obj, 4);
-    let more = put(&e, "tank", 5, 300);
+    // More than the pool held before it grew.
+    let more = put_bytes(&e, "tank", 5, &noise(5, 520 << 20));
     zdb_clean(&e, "tank");
     get_matches(&e, "tank", &obj, 4);
     get_matches(&e, "tank", &more, 5);
@@ -204,7 +180,7 @@ fn autoreplace_takes_a_new_disk_at_a_lost_disks_path() {
         if on {
             e.ok(&["zpool", "set", "autoreplace=on", "tank"]);
         }
-        let obj = put(&e, "tank", 6, 20);
+        let obj = put(&e, "tank", 20, 6);
         e.ok(&["zpool", "export", "tank"]);
         std::fs::remove_file(&b).expect("remove b");
         e.ok(&["zpool", "import", "-d", ".", "tank"]);
@@ -259,7 +235,7 @@ fn failmode_panic_aborts_the_daemon_and_the_pool_comes_back() {
     );
     e.ok(&["zpool", "set", "failmode=continue", "tank"]);
     e.ok(&["zpool", "set", "failmode=panic", "tank"]);
-    let obj = put(&e, "tank", 7, 4);
+    let obj = put(&e, "tank", 4, 7);
     e.ok(&["zpool", "sync", "tank"]);
     let pid = std::fs::read_to_string(e.rundir.join("uzfsd.pid")).expect("pid");
     e.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);

@@ -3,7 +3,7 @@
 //! OpenZFS's layout (golden text, paths and times normalized).
 
 mod common;
-use common::Env;
+use common::{get_matches, put, Env};
 
 /// Replace the temp dir with /tmp/uzg###### (same length, so columns keep
 /// their alignment), dates with DATE, durations with T.
@@ -31,29 +31,6 @@ fn normalize(e: &Env, s: &str) -> String {
 fn has_row(st: &str, fields: &[&str]) -> bool {
     st.lines()
         .any(|l| l.split_whitespace().collect::<Vec<_>>() == fields)
-}
-
-fn put(e: &Env, pool: &str, mb: usize, seed: u8) -> String {
-    let p = e.dir.path().join(format!("blob{seed}"));
-    let data: Vec<u8> = (0..mb << 20)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed as u32) as u8
-                ^ (i >> 13) as u8
-        })
-        .collect();
-    std::fs::write(&p, &data).expect("write blob");
-    let obj = e.ok(&["object", "put", pool, &p.display().to_string()]);
-    obj.trim().to_string()
-}
-
-fn get_matches(e: &Env, pool: &str, obj: &str, seed: u8) {
-    let out = e.dir.path().join(format!("back{seed}"));
-    e.ok(&["object", "get", pool, obj, &out.display().to_string()]);
-    let a = std::fs::read(e.dir.path().join(format!("blob{seed}"))).expect("blob");
-    let b = std::fs::read(&out).expect("back");
-    assert!(a == b, "object {obj} of {pool} differs");
 }
 
 #[test]

@@ -90,6 +90,51 @@ impl Env {
     }
 }
 
+/// Store `data` as an object of `pool` (`uzfs object put`), kept in the
+/// file `blob{seed}` for [`get_matches`]; returns the object number.
+pub fn put_bytes(e: &Env, pool: &str, seed: u8, data: &[u8]) -> String {
+    let p = e.dir.path().join(format!("blob{seed}"));
+    std::fs::write(&p, data).expect("write blob");
+    let obj = e.ok(&["object", "put", pool, &p.display().to_string()]);
+    obj.trim().to_string()
+}
+
+/// `mb` MiB of a patterned (compressible) blob as an object of `pool`.
+pub fn put(e: &Env, pool: &str, mb: usize, seed: u8) -> String {
+    let data: Vec<u8> = (0..mb << 20)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed as u32) as u8
+                ^ (i >> 13) as u8
+        })
+        .collect();
+    put_bytes(e, pool, seed, &data)
+}
+
+/// `len` incompressible bytes (xorshift64), for data that must take its
+/// space on disk whatever the compression.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Object `obj` of `pool` reads back as the blob `put` stored.
+pub fn get_matches(e: &Env, pool: &str, obj: &str, seed: u8) {
+    let out = e.dir.path().join(format!("back{seed}"));
+    e.ok(&["object", "get", pool, obj, &out.display().to_string()]);
+    let a = std::fs::read(e.dir.path().join(format!("blob{seed}"))).expect("blob");
+    let b = std::fs::read(&out).expect("back");
+    assert!(a == b, "object {obj} of {pool} differs");
+}
+
 /// Whether this process can mount (root and /dev/fuse). Elsewhere a mount
 /// test says it is skipped and why, unless `UZFS_REQUIRE_FUSE=1` (set by
 /// scripts/test.sh, so by CI), which turns that into a failure.
