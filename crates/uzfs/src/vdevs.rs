@@ -129,9 +129,6 @@ pub fn attach_or_replace(
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
-    if !values(&o, 'o').is_empty() {
-        return err("properties on attach/replace are not supported");
-    }
     let (p, devs) = match pool_and_rest(d, &rest, if replace { "replace" } else { "attach" }) {
         Ok(x) => x,
         Err(r) => return r,
@@ -142,6 +139,34 @@ pub fn attach_or_replace(
         (Some(o), None) if replace => (o, o.clone()),
         _ => return usage_err("missing <device> [new-device]"),
     };
+    // -o ashift=N: the new device's sector size. Its leaves share the
+    // vdev's ashift, so one no larger than the vdev's is what it gets.
+    for kv in values(&o, 'o') {
+        let top = p
+            .find_leaf(old)
+            .and_then(|pos| p.io.top(pos.top as u32).ok());
+        match (kv.split_once('='), top) {
+            (Some(("ashift", v)), Some(t)) => match v.parse::<u8>() {
+                Ok(a) if (9..=16).contains(&a) && a <= t.ashift => {}
+                Ok(a) if (9..=16).contains(&a) => {
+                    return err(format!(
+                        "cannot use ashift={a}: the vdev of {old} has ashift {}, and a device joining it cannot have larger sectors",
+                        t.ashift
+                    ))
+                }
+                _ => return err(format!("invalid ashift '{v}': 9 to 16")),
+            },
+            (Some(("ashift", _)), None) => {
+                return err(format!("no such device in pool: '{old}'"))
+            }
+            _ => {
+                return err(format!(
+                    "property '{kv}' cannot be set with {}: only ashift",
+                    if replace { "replace" } else { "attach" }
+                ))
+            }
+        }
+    }
     // The very device the pool holds (a disk swapped in place), or one
     // this pool already uses (refused below with the pool's own message),
     // is opened without the exclusive hold; any other is claimed.

@@ -590,6 +590,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     }
     let fields: Vec<String> = values(&o, 'o')
         .last()
+        .filter(|s| *s != "all")
         .map(|s| s.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| {
             vec![
@@ -599,6 +600,16 @@ fn get(d: &Daemon, args: &[String]) -> Response {
                 "source".into(),
             ]
         });
+    if let Some(f) = fields.iter().find(|f| {
+        !matches!(
+            f.as_str(),
+            "name" | "property" | "value" | "received" | "source"
+        )
+    }) {
+        return usage_err(&format!(
+            "invalid field '{f}': name, property, value, received or source"
+        ));
+    }
     let depth = match depth_opt(&o) {
         Ok(x) => x,
         Err(r) => return r,

@@ -32,9 +32,9 @@ where 'command' is one of the following:
 \toffline [-ft] <pool> <device> ...
 \tclear <pool> [device]
 
-\tattach [-fsw] <pool> <device> <new-device>
+\tattach [-fsw] [-o ashift=N] <pool> <device> <new-device>
 \tdetach <pool> <device>
-\treplace [-fsw] <pool> <device> [new-device]
+\treplace [-fsw] [-o ashift=N] <pool> <device> [new-device]
 
 \tscrub [-s | -p] [-w] <pool> ...
 \twait [-H] [-t activity[,...]] <pool>
@@ -1250,6 +1250,14 @@ fn get(d: &Daemon, args: &[String]) -> Response {
             "source".into(),
         ],
     };
+    if let Some(f) = fields
+        .iter()
+        .find(|f| !matches!(f.as_str(), "name" | "property" | "value" | "source"))
+    {
+        return usage_err(&format!(
+            "invalid field '{f}': name, property, value or source"
+        ));
+    }
     let props: Vec<String> = if which == "all" {
         let mut v: Vec<String> = ALL_PROPS.iter().map(|s| s.to_string()).collect();
         v.extend(

@@ -1196,3 +1196,64 @@ fn zfs_list_and_get_json() {
     assert!(props.contains_key("atime") && props.values().all(|p| p["source"]["type"] == "LOCAL"));
     e.export_and_zdb("tank");
 }
+
+/// `-o` everywhere else: `zpool get -o` and `zfs get -o` take only their
+/// fields; `zpool attach/replace -o ashift=N` takes a sector size no larger
+/// than the vdev's (its leaves share it) and no other property.
+#[test]
+fn get_fields_and_attach_ashift() {
+    let e = Env::new();
+    let (a, b, c) = (e.disk("a", 96), e.disk("b", 96), e.disk("c", 96));
+    e.ok(&[
+        "zpool",
+        "create",
+        "-m",
+        "none",
+        "-o",
+        "ashift=12",
+        "tank",
+        &a,
+    ]);
+    e.fails(
+        &["zpool", "get", "-o", "name,bogus", "size", "tank"],
+        2,
+        "invalid field 'bogus'",
+    );
+    e.fails(
+        &["zfs", "get", "-o", "bogus", "used", "tank"],
+        2,
+        "invalid field 'bogus'",
+    );
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "property,received",
+            "atime",
+            "tank"
+        ]),
+        "atime\t-\n"
+    );
+    e.fails(
+        &["zpool", "attach", "-o", "ashift=13", "tank", &a, &b],
+        1,
+        "larger sectors",
+    );
+    e.fails(
+        &["zpool", "attach", "-o", "copies=2", "tank", &a, &b],
+        1,
+        "only ashift",
+    );
+    e.fails(
+        &["zpool", "attach", "-o", "ashift=8", "tank", &a, &b],
+        1,
+        "invalid ashift",
+    );
+    e.ok(&["zpool", "attach", "-w", "-o", "ashift=9", "tank", &a, &b]);
+    e.ok(&["zpool", "replace", "-w", "-o", "ashift=12", "tank", &b, &c]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(st.contains(&c) && !st.contains(&format!("{b} ")), "{st}");
+    e.export_and_zdb("tank");
+}
