@@ -248,10 +248,16 @@ pub fn wait(d: &Daemon, args: &[String]) -> Response {
             ));
         }
     }
-    let (p, _) = match pool_and_rest(d, &rest, "wait") {
+    let (p, more) = match pool_and_rest(d, &rest, "wait") {
         Ok(x) => x,
         Err(r) => return r,
     };
+    if let Some(x) = more.first() {
+        return Response::err(
+            2,
+            format!("zpool wait: an interval ('{x}': progress reports) is not supported yet"),
+        );
+    }
     p.wait_scan();
     Response::ok(String::new())
 }

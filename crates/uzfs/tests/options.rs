@@ -95,6 +95,8 @@ fn unsupported_options_are_refused_and_change_nothing() {
     assert!(e
         .ok(&["zfs", "list", "-H", "-o", "name"])
         .contains("tank/fs"));
+    // An argument OpenZFS takes and uzfs does not do yet: refused too.
+    e.fails(&["zpool", "wait", "tank", "5"], 2, "not supported yet");
 }
 
 #[test]
