@@ -525,7 +525,7 @@ pub fn timestamp(o: &crate::zpool::Opts) -> Result<String, Response> {
 }
 
 pub fn status(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "c:!DegiLpPstT:vx") {
+    let (o, rest) = match getopt(args, "c:!Degij!LpPstT:vx") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

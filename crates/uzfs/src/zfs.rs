@@ -80,7 +80,10 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "destroy" => destroy(d, rest),
         "list" => list(d, rest),
         "get" => get(d, rest),
-        "set" => set(d, rest),
+        "set" => match getopt(rest, "u!") {
+            Ok((_, r)) => set(d, &r),
+            Err(e) => usage_err(&e),
+        },
         "inherit" => inherit(d, rest),
         "mount" => mount(d, rest),
         "unmount" | "umount" => unmount(d, rest),
@@ -170,7 +173,7 @@ fn create(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn destroy(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "rfRnvp") {
+    let (o, rest) = match getopt(args, "d!rfRnvp") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };

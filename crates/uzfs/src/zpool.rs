@@ -307,6 +307,24 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
     let full = format!("zpool {}", args.join(" "));
     let _admin = matches!(cmd.as_str(), "create" | "import" | "export" | "destroy")
         .then(|| d.admin.lock().unwrap_or_else(|e| e.into_inner()));
+    // Commands that take no option uzfs does: OpenZFS's are refused as not
+    // supported yet, any other is invalid (never a pool or device name).
+    let plain = match cmd.as_str() {
+        "set" | "sync" | "detach" => Some(""),
+        "history" => Some("i!l!"),
+        "clear" => Some("F!n!"),
+        "remove" => Some("n!p!s!w!"),
+        _ => None,
+    };
+    let parsed;
+    let rest = match plain.map(|spec| getopt(rest, spec)) {
+        Some(Ok((_, r))) => {
+            parsed = r;
+            &parsed[..]
+        }
+        Some(Err(e)) => return usage_err(&e),
+        None => rest,
+    };
     match cmd.as_str() {
         "create" => create(d, rest, cwd, &full),
         "add" => add(d, rest, cwd, &full),
@@ -824,7 +842,7 @@ const ALL_PROPS: &[&str] = &[
 ];
 
 fn list(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "gHLpPvo:T:") {
+    let (o, rest) = match getopt(args, "gHj!LpPvo:T:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -1167,10 +1185,26 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
 }
 
 fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
-    let (_o, rest) = match getopt(args, "fa") {
+    let (_o, mut rest) = match getopt(args, if destroy { "f" } else { "fa" }) {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
+    // export -a: every imported pool.
+    if has(&_o, 'a') {
+        if !rest.is_empty() {
+            return usage_err("-a and pool names cannot be used together");
+        }
+        rest = d
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        if rest.is_empty() {
+            return Response::ok(String::new());
+        }
+    }
     if rest.is_empty() {
         return usage_err("missing pool argument");
     }
@@ -1230,7 +1264,7 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
 }
 
 fn get(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "Hpo:") {
+    let (o, rest) = match getopt(args, "Hj!po:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
