@@ -111,8 +111,17 @@ pub fn mount(
         .get_prop(ds, "acltype")
         .map(|(v, _)| v == "posix")
         .unwrap_or(false);
-    let session = crate::fuse::mount(zpl.clone(), &path, &name, readonly, posix_acl)
-        .map_err(|e| format!("cannot mount '{name}' on {}: {e}", path.display()))?;
+    let mount = || crate::fuse::mount(zpl.clone(), &path, &name, readonly, posix_acl);
+    let session = match mount() {
+        // The check above can miss a dead mount: the kernel answers a
+        // stat of its root from the attribute cache. Clear it and retry.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            let _ = umount2(&path, libc::MNT_DETACH);
+            mount()
+        }
+        r => r,
+    }
+    .map_err(|e| format!("cannot mount '{name}' on {}: {e}", path.display()))?;
     log::info!(
         "mounted {name} at {} over {}",
         path.display(),

@@ -703,8 +703,10 @@ fn mounts_come_back_after_the_daemon_is_killed() {
     for d in [m.clone(), m.join("a"), m.join("a/b")] {
         assert!(
             std::fs::read_dir(&d).is_ok(),
-            "{} did not come back",
-            d.display()
+            "{} did not come back: {:?}\ndaemon log:\n{}",
+            d.display(),
+            std::fs::read_dir(&d).err(),
+            std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default()
         );
     }
     assert_eq!(std::fs::read(m.join("a/b/f")).expect("read"), b"before");
