@@ -17,7 +17,7 @@ const USAGE: &str = "usage: zfs command args ...
 \t    [-t type[,...]] [filesystem] ...
 \tget [-rHp] [-j [--json-int]] [-d depth] [-o field[,...]] [-s source[,...]]
 \t    <\"all\" | property[,...]> [filesystem] ...
-\tset <property=value> ... <filesystem> ...
+\tset [-u] <property=value> ... <filesystem> ...
 \tinherit [-r] <property> <filesystem> ...
 \tmount [-a] [filesystem]
 \tunmount [-f] <-a | filesystem | mountpoint>
@@ -80,8 +80,8 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "destroy" => destroy(d, rest),
         "list" => list(d, rest),
         "get" => get(d, rest),
-        "set" => match getopt(rest, "u!") {
-            Ok((_, r)) => set(d, &r),
+        "set" => match getopt(rest, "u") {
+            Ok((o, r)) => set(d, &r, has(&o, 'u')),
             Err(e) => usage_err(&e),
         },
         "inherit" => inherit(d, rest),
@@ -721,7 +721,10 @@ fn remount(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     errs
 }
 
-fn set(d: &Daemon, args: &[String]) -> Response {
+/// `zfs set [-u] property=value ... filesystem ...`; `-u` (`no_mount`):
+/// a changed mountpoint takes effect at the next mount, mounts stay as
+/// they are.
+fn set(d: &Daemon, args: &[String], no_mount: bool) -> Response {
     let (kvs, names): (Vec<&String>, Vec<&String>) = args.iter().partition(|a| a.contains('='));
     if kvs.is_empty() || names.is_empty() {
         return usage_err("expected property=value and a filesystem");
@@ -749,7 +752,7 @@ fn set(d: &Daemon, args: &[String]) -> Response {
             return err(format!("cannot set property for '{n}': {e}"));
         }
         mounts::refresh(d, &pool.name);
-        if moved {
+        if moved && !no_mount {
             let errs = remount(d, &pool);
             if !errs.is_empty() {
                 return err(errs.join("\n"));

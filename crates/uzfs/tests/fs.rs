@@ -972,3 +972,33 @@ fn failmode_wait_holds_writers_until_clear_or_export() {
     );
     e.export_and_zdb("tank");
 }
+
+/// `zfs set -u mountpoint=...`: the property changes, the mount stays
+/// where it is until the dataset is next mounted (zfs-set(8)).
+#[test]
+fn zfs_set_u_leaves_mounts_as_they_are() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    e.ok(&["zfs", "create", "tank/fs"]);
+    std::fs::write(m.join("fs/f"), b"here").expect("write");
+    // Under the test's altroot (the pool's mounts live in dir/mnt).
+    let new = e.dir.path().join("mnt/elsewhere");
+    e.ok(&["zfs", "set", "-u", "mountpoint=/elsewhere", "tank/fs"]);
+    assert_eq!(
+        e.ok(&["zfs", "get", "-H", "-o", "value", "mountpoint", "tank/fs"])
+            .trim(),
+        new.display().to_string()
+    );
+    assert_eq!(
+        std::fs::read(m.join("fs/f")).expect("still mounted"),
+        b"here"
+    );
+    assert!(!new.join("f").exists());
+    e.ok(&["zfs", "unmount", "tank/fs"]);
+    e.ok(&["zfs", "mount", "tank/fs"]);
+    assert_eq!(std::fs::read(new.join("f")).expect("moved"), b"here");
+    e.export_and_zdb("tank");
+}

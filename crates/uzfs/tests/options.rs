@@ -67,7 +67,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool remove -s P", "-s"),
     ("zpool remove -w P D", "-w"),
     ("zfs destroy -d F", "-d"),
-    ("zfs set -u atime=off F", "-u"),
 ];
 
 #[test]
@@ -1335,6 +1334,7 @@ const ACCEPTED: &[(&str, &str, &str)] = &[
     ("zfs destroy", "fnpRrv", "options.rs (dry_runs), fs.rs"),
     ("zfs list", "dHjopSstr", "options.rs (zfs_list_and_get_depth_sort_and_source, zfs_list_and_get_json)"),
     ("zfs get", "dHjoprst", "options.rs (zfs_list_and_get_depth_sort_and_source, zfs_list_and_get_json, get_fields)"),
+    ("zfs set", "u", "fs.rs (zfs_set_u_leaves_mounts_as_they_are)"),
     ("zfs inherit", "r", "fs.rs"),
     ("zfs mount", "aoOv", "options.rs (zfs_mount_ro_and_rw_are_temporary), fs.rs"),
     ("zfs unmount", "afu", "fs.rs"),
