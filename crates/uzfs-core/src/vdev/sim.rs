@@ -85,6 +85,9 @@ struct DiskState {
     pending: Vec<(u64, Vec<u8>)>,
     fail_reads: bool,
     fail_writes: bool,
+    /// The size in force (`BlockDevice::size`): the image's length when
+    /// made, then as adopted after [`SimDevice::grow`].
+    size: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,6 +109,7 @@ impl SimWorld {
         let disk = Arc::new(SimDisk {
             name: name.to_string(),
             inner: Mutex::new(DiskState {
+                size: image.len() as u64,
                 durable: image,
                 pending: Vec::new(),
                 fail_reads: false,
@@ -242,6 +246,14 @@ impl SimDevice {
     pub fn fail_writes(&self, on: bool) {
         lock(&self.disk.inner).fail_writes = on;
     }
+    /// The disk grows to `len` bytes (zeros), as a file enlarged or a LUN
+    /// resized: `current_size` sees it at once, `size` once adopted.
+    pub fn grow(&self, len: u64) {
+        let mut st = lock(&self.disk.inner);
+        if len as usize > st.durable.len() {
+            st.durable.resize(len as usize, 0);
+        }
+    }
     /// Writes issued but not yet flushed.
     pub fn pending_writes(&self) -> usize {
         lock(&self.disk.inner).pending.len()
@@ -294,7 +306,7 @@ impl BlockDevice for SimDevice {
                 source: std::io::Error::other("injected write error"),
             });
         }
-        if offset as usize + buf.len() > st.durable.len() {
+        if offset + buf.len() as u64 > st.size {
             return Err(Error::invalid(format!(
                 "{}: write past end",
                 self.disk.name
@@ -314,7 +326,15 @@ impl BlockDevice for SimDevice {
         Ok(())
     }
     fn size(&self) -> u64 {
+        lock(&self.disk.inner).size
+    }
+    fn current_size(&self) -> u64 {
         lock(&self.disk.inner).durable.len() as u64
+    }
+    fn adopt_size(&self) -> u64 {
+        let mut st = lock(&self.disk.inner);
+        st.size = st.size.max(st.durable.len() as u64);
+        st.size
     }
     fn name(&self) -> String {
         self.disk.name.clone()
