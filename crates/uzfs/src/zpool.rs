@@ -45,7 +45,7 @@ where 'command' is one of the following:
 \texport [-f] [-a | <pool> ...]
 \tupgrade [-v]
 
-\thistory [pool] ...
+\thistory [-i] [pool] ...
 \tsync [pool] ...
 
 \tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> [pool] ...
@@ -311,7 +311,7 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
     // supported yet, any other is invalid (never a pool or device name).
     let plain = match cmd.as_str() {
         "set" | "sync" | "detach" => Some(""),
-        "history" => Some("i!l!"),
+
         "clear" => Some("F!n!"),
         "remove" => Some("n!p!s!w!"),
         _ => None,
@@ -1365,8 +1365,14 @@ fn set(d: &Daemon, args: &[String], full: &str) -> Response {
     }
 }
 
+/// `zpool history [-i] [pool]...`: the commands that changed the pools;
+/// `-i` adds the pools' own events (device changes, scans).
 fn history(d: &Daemon, args: &[String]) -> Response {
-    let pools = match pools_or_all(d, args) {
+    let (o, rest) = match getopt(args, "il!") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let pools = match pools_or_all(d, &rest) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -1376,6 +1382,9 @@ fn history(d: &Daemon, args: &[String]) -> Response {
         match p.history() {
             Ok(h) => {
                 for (t, c) in h {
+                    if !has(&o, 'i') && c.starts_with(uzfs_core::spa::INTERNAL) {
+                        continue;
+                    }
                     out.push_str(&format!("{} {c}\n", format_time(t)));
                 }
             }

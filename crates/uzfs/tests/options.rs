@@ -58,7 +58,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool list -j", "-j"),
     ("zpool status -j P", "-j"),
     ("zpool get -j all P", "-j"),
-    ("zpool history -i P", "-i"),
     ("zpool history -l P", "-l"),
     ("zpool clear -F P", "-F"),
     ("zpool clear -n P", "-n"),
@@ -1322,6 +1321,7 @@ const ACCEPTED: &[(&str, &str, &str)] = &[
     ("zpool export", "af", "options.rs (zpool_export_all), cli.rs"),
     ("zpool destroy", "f", "cli.rs"),
     ("zpool get", "Hop", "options.rs (every_pool_property, get_fields), cli.rs"),
+    ("zpool history", "i", "options.rs (history_internal_events), redundancy_cli.rs"),
     ("zpool labelclear", "f", "options.rs (disks_of_live_pools)"),
     ("zpool scrub", "psw", "redundancy_cli.rs, core tests/scan.rs"),
     ("zpool offline", "ft", "options.rs (offline_temporary_and_fault)"),
@@ -1422,4 +1422,31 @@ fn zpool_export_all() {
         found.contains("pool: one") && found.contains("pool: two"),
         "{found}"
     );
+}
+
+/// `zpool history` lists the commands; `-i` adds the pool's own events
+/// (device changes, scans), as OpenZFS's internal events.
+#[test]
+fn history_internal_events() {
+    let e = Env::new();
+    let (a, b) = (e.disk("a", 96), e.disk("b", 96));
+    e.ok(&["zpool", "create", "-m", "none", "tank", "mirror", &a, &b]);
+    e.ok(&["zpool", "offline", "tank", &b]);
+    e.ok(&["zpool", "online", "tank", &b]);
+    e.ok(&["zpool", "wait", "tank"]);
+    e.ok(&["zpool", "scrub", "-w", "tank"]);
+    let plain = e.ok(&["zpool", "history", "tank"]);
+    assert!(
+        plain.contains(&format!("zpool offline tank {b}")),
+        "{plain}"
+    );
+    assert!(
+        plain.contains("zpool scrub -w tank") && !plain.contains("[internal]"),
+        "{plain}"
+    );
+    let all = e.ok(&["zpool", "history", "-i", "tank"]);
+    assert!(all.contains(&format!("[internal] offline {b}")), "{all}");
+    assert!(all.contains("[internal] scrub started"), "{all}");
+    assert!(all.contains(&format!("zpool offline tank {b}")), "{all}");
+    e.export_and_zdb("tank");
 }

@@ -416,7 +416,7 @@ fn a_resilver_interrupted_by_export_with_the_disk_back_ends() {
     );
     // A few seconds more: no new resilver starts by itself.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let hist = e.ok(&["zpool", "history", "tank"]);
+    let hist = e.ok(&["zpool", "history", "-i", "tank"]);
     let runs = hist.matches("resilver started").count();
     assert!(runs <= 4, "{runs} resilvers:\n{hist}");
     let st = normalize(&e, &e.ok(&["zpool", "status", "tank"]));

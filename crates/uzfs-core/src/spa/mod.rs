@@ -625,11 +625,36 @@ impl Pool {
             .push(format!("{now} {cmd}\n"));
     }
 
+    /// Record an event of the pool itself (a device change, a scan), as
+    /// OpenZFS's internal history events: `zpool history -i` shows them.
+    pub fn log_internal(&self, event: &str) {
+        self.log_history(&format!("{INTERNAL}{event}"));
+    }
+
+    /// Every history line: those written, then those waiting for the
+    /// next txg (a command is listed as soon as it returned).
     pub fn history(&self) -> Result<Vec<(u64, String)>> {
-        let obj = lock(&self.st).dir.history;
+        // Under `st`, so a sync cannot move lines from the queue to the
+        // object in between (they would show twice). A sync parked on a
+        // failed I/O holds `st`: say so rather than wait for it.
+        let st = loop {
+            match self.st.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if self.io.suspension.parked() {
+                let why = self.suspended().unwrap_or_default();
+                return Err(Error::suspended(&self.name, &why));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let obj = st.dir.history;
         let dn = self.mos.stat(obj)?;
         let mut buf = vec![0u8; dn.size as usize];
         self.mos.read(obj, 0, &mut buf)?;
+        buf.extend_from_slice(st.history_pending.concat().as_bytes());
+        drop(st);
         Ok(String::from_utf8_lossy(&buf)
             .lines()
             .filter_map(|l| {
@@ -741,6 +766,9 @@ impl Pool {
         self.sync().map(|_| ())
     }
 }
+
+/// How an internal event's history line starts (`Pool::log_internal`).
+pub const INTERNAL: &str = "[internal] ";
 
 /// The `comment` pool property's rule: at most 32 printable characters.
 pub fn check_comment(comment: &str) -> Result<()> {

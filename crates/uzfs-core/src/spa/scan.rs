@@ -502,7 +502,7 @@ impl Pool {
         self.save_scan(&phys)?;
         // The scan is on disk before it issues anything.
         self.txg_wait_synced()?;
-        self.log_history(&format!(
+        self.log_internal(&format!(
             "{} started",
             if func == ScanFunc::Scrub {
                 "scrub"
@@ -559,7 +559,7 @@ impl Pool {
                 p.end_time = now_secs();
                 let p = p.clone();
                 drop(c);
-                self.log_history("scrub canceled");
+                self.log_internal("scrub canceled");
                 self.save_scan(&p)
             }
             _ => Err(Error::invalid(format!(
@@ -986,7 +986,7 @@ impl Pool {
     /// A scan finished: resilvered leaves lose their DTLs, finished
     /// replacements drop the old device, spares no longer needed return.
     fn scan_done(self: &Arc<Self>, phys: &ScanPhys) -> Result<()> {
-        self.log_history(&format!(
+        self.log_internal(&format!(
             "{} done: {} repaired, {} errors",
             if phys.func == ScanFunc::Scrub {
                 "scrub"

@@ -103,7 +103,7 @@ impl Pool {
             pos.leaf.set_state(to, txg);
             lock(&self.st).config_dirty = true;
         }
-        self.log_history(&format!(
+        self.log_internal(&format!(
             "offline {}{}{name}",
             if fault { "-f " } else { "" },
             if temporary { "-t " } else { "" }
@@ -124,7 +124,7 @@ impl Pool {
             // The sync is parked on a failed I/O: `zpool clear` resumes it.
             return Ok(());
         }
-        self.log_history(&format!("online {name}"));
+        self.log_internal(&format!("online {name}"));
         self.txg_wait_synced()?;
         self.maybe_resilver()
     }
@@ -283,7 +283,7 @@ impl Pool {
                 .push((AttachKind::Replacing, leaf));
             lock(&self.st).config_dirty = true;
         }
-        self.log_history(&format!("replace {old} {new_path}"));
+        self.log_internal(&format!("replace {old} {new_path}"));
         self.txg_wait_synced()?;
         self.resilver_unhalt();
         self.restart_resilver()
@@ -320,7 +320,7 @@ impl Pool {
                 .push(LeafConfig::new(leaf.guid, leaf.path.clone()));
             st.config_dirty = true;
         }
-        self.log_history(&format!("attach {existing} {new_path}"));
+        self.log_internal(&format!("attach {existing} {new_path}"));
         self.txg_wait_synced()?;
         self.resilver_unhalt();
         self.restart_resilver()
@@ -394,7 +394,7 @@ impl Pool {
             // The detached device is no longer part of the pool.
             let _ = label::clear(&*pos.leaf.dev);
         }
-        self.log_history(&format!("detach {name}"));
+        self.log_internal(&format!("detach {name}"));
         self.txg_wait_synced().map(|_| ())
     }
 
