@@ -684,7 +684,16 @@ fn pool_setting(k: &str, v: &str) -> Result<PoolSetting, String> {
         "listsnapshots" | "listsnaps" => Listsnapshots(on_off(k, v)?),
         "cachefile" => Cachefile(match v {
             "" | "-" | "none" => v.to_string(),
-            p if p.starts_with('/') => p.to_string(),
+            p if p.starts_with('/') => {
+                let dir = Path::new(p).parent().unwrap_or(Path::new("/"));
+                if !dir.is_dir() {
+                    return Err(format!(
+                        "cannot use cachefile '{p}': directory '{}' does not exist",
+                        dir.display()
+                    ));
+                }
+                p.to_string()
+            }
             _ => {
                 return Err(format!(
                     "property 'cachefile' must be empty, an absolute path, or 'none': '{v}'"

@@ -319,6 +319,22 @@ fn cachefile_none_or_a_path_and_import_c() {
         1,
         "cannot read",
     );
+    e.fails(
+        &[
+            "zpool",
+            "set",
+            "cachefile=/nonexistent/dir/x.cache",
+            "plain",
+        ],
+        1,
+        "does not exist",
+    );
+    std::fs::write(e.dir.path().join("junk.cache"), b"{not json").expect("junk");
+    e.fails(
+        &["zpool", "import", "-c", "junk.cache", "x"],
+        1,
+        "not a cache file",
+    );
     for p in ["nocache", "alt", "plain"] {
         e.ok(&["zpool", "export", p]);
     }
