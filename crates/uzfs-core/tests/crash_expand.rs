@@ -100,11 +100,7 @@ fn run_seed(seed: u64) -> bool {
     let last = *committed.keys().next_back().expect("committed");
     let images = world.crash(&mut rng);
     drop(pool);
-
-    let w2 = SimWorld::new();
-    let (disks2, found) = find(&w2, images);
-    let pool = Pool::import(&found, None, tunables())
-        .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
+    let (disks2, pool) = import_images(images, seed);
     let txg = pool.last_txg();
     let expect = match (committed.get(&txg), &in_flight) {
         (Some(m), _) => {

@@ -177,11 +177,7 @@ fn run_seed(seed: u64) -> bool {
     let mid_sync = world.power_lost() && world.volatile_writes() > 0;
     let images = world.crash(&mut rng);
     drop(pool);
-
-    let w2 = SimWorld::new();
-    let (disks2, found) = find(&w2, images);
-    let pool = Pool::import(&found, None, tunables())
-        .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
+    let (disks2, pool) = import_images(images, seed);
     let txg = pool.last_txg();
     let expect = if let Some(m) = committed.get(&txg) {
         assert_eq!(

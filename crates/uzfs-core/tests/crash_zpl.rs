@@ -319,11 +319,7 @@ fn run_seed(seed: u64) -> (usize, bool) {
     let images = world.crash(&mut rng);
     drop(fss);
     drop(pool);
-
-    let w2 = SimWorld::new();
-    let (disks2, found) = find(&w2, images);
-    let pool = Pool::import(&found, None, tunables())
-        .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
+    let (disks2, pool) = import_images(images, seed);
     let txg = pool.last_txg();
     let expect = match committed.get(&txg) {
         Some(m) => {

@@ -61,6 +61,15 @@ pub fn reimport(world: &SimWorld, images: Vec<(String, Vec<u8>)>) -> uzfs_core::
     Pool::import(&f, None, tunables())
 }
 
+/// Import the pool found on what the disks kept after a crash
+/// (`SimWorld::crash`), on fresh simulated disks.
+pub fn import_images(images: Vec<(String, Vec<u8>)>, seed: u64) -> (Vec<SimDevice>, Arc<Pool>) {
+    let (disks, found) = find(&SimWorld::new(), images);
+    let pool = Pool::import(&found, None, tunables())
+        .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
+    (disks, pool)
+}
+
 pub fn images(disks: &[SimDevice]) -> Vec<(String, Vec<u8>)> {
     disks.iter().map(|d| (d.name(), d.image())).collect()
 }
