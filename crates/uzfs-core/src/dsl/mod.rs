@@ -701,12 +701,7 @@ impl DatasetCtx for DsCtx {
     /// With `failmode=wait`, a change waits here while the pool is
     /// suspended on a parked sync (`spa/suspend.rs`).
     fn live(&self) -> bool {
-        while self.pool.suspended().is_some() {
-            if !self.pool.io.suspension.wait_resumed() {
-                return false;
-            }
-        }
-        true
+        self.pool.wait_out_suspension().is_none()
     }
 }
 

@@ -637,18 +637,7 @@ impl Pool {
         // Under `st`, so a sync cannot move lines from the queue to the
         // object in between (they would show twice). A sync parked on a
         // failed I/O holds `st`: say so rather than wait for it.
-        let st = loop {
-            match self.st.try_lock() {
-                Ok(g) => break g,
-                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {}
-            }
-            if self.io.suspension.parked() {
-                let why = self.suspended().unwrap_or_default();
-                return Err(Error::suspended(&self.name, &why));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        };
+        let st = self.lock_unless_parked(&self.st)?;
         let obj = st.dir.history;
         let dn = self.mos.stat(obj)?;
         let mut buf = vec![0u8; dn.size as usize];
@@ -864,11 +853,8 @@ impl Pool {
 
     fn check_writable(&self, incoming: u64) -> Result<()> {
         self.check_rw()?;
-        while let Some(why) = self.suspended() {
-            // failmode=wait: until `zpool clear` resumes the pool.
-            if !self.io.suspension.wait_resumed() {
-                return Err(Error::suspended(&self.name, &why));
-            }
+        if let Some(why) = self.wait_out_suspension() {
+            return Err(Error::suspended(&self.name, &why));
         }
         if self.admission_cost(self.dirty_bytes() + incoming) > self.writable_space() {
             return Err(Error::NoSpace);

@@ -44,7 +44,7 @@ use crate::dmu::dnode::{DnodePhys, DNODE_SIZE};
 use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader, Objset};
 use crate::error::{Error, Result};
 use crate::vdev::leaf::{leaf_key, set_scan_io, ScanIo};
-use crate::vdev::{AttachKind, BlockDevice, Leaf, LeafState};
+use crate::vdev::{AttachKind, BlockDevice, Leaf};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1156,10 +1156,9 @@ impl Pool {
             .any(|s| s.is_usable() && !self.spare_in_use(s));
         let needs = spare_free
             && self.io.tops().iter().any(|t| {
-                t.children.iter().any(|c| {
-                    (matches!(c.state(), LeafState::Faulted | LeafState::Removed) || c.is_missing())
-                        && !c.attached().iter().any(|(_, l)| l.is_usable())
-                })
+                t.children
+                    .iter()
+                    .any(|c| c.is_lost() && !c.attached().iter().any(|(_, l)| l.is_usable()))
             });
         if !(needs || poll) || self.scan_sig.zed_busy.swap(true, Ordering::Relaxed) {
             return;
@@ -1203,9 +1202,7 @@ impl Pool {
         let mut started = false;
         for t in self.io.tops() {
             for col in &t.children {
-                let lost = matches!(col.state(), LeafState::Faulted | LeafState::Removed)
-                    || col.is_missing();
-                if !lost
+                if !col.is_lost()
                     || col
                         .attached()
                         .iter()
@@ -1244,10 +1241,7 @@ impl Pool {
             let synced = self.last_txg();
             for t in self.io.tops() {
                 for col in &t.children {
-                    let st = col.state();
-                    let needs =
-                        matches!(st, LeafState::Faulted | LeafState::Removed) || col.is_missing();
-                    if !needs || col.attached().iter().any(|(_, l)| l.is_usable()) {
+                    if !col.is_lost() || col.attached().iter().any(|(_, l)| l.is_usable()) {
                         continue;
                     }
                     let in_use = |s: &Arc<Leaf>| {

@@ -1143,13 +1143,26 @@ impl Pool {
         loop {
             match self.txg_wait_synced() {
                 Err(e @ Error::Suspended { .. }) => {
-                    if !self.io.suspension.wait_resumed() {
+                    if self.wait_out_suspension().is_some() {
                         return Err(e);
                     }
                 }
                 r => return r,
             }
         }
+    }
+
+    /// A writer meets a suspended pool: with `failmode=wait` and the sync
+    /// parked, wait until `zpool clear` resumes it. Returns why the pool
+    /// is still suspended (the writer's EIO), or `None` once it takes
+    /// changes again.
+    pub fn wait_out_suspension(&self) -> Option<String> {
+        while let Some(why) = self.suspended() {
+            if !self.io.suspension.wait_resumed() {
+                return Some(why);
+            }
+        }
+        None
     }
 
     /// The write throttle: delay or block the caller according to dirty data.
@@ -1235,8 +1248,18 @@ impl Pool {
         // Everything that changes a pool's state or commits goes through
         // here: a read-only pool refuses it before anything changes.
         self.check_rw()?;
+        self.lock_unless_parked(&self.sync_lock)
+    }
+
+    /// Lock `m`, one of the locks a sync parked on a failed I/O holds
+    /// until `zpool clear` (`sync_lock`, `st`): while the sync is parked,
+    /// an error saying so instead of waiting.
+    pub(crate) fn lock_unless_parked<'a, T>(
+        &self,
+        m: &'a std::sync::Mutex<T>,
+    ) -> Result<std::sync::MutexGuard<'a, T>> {
         loop {
-            match self.sync_lock.try_lock() {
+            match m.try_lock() {
                 Ok(g) => return Ok(g),
                 Err(std::sync::TryLockError::Poisoned(e)) => return Ok(e.into_inner()),
                 Err(std::sync::TryLockError::WouldBlock) => {}

@@ -270,6 +270,12 @@ impl Leaf {
         !self.is_missing() && self.state() == LeafState::Online
     }
 
+    /// Out of service by no choice of the operator's (faulted, removed or
+    /// not found): what a hot spare or autoreplace stands in for.
+    pub fn is_lost(&self) -> bool {
+        matches!(self.state(), LeafState::Faulted | LeafState::Removed) || self.is_missing()
+    }
+
     pub fn attached(&self) -> Vec<(AttachKind, Arc<Leaf>)> {
         self.attached
             .read()
