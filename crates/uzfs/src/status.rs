@@ -68,13 +68,9 @@ pub fn hms(secs: u64) -> String {
     }
 }
 
-thread_local! {
-    /// `zpool status -p`: exact numbers in the scan paragraph.
-    static PARSABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
+/// Sizes in the scan paragraph: exact with `zpool status -p`.
 fn nicebytes(n: u64) -> String {
-    if PARSABLE.get() {
+    if SHOW.get().parsable {
         n.to_string()
     } else {
         crate::fmt::nicebytes(n)
@@ -350,7 +346,7 @@ fn explain(p: &Pool, health: &str, resilvering: bool, errs: u64) -> String {
 }
 
 /// What `zpool status` options change in the report.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct Show {
     pub naming: Naming,
     /// `-e`: only vdevs that are not ONLINE or have errors (and the
@@ -406,7 +402,6 @@ fn unhealthy_only(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
 /// The whole report for one pool. `now` is injectable for golden tests.
 pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
     SHOW.set(show);
-    PARSABLE.set(show.parsable);
     let health = pool_health(p);
     let errs: u64 =
         p.io.tops()

@@ -398,7 +398,8 @@ fn json_args(args: &[String]) -> (Vec<String>, bool) {
 }
 
 /// One dataset's entry in OpenZFS's JSON output (zfs list -j, zfs get
-/// -j): name, type, pool and the properties with value and source.
+/// -j): name, type, pool and the properties with value and source (those
+/// whose source `keep` takes: `zfs get -s`).
 fn json_dataset(
     d: &Daemon,
     p: &Pool,
@@ -406,10 +407,14 @@ fn json_dataset(
     props: &[String],
     exact: bool,
     int: bool,
+    keep: &dyn Fn(&str) -> bool,
 ) -> serde_json::Value {
     let mut pm = serde_json::Map::new();
     for prop in props.iter().filter(|c| *c != "name") {
         let (v, src) = show(d, p, ds, prop, exact || int);
+        if !keep(&src) {
+            continue;
+        }
         let (kind, data) = match src.as_str() {
             "-" => ("NONE", "-".to_string()),
             "default" => ("DEFAULT", "-".to_string()),
@@ -550,7 +555,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         for (p, ds) in &ts {
             m.insert(
                 p.ds_name(&ds.rel()),
-                json_dataset(d, p, ds, &cols, has(&o, 'p'), json_int),
+                json_dataset(d, p, ds, &cols, has(&o, 'p'), json_int, &|_| true),
             );
         }
         return json_doc("zfs list", m);
@@ -653,14 +658,17 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     if has(&o, 'j') || json_int {
         let mut m = serde_json::Map::new();
         for (p, ds) in &ts {
-            let shown: Vec<String> = props_wanted
-                .iter()
-                .filter(|prop| wanted_source(&show(d, p, ds, prop, false).1))
-                .cloned()
-                .collect();
             m.insert(
                 p.ds_name(&ds.rel()),
-                json_dataset(d, p, ds, &shown, has(&o, 'p'), json_int),
+                json_dataset(
+                    d,
+                    p,
+                    ds,
+                    &props_wanted,
+                    has(&o, 'p'),
+                    json_int,
+                    &wanted_source,
+                ),
             );
         }
         return json_doc("zfs get", m);

@@ -1050,7 +1050,8 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         if !values(&o, 'd').is_empty() {
             return usage_err("-c and -d cannot be used together");
         }
-        let entries = match crate::daemon::read_cache_file(&resolve(cwd, c)) {
+        let c = resolve(cwd, c);
+        let entries = match crate::daemon::read_cache_file(&c) {
             Ok(e) => e,
             Err(e) => return err(format!("cannot import: {e}")),
         };
@@ -1061,9 +1062,7 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
             .iter()
             .any(|s| matches!(s, PoolSetting::Cachefile(_)))
         {
-            settings.push(PoolSetting::Cachefile(
-                resolve(cwd, c).display().to_string(),
-            ));
+            settings.push(PoolSetting::Cachefile(c.display().to_string()));
         }
     } else {
         let mut dirs: Vec<PathBuf> = values(&o, 'd').iter().map(|p| resolve(cwd, p)).collect();
@@ -1194,12 +1193,12 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
 }
 
 fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
-    let (_o, mut rest) = match getopt(args, if destroy { "f" } else { "fa" }) {
+    let (o, mut rest) = match getopt(args, if destroy { "f" } else { "fa" }) {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
     // export -a: every imported pool.
-    if has(&_o, 'a') {
+    if has(&o, 'a') {
         if !rest.is_empty() {
             return usage_err("-a and pool names cannot be used together");
         }
@@ -1233,7 +1232,7 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
         let was_suspended = pool.suspended().is_some();
         pool.abandon_parked_sync();
         let mut tries = 0;
-        while let Err(e) = crate::mounts::unmount_pool(d, name, has(&_o, 'f')) {
+        while let Err(e) = crate::mounts::unmount_pool(d, name, has(&o, 'f')) {
             // The writers just failed: give their processes a moment to
             // close their files.
             tries += 1;
