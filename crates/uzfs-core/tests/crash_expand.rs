@@ -16,7 +16,6 @@ use uzfs_core::error::Error;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::{SimRng, SimWorld};
 use uzfs_core::vdev::TopKind;
-use uzfs_core::zdb;
 
 const START: u64 = 72 << 20;
 const GROWN: u64 = 144 << 20;
@@ -123,12 +122,7 @@ fn run_seed(seed: u64) -> bool {
         top.asize,
         "seed {seed}: allocator and vdev disagree on the size"
     );
-    let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(
-        report.is_clean(),
-        "seed {seed}: zdb after the crash:\n{}",
-        zdb::format_report(&report)
-    );
+    assert_zdb_clean(&disks2, &format!("seed {seed}, zdb after the crash"));
     // Whatever the crash left, the pool can still grow, and takes writes.
     pool.expand(None)
         .unwrap_or_else(|e| panic!("seed {seed}: expand after import: {e}"));
@@ -148,22 +142,13 @@ fn run_seed(seed: u64) -> bool {
     check(&pool, &model, &format!("seed {seed} after more writes"));
     pool.close()
         .unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
-    let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(
-        report.is_clean(),
-        "seed {seed}: zdb after more writes:\n{}",
-        zdb::format_report(&report)
-    );
+    assert_zdb_clean(&disks2, &format!("seed {seed}, zdb after more writes"));
     // And imports at the grown size.
-    let p3 = reimport(&SimWorld::new(), images_of(&disks2)).expect("reimport");
+    let p3 = reimport(&SimWorld::new(), common::images(&disks2)).expect("reimport");
     assert_eq!(p3.space().0, size2, "seed {seed}: size after reimport");
     check(&p3, &model, &format!("seed {seed} after reimport"));
     p3.close().expect("close");
     grown
-}
-
-fn images_of(disks: &[uzfs_core::vdev::sim::SimDevice]) -> Vec<(String, Vec<u8>)> {
-    images(disks)
 }
 
 #[test]

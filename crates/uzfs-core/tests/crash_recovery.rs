@@ -25,7 +25,7 @@ use uzfs_core::dmu::dnode::ObjProps;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::{SimRng, SimWorld};
 use uzfs_core::vdev::TopKind;
-use uzfs_core::{zdb, Error};
+use uzfs_core::Error;
 
 type Model = BTreeMap<u64, Vec<u8>>;
 
@@ -200,12 +200,7 @@ fn run_seed(seed: u64) -> bool {
         );
     }
     check_matches(&pool, expect, seed);
-    let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(
-        report.is_clean(),
-        "seed {seed}: zdb after crash:\n{}",
-        zdb::format_report(&report)
-    );
+    assert_zdb_clean(&disks2, &format!("seed {seed}, zdb after crash"));
 
     // The allocator state rebuilt from the space maps must be usable.
     let mut model = expect.clone();
@@ -220,12 +215,7 @@ fn run_seed(seed: u64) -> bool {
     check_matches(&pool, &model, seed);
     pool.close()
         .unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
-    let report = zdb::verify(devs(&disks2)).unwrap_or_else(|e| panic!("seed {seed}: zdb: {e}"));
-    assert!(
-        report.is_clean(),
-        "seed {seed}: zdb after more writes:\n{}",
-        zdb::format_report(&report)
-    );
+    assert_zdb_clean(&disks2, &format!("seed {seed}, zdb after more writes"));
     mid_sync
 }
 
