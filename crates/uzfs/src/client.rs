@@ -45,8 +45,16 @@ impl Response {
 }
 
 /// The run directory: `--rundir` flag, else `$UZFS_RUNDIR`, else
-/// `/run/uzfs` for root and `$XDG_RUNTIME_DIR/uzfs` (or `/tmp/uzfs-$USER`)
+/// `/run/uzfs` for root and `$XDG_RUNTIME_DIR/uzfs` (or `/tmp/uzfs-$UID`)
 /// for others.
+///
+/// Whoever can put a socket where a client looks for the daemon's is sent
+/// every command line and working directory, and answers in the daemon's
+/// name; whoever can write the directory can do that. So a run directory
+/// is used only if it is owned by the caller (euid) and nobody else may
+/// write it, and the socket only if it is the caller's own socket
+/// ([`check_rundir`], [`connect`]); an existing directory is never
+/// chmod'ed into shape ([`crate::daemon::prepare_rundir`]), it is refused.
 pub fn rundir(flag: Option<&str>) -> PathBuf {
     if let Some(f) = flag {
         return PathBuf::from(f);
@@ -72,8 +80,83 @@ pub fn socket_path(rundir: &Path) -> PathBuf {
     rundir.join("uzfsd.sock")
 }
 
-fn send(sock: &Path, req: &Request) -> std::io::Result<Response> {
-    let mut s = UnixStream::connect(sock)?;
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+fn refuse(msg: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::PermissionDenied, msg)
+}
+
+/// Whether `dir` is safe as this user's run directory: a directory (or a
+/// link to one that this user or root made) owned by the caller and not
+/// writable by group or others. A directory that does not exist yet is
+/// fine (it is created 0700 by `prepare_rundir`). The error says what is
+/// wrong and how to fix it.
+pub fn check_rundir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = euid();
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(l) if l.file_type().is_symlink() && l.uid() != me && l.uid() != 0 => {
+            return Err(refuse(format!(
+                "refusing run directory {}: a link owned by uid {}, not by you (uid {me})",
+                dir.display(),
+                l.uid()
+            )))
+        }
+        Ok(_) => {}
+    }
+    let m = std::fs::metadata(dir)?;
+    if !m.is_dir() {
+        return Err(refuse(format!(
+            "refusing run directory {}: not a directory",
+            dir.display()
+        )));
+    }
+    if m.uid() != me {
+        return Err(refuse(format!(
+            "refusing run directory {}: owned by uid {}, not by you (uid {me}); \
+             another user may be listening there (remove it, or set UZFS_RUNDIR)",
+            dir.display(),
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "refusing run directory {}: mode {:o} lets others write it (chmod go-w it, \
+             or set UZFS_RUNDIR to a private directory)",
+            dir.display(),
+            m.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Connect to the daemon of `rundir`, after checking that the directory
+/// and the socket in it are the caller's own (`check_rundir`): never to a
+/// socket someone else put there. Unsafe ones give PermissionDenied with
+/// the reason.
+pub fn connect(rundir: &Path) -> std::io::Result<UnixStream> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    check_rundir(rundir)?;
+    let sock = socket_path(rundir);
+    let m = std::fs::symlink_metadata(&sock)?;
+    if !m.file_type().is_socket() || m.uid() != euid() {
+        return Err(refuse(format!(
+            "refusing {}: not a socket of yours (uid {}, you are uid {})",
+            sock.display(),
+            m.uid(),
+            euid()
+        )));
+    }
+    UnixStream::connect(&sock)
+}
+
+fn send(rundir: &Path, req: &Request) -> std::io::Result<Response> {
+    let mut s = connect(rundir)?;
     let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
     line.push(b'\n');
     s.write_all(&line)?;
@@ -85,22 +168,35 @@ fn send(sock: &Path, req: &Request) -> std::io::Result<Response> {
         .map_err(|e| std::io::Error::other(format!("bad reply from daemon: {e}")))
 }
 
-/// Send a command to the daemon, starting one if none is running.
+/// Exit code of a command the daemon had no room for (`EX_TEMPFAIL`):
+/// [`call`] tries again until its deadline.
+pub const BUSY: i32 = 75;
+
+/// Send a command to the daemon, starting one if none is running; a busy
+/// daemon is asked again for up to 30 s.
 pub fn call(rundir: &Path, argv: Vec<String>) -> Response {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = call_once(rundir, argv.clone());
+        if r.code != BUSY || Instant::now() > deadline {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn call_once(rundir: &Path, argv: Vec<String>) -> Response {
     let cwd = std::env::current_dir()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     let req = Request { argv, cwd };
     let sock = socket_path(rundir);
-    match send(&sock, &req) {
+    match send(rundir, &req) {
         Ok(r) => return r,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return Response::err(
                 1,
-                format!(
-                    "permission denied talking to the uzfs daemon at {}",
-                    sock.display()
-                ),
+                format!("cannot talk to the uzfs daemon at {}: {e}", sock.display()),
             );
         }
         Err(_) => {}
@@ -110,7 +206,7 @@ pub fn call(rundir: &Path, argv: Vec<String>) -> Response {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match send(&sock, &req) {
+        match send(rundir, &req) {
             Ok(r) => return r,
             Err(e) if Instant::now() > deadline => {
                 return Response::err(

@@ -10,8 +10,7 @@
 use crate::client::{socket_path, Request, Response};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -109,9 +108,21 @@ fn write_entries(path: &Path, entries: &[CacheEntry]) {
     }
 }
 
+/// Create the run directory (0700; its parents as umask says), or check
+/// that an existing one is safe (`client::check_rundir`). An existing
+/// directory's mode is never changed: a shared one (say 1777) named by
+/// mistake is refused, not made private under its other users.
 pub fn prepare_rundir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    crate::client::check_rundir(dir)
 }
 
 pub fn open_paths(paths: &[String]) -> Vec<(String, Arc<dyn BlockDevice>)> {
@@ -349,7 +360,10 @@ impl Daemon {
 }
 
 fn handle(d: &Daemon, stream: UnixStream) {
-    let mut r = BufReader::new(&stream);
+    // A client sends its request as soon as it connects; one that sends
+    // nothing must not hold a slot for ever.
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut r = BufReader::new((&stream).take(MAX_REQUEST));
     let mut line = String::new();
     let resp = match r.read_line(&mut line) {
         Ok(_) => match serde_json::from_str::<Request>(&line) {
@@ -411,7 +425,7 @@ fn lock_run_dir(f: &std::fs::File, rundir: &Path) -> Result<(), std::fs::TryLock
         match f.try_lock() {
             Err(std::fs::TryLockError::WouldBlock)
                 if std::time::Instant::now() < deadline
-                    && UnixStream::connect(socket_path(rundir)).is_err() =>
+                    && crate::client::connect(rundir).is_err() =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -459,19 +473,24 @@ pub fn run(rundir: &Path) -> i32 {
         }
     };
     let sock = socket_path(rundir);
-    if UnixStream::connect(&sock).is_ok() {
+    if crate::client::connect(rundir).is_ok() {
         log::error!("another daemon is already serving {}", sock.display());
         return 1;
     }
     let _ = std::fs::remove_file(&sock);
-    let listener = match UnixListener::bind(&sock) {
+    // The socket is born 0600 (no window in which others may connect).
+    // SAFETY: umask(2) has no preconditions; the old mask is restored.
+    let old_mask = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(&sock);
+    // SAFETY: as above.
+    unsafe { libc::umask(old_mask) };
+    let listener = match bound {
         Ok(l) => l,
         Err(e) => {
             log::error!("cannot listen on {}: {e}", sock.display());
             return 1;
         }
     };
-    let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
     let _ = std::fs::write(
         rundir.join("uzfsd.pid"),
         format!("{}\n", std::process::id()),
@@ -500,13 +519,93 @@ pub fn run(rundir: &Path) -> i32 {
             });
     }
     log::info!("serving {}", sock.display());
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
-        let d2 = d.clone();
-        std::thread::spawn(move || handle(&d2, stream));
-    }
+    serve_connections(&d, &listener);
     0
 }
+
+/// Commands served at once (`UZFS_MAX_CONNECTIONS`, default 64, at least
+/// 2). Each has a thread; a connection over the bound is answered "busy"
+/// at once. Unbounded, 400 idle connections under a 200-task limit made a
+/// thread spawn fail, which panicked the daemon and took every mount with
+/// it. Too low a bound makes concurrent commands (`zpool wait`, scripts
+/// in parallel) wait: the client retries a busy daemon for 30 s.
+fn max_connections() -> usize {
+    std::env::var("UZFS_MAX_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64usize)
+        .max(2)
+}
+
+/// One of the `max_connections` slots, given back when its thread ends.
+struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Accept control connections until the process exits: a thread each,
+/// within the bound. Neither a flood of connections nor a failed thread
+/// spawn (the task limit reached by something else) stops the daemon:
+/// that connection is answered "busy" and closed.
+fn serve_connections(d: &Arc<Daemon>, listener: &UnixListener) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let live = Arc::new(AtomicUsize::new(0));
+    let max = max_connections();
+    for conn in listener.incoming() {
+        let stream = match conn {
+            Ok(s) => s,
+            // Out of descriptors (EMFILE, ENFILE) or memory: let the
+            // commands in flight finish and close theirs.
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
+        };
+        let n = live.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(live.clone());
+        if n >= max {
+            answer_busy(stream, &format!("{n} commands are in progress"));
+            continue;
+        }
+        let reply_to = stream.try_clone();
+        let d2 = d.clone();
+        let spawned = std::thread::Builder::new()
+            .name("uzfs-cmd".into())
+            .spawn(move || {
+                let _slot = slot;
+                handle(&d2, stream)
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start a thread for a command: {e}");
+            if let Ok(s) = reply_to {
+                answer_busy(s, &format!("cannot start a thread: {e}"));
+            }
+        }
+    }
+}
+
+/// Answer a connection the daemon cannot serve now, without a thread and
+/// without waiting for the client: read what it sent already, say why
+/// (`client::BUSY`, so the client retries), close.
+fn answer_busy(stream: UnixStream, why: &str) {
+    let _ = stream.set_nonblocking(true);
+    let mut sink = [0u8; 4096];
+    while matches!((&stream).read(&mut sink), Ok(n) if n > 0) {}
+    let r = Response::err(
+        crate::client::BUSY,
+        format!("the uzfs daemon is busy ({why}); try again"),
+    );
+    if let Ok(mut b) = serde_json::to_vec(&r) {
+        b.push(b'\n');
+        let _ = (&stream).write_all(&b);
+    }
+}
+
+/// Largest request line read: argv and cwd, never data.
+const MAX_REQUEST: u64 = 4 << 20;
 
 /// This host's id, as OpenZFS takes it: `/etc/hostid` (written by
 /// `zgenhostid`) through gethostid(3), which falls back to one derived

@@ -105,7 +105,7 @@ fn main() {
             // A pool the daemon holds is verified inside it, with commits
             // paused; anything else (-e, -l, no daemon) runs here.
             let held = zdb::named_pool(&rest).is_some_and(|name| {
-                std::os::unix::net::UnixStream::connect(client::socket_path(&rundir)).is_ok()
+                client::connect(&rundir).is_ok()
                     && std::fs::read_to_string(rundir.join("zpool.cache"))
                         .ok()
                         .and_then(|c| serde_json::from_str::<Vec<daemon::CacheEntry>>(&c).ok())
@@ -166,12 +166,19 @@ fn main() {
 /// otherwise say so and return `code_if_none`.
 fn ask_running_daemon(rundir: &Path, request: &str, code_if_none: i32) -> i32 {
     let sock = client::socket_path(rundir);
-    if std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        out(&format!(
-            "no uzfs daemon is running on {}\n",
-            sock.display()
-        ));
-        return code_if_none;
+    match client::connect(rundir) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            err(&format!("uzfs daemon: {e}\n"));
+            return 1;
+        }
+        Err(_) => {
+            out(&format!(
+                "no uzfs daemon is running on {}\n",
+                sock.display()
+            ));
+            return code_if_none;
+        }
     }
     emit(client::call(rundir, vec![request.into()]))
 }

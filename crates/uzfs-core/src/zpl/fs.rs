@@ -1184,19 +1184,29 @@ impl Zpl {
     }
 
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> ZResult<usize> {
-        self.write_kill(obj, offset, data, false)
+        self.write_kill(obj, offset, data, false).map(|(n, _)| n)
     }
 
     /// `write`, also clearing the set-id bits when `kill` (the kernel asks
-    /// for that when an unprivileged process writes).
-    pub fn write_kill(&self, obj: u64, offset: u64, data: &[u8], kill: bool) -> ZResult<usize> {
+    /// for that when an unprivileged process writes). Returns the bytes
+    /// written and whether the mode changed: a front end that lets its
+    /// clients cache attributes must tell them before it answers, or a
+    /// cached S_ISUID outlives the write (a local root: write a program
+    /// into a set-user-ID file, run it).
+    pub fn write_kill(
+        &self,
+        obj: u64,
+        offset: u64,
+        data: &[u8],
+        kill: bool,
+    ) -> ZResult<(usize, bool)> {
         self.writable()?;
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|e| *e <= MAX_FILE_SIZE)
             .ok_or(libc::EFBIG)?;
         if data.is_empty() {
-            return Ok(0);
+            return Ok((0, false));
         }
         // The write throttle may sleep: not while holding the object, or
         // every writer of the file would queue behind one writer's delay.
@@ -1229,11 +1239,12 @@ impl Zpl {
         let t = now_ns();
         z.mtime = t;
         z.ctime = t;
+        let old_mode = z.mode;
         if kill {
             z.mode = kill_suid(z.mode);
         }
         self.store(obj, &z)?;
-        Ok(data.len())
+        Ok((data.len(), z.mode != old_mode))
     }
 
     /// fallocate(2): mode 0 (extend), KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE,

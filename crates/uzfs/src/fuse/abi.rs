@@ -69,6 +69,9 @@ pub const FATTR_MTIME: u32 = 1 << 5;
 pub const FATTR_ATIME_NOW: u32 = 1 << 7;
 pub const FATTR_MTIME_NOW: u32 = 1 << 8;
 pub const FATTR_KILL_SUIDGID: u32 = 1 << 11;
+/// `fuse_write_in.write_flags`: a delayed write from the page cache
+/// (writeback), not a write(2) the application waits on.
+pub const WRITE_CACHE: u32 = 1 << 0;
 /// `fuse_write_in.write_flags`: the writer is not privileged to keep set-id bits.
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `fuse_open_out.open_flags`: keep the page cache across opens.
@@ -592,6 +595,21 @@ impl<'a> Out<'a> {
         self.put(&[0u8; 8][..padded - len]);
         true
     }
+}
+
+/// `fuse_notify_code`: drop an inode's cached attributes (and pages).
+pub const NOTIFY_INVAL_INODE: i32 = 2;
+
+/// A FUSE_NOTIFY_INVAL_INODE message for `ino` that drops its cached
+/// attributes only (offset -1: no pages, so it cannot wait on a page the
+/// kernel holds locked while it waits for our reply to a WRITE).
+pub fn notify_inval_attr(ino: u64) -> [u8; OUT_HEADER_LEN + 24] {
+    let mut m = [0u8; OUT_HEADER_LEN + 24];
+    out_header(&mut m, (OUT_HEADER_LEN + 24) as u32, NOTIFY_INVAL_INODE, 0);
+    m[16..24].copy_from_slice(&ino.to_le_bytes());
+    m[24..32].copy_from_slice(&(-1i64).to_le_bytes());
+    m[32..40].copy_from_slice(&0i64.to_le_bytes());
+    m
 }
 
 /// Write a `fuse_out_header` into `h` (16 bytes).

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use uzfs_core::zpl::fs::ZResult;
 use uzfs_core::zpl::{Attr, SetAttr, Znode, Zpl};
 
-pub use session::{Handler, Session};
+pub use session::{Handler, Notifier, Session};
 
 /// Seconds the kernel may cache entries and attributes.
 const TTL: u64 = 1;
@@ -29,6 +29,11 @@ const ROOT: u64 = 1;
 
 pub struct FuseFs {
     pub zpl: Arc<Zpl>,
+    /// Set once the session is up (`negotiated`).
+    notifier: std::sync::OnceLock<Notifier>,
+    /// Files whose writeback lost data: inode -> (offset of the first byte
+    /// lost, errno). See `writeback_refused`.
+    lost_writeback: std::sync::Mutex<std::collections::HashMap<u64, (u64, i32)>>,
 }
 
 /// Nanoseconds of a SETATTR time: given, or now.
@@ -56,7 +61,50 @@ fn xattr_reply(v: &[u8], size: u32, out: &mut Out<'_>) -> ZResult<()> {
     Ok(())
 }
 
+/// ENOSPC at writeback. With the writeback cache, write(2) returns once
+/// the data is in the kernel's pages; the daemon sees it at writeback,
+/// and a write it refuses there for space is lost (the kernel drops the
+/// pages and reports the error at fsync and close). Were later pages of
+/// the same file written once space came back (a file deleted, frees
+/// settled), the file would keep zero-filled MiBs in the middle with
+/// intact data after them. So the first loss latches: writeback of the
+/// file past the first lost byte is refused with the same error, and what
+/// the file keeps is a prefix of what was written, as a write(2) that had
+/// failed would have left it. A write that reaches the lost offset again
+/// (the application rewriting from there) moves the mark on; a truncate
+/// to at most the lost offset clears it.
 impl FuseFs {
+    fn lost(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, (u64, i32)>> {
+        self.lost_writeback
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuse a writeback starting past the file's first lost byte.
+    fn writeback_refused(&self, ino: u64, offset: u64) -> ZResult<()> {
+        match self.lost().get(&ino) {
+            Some(&(at, errno)) if offset > at => Err(errno),
+            _ => Ok(()),
+        }
+    }
+
+    fn writeback_lost(&self, ino: u64, offset: u64, errno: i32) {
+        let mut l = self.lost();
+        let e = l.entry(ino).or_insert((offset, errno));
+        e.0 = e.0.min(offset);
+    }
+
+    /// A writeback of `[offset, offset + n)` landed: if it covers the lost
+    /// byte, the file is whole up to its end.
+    fn writeback_kept(&self, ino: u64, offset: u64, n: u64) {
+        let mut l = self.lost();
+        if let Some(e) = l.get_mut(&ino) {
+            if offset <= e.0 && offset + n > e.0 {
+                e.0 = offset + n;
+            }
+        }
+    }
+
     fn obj(&self, ino: u64) -> u64 {
         if ino == ROOT {
             self.zpl.root
@@ -157,6 +205,12 @@ impl FuseFs {
                     || (size.is_some() && h.uid != 0)),
         };
         let obj = self.obj(h.nodeid);
+        if let Some(size) = size {
+            let mut l = self.lost();
+            if l.get(&h.nodeid).is_some_and(|&(at, _)| size <= at) {
+                l.remove(&h.nodeid);
+            }
+        }
         let a = match self.zpl.setattr(obj, &a) {
             // With the writeback cache the kernel writes back the times of
             // an inode it still caches after the file was unlinked and
@@ -294,8 +348,31 @@ impl Handler for FuseFs {
                 write_flags,
                 data,
             } => {
+                let cached = write_flags & abi::WRITE_CACHE != 0;
+                if cached {
+                    self.writeback_refused(h.nodeid, offset)?;
+                }
                 let kill = write_flags & abi::WRITE_KILL_SUIDGID != 0;
-                let n = zpl.write_kill(obj, offset, data, kill)?;
+                let (n, mode_changed) = match zpl.write_kill(obj, offset, data, kill) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if cached && (e == libc::ENOSPC || e == libc::EDQUOT) {
+                            self.writeback_lost(h.nodeid, offset, e);
+                        }
+                        return Err(e);
+                    }
+                };
+                if cached {
+                    self.writeback_kept(h.nodeid, offset, n as u64);
+                }
+                // The kernel still caches the set-id mode (it leaves the
+                // clearing to us, HANDLE_KILLPRIV_V2): drop it before the
+                // writer can close and exec the file.
+                if mode_changed {
+                    if let Some(n) = self.notifier.get() {
+                        n.inval_attr(h.nodeid);
+                    }
+                }
                 out.written(n as u32);
                 Ok(())
             }
@@ -352,8 +429,9 @@ impl Handler for FuseFs {
         }
     }
 
-    fn negotiated(&self, posix_acl: bool) {
+    fn negotiated(&self, posix_acl: bool, notifier: Notifier) {
         self.zpl.set_posix_acl(posix_acl);
+        let _ = self.notifier.set(notifier);
     }
 }
 
@@ -423,7 +501,11 @@ pub fn mount(
     std::fs::create_dir_all(mountpoint)?;
     let config = session_config(fsname, readonly);
     session::mount(
-        Arc::new(FuseFs { zpl }),
+        Arc::new(FuseFs {
+            zpl,
+            notifier: Default::default(),
+            lost_writeback: Default::default(),
+        }),
         mountpoint,
         &config,
         negotiate,

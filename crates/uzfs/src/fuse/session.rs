@@ -54,11 +54,29 @@ pub trait Handler: Send + Sync + 'static {
 
     /// The INIT handshake is done, before the first request: `posix_acl`
     /// says whether the kernel checks POSIX ACLs (FUSE_POSIX_ACL) and
-    /// leaves the umask to the filesystem (FUSE_DONT_MASK).
-    fn negotiated(&self, _posix_acl: bool) {}
+    /// leaves the umask to the filesystem (FUSE_DONT_MASK); `notifier`
+    /// reaches the kernel's caches of this mount.
+    fn negotiated(&self, _posix_acl: bool, _notifier: Notifier) {}
 
     /// The session ends (the mount went away).
     fn destroy(&self) {}
+}
+
+/// Tells the kernel about changes it did not ask for, on the mount's
+/// /dev/fuse descriptor (notifications go there under io_uring too).
+#[derive(Clone)]
+pub struct Notifier(Arc<File>);
+
+impl Notifier {
+    /// Drop the cached attributes of inode `ino`, so that the next
+    /// permission check or exec asks the daemon again. Call it before
+    /// answering the request that changed them: the kernel holds the
+    /// caller until the answer, so nothing it caches meanwhile survives.
+    /// An error means the inode is not cached (ENOENT) or the mount is
+    /// gone: nothing stale is left either way.
+    pub fn inval_attr(&self, ino: u64) {
+        let _ = (&mut &*self.0).write_all(&abi::notify_inval_attr(ino));
+    }
 }
 
 /// Largest request payload: `max_write` (1 MiB) is negotiated in `negotiate`.
@@ -230,14 +248,14 @@ pub fn mount(
         got_acl: got_acl.clone(),
     };
     let fsess = fuser::Session::new(neg, mountpoint, config)?;
-    fs.negotiated(got_acl.load(Ordering::Relaxed));
+    let dev = Arc::new(File::from(fsess.as_fd().try_clone_to_owned()?));
+    fs.negotiated(got_acl.load(Ordering::Relaxed), Notifier(dev.clone()));
     if posix_acl && !got_acl.load(Ordering::Relaxed) {
         log::warn!(
             "{}: the kernel does not offer POSIX ACLs over FUSE; ACLs are refused on this mount",
             mountpoint.display()
         );
     }
-    let dev = Arc::new(File::from(fsess.as_fd().try_clone_to_owned()?));
     let mut session = Session {
         mount: Some(fsess),
         threads: Vec::new(),

@@ -55,15 +55,25 @@ impl Env {
         );
         String::from_utf8_lossy(&o.stdout).to_string()
     }
-    /// `kill -9` of this environment's daemon (a crash).
-    pub fn kill_daemon(&self) {
-        let pid: i32 = std::fs::read_to_string(self.rundir.join("uzfsd.pid"))
+    /// This environment's daemon's pid.
+    pub fn daemon_pid(&self) -> i32 {
+        std::fs::read_to_string(self.rundir.join("uzfsd.pid"))
             .expect("pid file")
             .trim()
             .parse()
-            .expect("pid");
+            .expect("pid")
+    }
+    /// `kill -9` of this environment's daemon (a crash).
+    pub fn kill_daemon(&self) {
+        let pid = self.daemon_pid();
         // SAFETY: kill(2) with a pid read from the daemon's pid file.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    }
+    /// A pool "tank" on one 256 MiB file, mounted: returns its mount point.
+    pub fn tank(&self) -> PathBuf {
+        let a = self.disk("a", 256);
+        self.ok(&["zpool", "create", "tank", &a]);
+        self.dir.path().join("mnt/tank")
     }
     /// A pool "small" on one 160 MiB file (ashift 12), mounted: returns
     /// its mount point. For the tests that fill a pool.
