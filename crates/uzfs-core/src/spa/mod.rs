@@ -9,6 +9,7 @@ pub mod feature;
 pub mod gang;
 pub mod import;
 pub mod io;
+pub mod label_check;
 pub mod metaslab;
 pub mod mmp;
 pub mod range_tree;
@@ -857,6 +858,14 @@ impl Pool {
             return Err(Error::suspended(&self.name, &why));
         }
         if self.admission_cost(self.dirty_bytes() + incoming) > self.writable_space() {
+            // A scan parking frees holds space that writers need more: it
+            // gives them back (`ScanSignals::yield_hold`), and the caller's
+            // retry after the next sync finds them.
+            if self.pending_frees() > 0 && lock(&self.scan).thread.is_some() {
+                self.scan_sig
+                    .yield_hold
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             return Err(Error::NoSpace);
         }
         Ok(())
