@@ -895,10 +895,27 @@ impl Objset {
                 dn.encode(&mut Arc::make_mut(b)[at..at + DNODE_SIZE]);
             }
         }
+        // A dnode block whose every dnode is free (all zero) is punched out
+        // of the meta-dnode instead of written: a hole takes no space and
+        // reads as zeros, which is what free dnodes are (OpenZFS gets the
+        // same from compressing an all-zero block to a hole). Written, a
+        // filesystem that created and deleted a million files kept 257 MB
+        // of empty dnode blocks.
+        let empty: Vec<u64> = blocks
+            .iter()
+            .filter(|(_, b)| b.iter().all(|&x| x == 0))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in &empty {
+            blocks.remove(k);
+        }
         if let Some((&last, _)) = blocks.last_key_value() {
             let end = (last + 1) * DNODE_BLOCK_SIZE as u64;
             meta.size = meta.size.max(end);
             apply_blocks(reader, w, &mut meta, &blocks)?;
+        }
+        for k in empty {
+            free_range_tree(reader, w, &mut meta, k, k + 1)?;
         }
         // Everything beneath the object-set block is charged to it; the
         // block itself (1 KiB, written every txg) is not.
