@@ -93,10 +93,9 @@ pub fn mount(
         ));
     }
     let path = mountpoint_of(d, pool, ds).map_err(|e| format!("cannot mount '{name}': {e}"))?;
-    // A daemon that died leaves a dead FUSE mount ("transport endpoint is
-    // not connected"): clear it.
+    // A daemon that died leaves a dead FUSE mount: clear it.
     if let Err(e) = std::fs::metadata(&path) {
-        if e.raw_os_error() == Some(libc::ENOTCONN) {
+        if is_dead_mount(&e) {
             let _ = umount2(&path, libc::MNT_DETACH);
         }
     }
@@ -115,7 +114,7 @@ pub fn mount(
     let session = match mount() {
         // The check above can miss a dead mount: the kernel answers a
         // stat of its root from the attribute cache. Clear it and retry.
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+        Err(e) if is_dead_mount(&e) => {
             let _ = umount2(&path, libc::MNT_DETACH);
             mount()
         }
@@ -311,4 +310,16 @@ pub fn list(d: &Daemon) -> Vec<(String, PathBuf)> {
         .iter()
         .map(|(n, m)| (n.clone(), m.path.clone()))
         .collect()
+}
+
+/// What a FUSE mount whose daemon died answers: ENOTCONN ("transport
+/// endpoint is not connected"), or ECONNABORTED where the connection was
+/// aborted with requests in flight (a daemon killed in the middle of a
+/// `zfs destroy` of a mounted child: the root then stayed unmounted after
+/// the restart, 7 tries in 10).
+fn is_dead_mount(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
+    )
 }

@@ -664,6 +664,49 @@ fn syncfs_after_unlinking_a_closed_file_succeeds() {
     e.export_and_zdb("tank");
 }
 
+/// `kill -9` of the daemon in the middle of `zfs destroy -f` of a mounted
+/// child that a process sits in: after the restart the root dataset is
+/// mounted again. Its dead mount answered ECONNABORTED (requests were in
+/// flight when the connection was aborted), which was not taken for a
+/// dead mount: the root stayed unmounted 7 tries in 10.
+#[test]
+fn the_root_mounts_again_after_a_kill_during_destroy() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    for (i, delay_ms) in [5u64, 20, 40, 80, 150].into_iter().enumerate() {
+        e.ok(&["zfs", "create", "tank/c"]);
+        for j in 0..300 {
+            std::fs::write(m.join(format!("c/f{j}")), format!("{j}")).expect("write");
+        }
+        let mut inside = Command::new("sleep")
+            .arg("30")
+            .current_dir(m.join("c"))
+            .spawn()
+            .expect("sleep");
+        let destroy = Command::new(env!("CARGO_BIN_EXE_uzfs"))
+            .args(["zfs", "destroy", "-f", "tank/c"])
+            .env("UZFS_RUNDIR", &e.rundir)
+            .env("UZFS_ALTROOT", e.dir.path().join("mnt"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("destroy");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        e.kill_daemon();
+        let _ = destroy.wait_with_output();
+        let _ = inside.kill();
+        let _ = inside.wait();
+        let out = e.ok(&["zfs", "list", "-H", "-o", "name,mounted", "tank"]);
+        assert_eq!(out, "tank\tyes\n", "try {i} (kill after {delay_ms} ms)");
+        std::fs::write(m.join("root-file"), b"ok").expect("write to the root");
+        let _ = e.run(&["zfs", "destroy", "-f", "tank/c"]);
+    }
+    e.export_and_zdb("tank");
+}
+
 /// A daemon killed under load: the next command restarts it, the pool is
 /// re-imported from the cache, every mount (nested ones included) comes
 /// back in place of the dead FUSE mounts, and the namespace is consistent.
