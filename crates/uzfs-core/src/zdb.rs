@@ -352,9 +352,11 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
     Ok(w.r)
 }
 
-/// `zdb -l`: the labels of one device.
-pub fn dump_labels(dev: &dyn BlockDevice) -> String {
+/// `zdb -l`: the labels of one device, and how many of them are valid
+/// (zdb exits 2 when none is, as OpenZFS's).
+pub fn dump_labels(dev: &dyn BlockDevice) -> (String, usize) {
     let mut out = String::new();
+    let mut valid = 0;
     for (i, r) in label::read_configs(dev) {
         let _ = writeln!(
             out,
@@ -365,6 +367,7 @@ pub fn dump_labels(dev: &dyn BlockDevice) -> String {
                 .map_err(|e| Error::corrupt("label", e.to_string()))
         }) {
             Ok(v) => {
+                valid += 1;
                 let _ = writeln!(
                     out,
                     "{}",
@@ -376,7 +379,7 @@ pub fn dump_labels(dev: &dyn BlockDevice) -> String {
             }
         }
     }
-    out
+    (out, valid)
 }
 
 /// `zdb -u`: the uberblock ring summary and the active uberblock.

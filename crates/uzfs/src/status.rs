@@ -77,6 +77,30 @@ fn nicebytes(n: u64) -> String {
     }
 }
 
+/// The "  scan:" paragraph of a scan whose thread stopped on an error
+/// (a suspension): neither finished nor making progress.
+fn stopped_scan_line(s: &ScanPhys, why: &str, at: u64) -> String {
+    let what = match s.func {
+        ScanFunc::Scrub => "scrub",
+        ScanFunc::Resilver => "resilver",
+    };
+    let total = s.to_examine.max(s.examined).max(1);
+    format!(
+        "  scan: {what} stopped on {}: {why}
+	{what} started on {}
+	{} / {} scanned, {} / {} issued, {:.2}% done
+	it goes on after 'zpool clear' resumes the pool, or at the next import
+",
+        ctime(at),
+        ctime(s.start_time),
+        nicebytes(s.examined),
+        nicebytes(total),
+        nicebytes(s.issued),
+        nicebytes(total),
+        s.issued as f64 * 100.0 / total as f64,
+    )
+}
+
 /// The "  scan:" paragraph.
 pub fn scan_line(s: &ScanPhys, rate: Option<f64>, now: u64) -> String {
     let what = match s.func {
@@ -339,6 +363,9 @@ fn explain(p: &Pool, health: &str, resilvering: bool, errs: u64) -> String {
         }
         return "status: One or more devices could not be opened.  Sufficient replicas exist for\n\tthe pool to continue functioning in a degraded state.\naction: Attach the missing device and online it using 'zpool online'.\n".into();
     }
+    if data_errors(p) > 0 {
+        return "status: One or more devices has experienced an error resulting in data\n\tcorruption.  Applications may be affected.\naction: Restore the file in question if possible.  Otherwise restore the\n\tentire pool from backup.\n".into();
+    }
     if errs > 0 {
         return "status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n".into();
     }
@@ -423,7 +450,12 @@ pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
         out.push_str(&format!("comment: {}\n", p.props().comment));
     }
     match &scan {
-        Some(s) => out.push_str(&scan_line(s, p.scan_rate(), now)),
+        Some(s) => match (s.state, p.scan_stopped(), p.scan_stopped_at()) {
+            (ScanState::Scanning, Some(why), Some(at)) if !s.paused => {
+                out.push_str(&stopped_scan_line(s, &why, at))
+            }
+            _ => out.push_str(&scan_line(s, p.scan_rate(), now)),
+        },
         None => out.push_str("  scan: none requested\n"),
     }
     if let Some(why) = p.resilver_halted() {
@@ -497,13 +529,21 @@ pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
         // uzfs does not deduplicate: there is never a table.
         out.push_str("\n dedup: no DDT entries\n");
     }
-    match scan.as_ref().map(|s| s.errors).unwrap_or(0) {
+    match data_errors(p) {
         0 => out.push_str("\nerrors: No known data errors\n"),
         n => out.push_str(&format!(
-            "\nerrors: {n} data errors: blocks with no valid copy found by the last scan\n"
+            "\nerrors: {n} data errors: blocks with no valid copy, found by reads since import or by the last scrub\n"
         )),
     }
     out
+}
+
+/// Blocks known to have no valid copy: those reads found since import
+/// (`SpaIo::data_errors`), or the last scan's count if higher (it is all
+/// that survives an export).
+pub fn data_errors(p: &Pool) -> u64 {
+    let scan = p.scan_status().map_or(0, |s| s.errors);
+    p.io.data_errors.count().max(scan)
 }
 
 /// `-T u|d` (zpool status, list, iostat, wait): a timestamp line, seconds

@@ -82,7 +82,12 @@ fn run_into(
     if let Some((_, Some(dev))) = o.iter().find(|(k, _)| *k == 'l') {
         return match FileDevice::open(Path::new(dev)) {
             Ok(d) => {
-                let _ = write!(out, "{}", zdb::dump_labels(&d));
+                let (text, valid) = zdb::dump_labels(&d);
+                let _ = write!(out, "{text}");
+                if valid == 0 {
+                    let _ = writeln!(err, "zdb: no valid label found on '{dev}'");
+                    return 2;
+                }
                 0
             }
             Err(e) => {

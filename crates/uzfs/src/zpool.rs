@@ -1250,6 +1250,16 @@ fn export_or_destroy(d: &Daemon, args: &[String], destroy: bool) -> Response {
         } else {
             pool.export()
         };
+        if let Err(e) = &r {
+            if !pool.is_closed() {
+                // Nothing was given up: the pool stays imported (its
+                // filesystems unmounted, as OpenZFS leaves them).
+                return err(format!(
+                    "cannot {} '{name}': {e}\nthe pool is still imported; its filesystems are unmounted ('zfs mount -a' mounts them again)",
+                    if destroy { "destroy" } else { "export" }
+                ));
+            }
+        }
         d.pools
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -218,7 +218,33 @@ impl Pool {
             }
             plan.push(sub);
         }
+        if let Some(r) = local.get("reservation").and_then(|v| v.parse::<u64>().ok()) {
+            // The new dataset writes through its deepest existing ancestor.
+            let deepest = self
+                .datasets()
+                .into_iter()
+                .filter(|d| d.rel().is_empty() || rel.starts_with(&format!("{}/", d.rel())))
+                .max_by_key(|d| d.rel().len());
+            if let Some(a) = deepest {
+                if r > self.ds_available(&a) {
+                    return Err(reservation_too_big());
+                }
+            }
+        }
         Ok((plan, local))
+    }
+
+    /// OpenZFS's rule for a new reservation (dsl_dir_set_reservation_check):
+    /// what it adds beyond the space `d` uses already (or its old
+    /// reservation) must be available to `d`. A reservation larger than
+    /// the pool was accepted before and promised space that did not exist.
+    fn check_reservation(&self, d: &Arc<Dataset>, new: u64) -> Result<()> {
+        let (_, used, _) = self.ds_space(d);
+        let held = used.max(self.size_prop(d, "reservation").unwrap_or(0));
+        if new > held && new - held > self.ds_available(d) {
+            return Err(reservation_too_big());
+        }
+        Ok(())
     }
 
     pub fn create_dataset(
@@ -399,6 +425,11 @@ impl Pool {
     pub fn set_prop(&self, d: &Arc<Dataset>, name: &str, value: &str) -> Result<()> {
         let v = validate_settable(name, value)?;
         let _g = self.sync_guard()?;
+        if name == "reservation" {
+            if let Ok(r) = v.parse::<u64>() {
+                self.check_reservation(d, r)?;
+            }
+        }
         wlock(&d.phys).props.insert(name.to_string(), v);
         *lock(&self.dsl.dirty) = true;
         Ok(())
@@ -703,6 +734,10 @@ impl DatasetCtx for DsCtx {
     fn live(&self) -> bool {
         self.pool.wait_out_suspension().is_none()
     }
+}
+
+fn reservation_too_big() -> Error {
+    Error::invalid("size is greater than available space")
 }
 
 #[cfg(test)]

@@ -479,6 +479,19 @@ impl Pool {
             st.config.state = s;
             st.config_dirty = true;
         }
+        // Commit the new state while the pool still runs: if that fails
+        // (a device fails its writes), the pool stays imported as it was
+        // and the caller says so, instead of a pool that is neither
+        // exported on disk nor imported here. A suspended pool is
+        // closed as it is (its stuck txg given up, `close`).
+        if self.suspended().is_none() {
+            if let Err(e) = self.sync() {
+                let mut st = lock(&self.st);
+                st.config.state = PoolState::Active;
+                st.config_dirty = true;
+                return Err(e);
+            }
+        }
         self.close()
     }
 

@@ -35,6 +35,71 @@ pub struct SpaIo {
     /// Device reads made by a thread holding a txg (should stay 0 for the
     /// POSIX layer's operations: they warm up before the hold).
     pub reads_under_hold: AtomicU64,
+    /// Blocks found with no valid copy (`zpool status` "errors:").
+    pub data_errors: DataErrors,
+}
+
+/// Blocks a read found with no valid copy: OpenZFS's "permanent errors"
+/// (its errlog), what `zpool status` counts as data errors and what makes
+/// it say applications may be affected. Every read goes through
+/// `read_phys`, a scrub's too, so this sees them all. A completed scrub
+/// forgets the blocks it did not find bad again (repaired since, or
+/// freed). Kept in memory, bounded (`MAX`; the count stays right past it
+/// only up to the bound): after an import the last scrub's error count
+/// stands in until reads find the blocks again.
+#[derive(Default)]
+pub struct DataErrors {
+    inner: std::sync::Mutex<DataErrorsInner>,
+}
+
+#[derive(Default)]
+struct DataErrorsInner {
+    /// Bumped at each scan start; a block's entry keeps the epoch it was
+    /// last seen in.
+    epoch: u64,
+    scan_epoch: u64,
+    /// (vdev, offset) of the block's first DVA -> epoch last seen.
+    blocks: std::collections::BTreeMap<(u32, u64), u64>,
+}
+
+impl DataErrors {
+    /// Entries kept at most.
+    pub const MAX: usize = 100_000;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DataErrorsInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn record(&self, bp: &BlkPtr) {
+        let Some(d) = bp.dva.iter().find(|d| d.is_valid()) else {
+            return;
+        };
+        let mut g = self.lock();
+        let epoch = g.epoch;
+        if g.blocks.len() < Self::MAX || g.blocks.contains_key(&(d.vdev, d.offset)) {
+            g.blocks.insert((d.vdev, d.offset), epoch);
+        }
+    }
+
+    /// Blocks known to have no valid copy.
+    pub fn count(&self) -> u64 {
+        self.lock().blocks.len() as u64
+    }
+
+    /// A scrub starts (every block it finds bad is recorded from now on;
+    /// `zpool clear` forgets none, as in OpenZFS).
+    pub fn scrub_started(&self) {
+        let mut g = self.lock();
+        g.epoch += 1;
+        g.scan_epoch = g.epoch;
+    }
+
+    /// A scrub completed: what it did not find again is gone.
+    pub fn scrub_completed(&self) {
+        let mut g = self.lock();
+        let since = g.scan_epoch;
+        g.blocks.retain(|_, e| *e >= since);
+    }
 }
 
 impl SpaIo {
@@ -44,6 +109,7 @@ impl SpaIo {
             spares: RwLock::new(Vec::new()),
             cache: BlockCache::new(cache_bytes),
             run_bufs: std::sync::Mutex::new(Vec::new()),
+            data_errors: DataErrors::default(),
             suspension: Default::default(),
             reads_under_hold: AtomicU64::new(0),
         }
@@ -149,6 +215,7 @@ impl SpaIo {
                 }
             }
         }
+        self.data_errors.record(bp);
         Err(Error::Checksum(format!(
             "no valid copy of block [{bp}]{}",
             last_err

@@ -29,6 +29,17 @@
 //! tree) until it is issued, the allocator parks frees that become reusable
 //! (`Allocator::scan_hold`) and releases them after the batch.
 //!
+//! Parked frees are space writers cannot have: on a pool being overwritten
+//! (copy-on-write frees the old blocks) a long batch let a half-full pool
+//! refuse almost every write, or run a sync out of space. So when admission
+//! refuses a write while a scan parks frees, it raises
+//! `ScanSignals::yield_hold`; the issuing workers stop between runs (and
+//! in their throttle sleep), the batch is abandoned with its bookmark
+//! unchanged, the frees are released, and the batch is gathered again with
+//! half as many blocks (down to `MIN_YIELD_BATCH`; it grows back after each
+//! batch issued whole). The refused writer's retry after the next sync finds
+//! the space. Nothing gathered is issued after its hold ended.
+//!
 //! # Pruning
 //!
 //! A resilver copies only blocks born in the DTLs of the leaves it rebuilds
@@ -142,13 +153,27 @@ pub struct ScanCtl {
     /// Progress of the batch in flight (not yet in `phys`).
     pub batch_examined: u64,
     pub batch_issued: u64,
+    /// Why the scan thread ended with the scan still running (the pool was
+    /// suspended, a read of its tree failed): `zpool status` says so
+    /// instead of showing progress that is not being made; `zpool clear`
+    /// or the next import starts it again.
+    pub stopped: Option<(u64, String)>,
 }
+
+/// The smallest batch a scan shrinks to by yielding its parked frees to
+/// writers: small enough to be issued between two refused writes' syncs,
+/// large enough that each batch still makes progress.
+const MIN_YIELD_BATCH: usize = 256;
 
 /// Flags the scan thread polls.
 #[derive(Default)]
 pub struct ScanSignals {
     /// Stop issuing (pause, cancel, restart or close).
     pub stop: AtomicBool,
+    /// A write was refused for space while this scan parks frees: give
+    /// them back now (the batch is abandoned and gathered again, smaller;
+    /// see "Safety against reuse").
+    pub yield_hold: AtomicBool,
     /// Foreground I/O counter, bumped by the object API; the scan yields
     /// while it moves (OpenZFS zfs_scan_idle).
     pub fg_ops: AtomicU64,
@@ -159,6 +184,8 @@ pub struct ScanSignals {
     /// When `zed_check` last looked for grown or replaced devices
     /// (milliseconds since the pool opened).
     pub zed_polled_ms: AtomicU64,
+    /// When `zed_check` last read the leaves' labels (`label_check.rs`).
+    pub labels_checked_ms: AtomicU64,
     /// Resilvers started one after another by finished resilvers that
     /// left some leaf still lacking txgs (see `resilver_again`).
     pub auto_restarts: std::sync::atomic::AtomicU32,
@@ -353,6 +380,31 @@ struct Batch {
 
 impl Pool {
     /// The scan record with the batch in flight counted in.
+    /// When (seconds since the epoch) and why the scan thread stopped with
+    /// the scan still running, if it did.
+    pub fn scan_stopped(&self) -> Option<String> {
+        lock(&self.scan)
+            .stopped
+            .as_ref()
+            .map(|(_, why)| why.clone())
+    }
+
+    pub fn scan_stopped_at(&self) -> Option<u64> {
+        lock(&self.scan).stopped.as_ref().map(|(t, _)| *t)
+    }
+
+    /// Start the scan thread again if the recorded scan is running and
+    /// nothing runs it (after `zpool clear` resumed a suspended pool).
+    pub(crate) fn resume_stopped_scan(self: &Arc<Self>) {
+        let running = lock(&self.scan)
+            .phys
+            .as_ref()
+            .is_some_and(|p| p.state == ScanState::Scanning && !p.paused);
+        if running && self.tun.sync_thread {
+            self.start_scan_thread();
+        }
+    }
+
     pub fn scan_status(&self) -> Option<ScanPhys> {
         let c = lock(&self.scan);
         let mut p = c.phys.clone()?;
@@ -475,6 +527,9 @@ impl Pool {
         self.check_rw()?;
         self.stop_scan_thread();
         let max_txg = self.txg_wait_synced()?;
+        if func == ScanFunc::Scrub {
+            self.io.data_errors.scrub_started();
+        }
         let (_, allocated, _) = self.space();
         let phys = ScanPhys {
             func,
@@ -606,10 +661,15 @@ impl Pool {
 
     pub(crate) fn start_scan_thread(self: &Arc<Self>) {
         let mut c = lock(&self.scan);
+        // A thread that ended by itself (an error) is replaced.
+        if c.thread.as_ref().is_some_and(|h| h.is_finished()) {
+            c.thread = None;
+        }
         // A stop under way: whoever stops the thread starts the next one.
         if c.thread.is_some() || self.scan_sig.stop.load(Ordering::Relaxed) {
             return;
         }
+        c.stopped = None;
         if let Some(p) = &c.phys {
             c.run_start = Some((Instant::now(), p.issued));
         }
@@ -620,7 +680,14 @@ impl Pool {
                 let Some(p) = weak.upgrade() else { return };
                 if let Err(e) = p.run_scan() {
                     if !matches!(e, Error::PowerLost) {
-                        eprintln!("uzfs: scan of pool '{}' stopped: {e}", p.name);
+                        log::error!("scan of pool '{}' stopped: {e}", p.name);
+                        let mut c = lock(&p.scan);
+                        if c.phys
+                            .as_ref()
+                            .is_some_and(|s| s.state == ScanState::Scanning)
+                        {
+                            c.stopped = Some((now_secs(), e.to_string()));
+                        }
                     }
                 }
             })
@@ -630,6 +697,10 @@ impl Pool {
     /// Run the scan to completion (or until stopped), batch after batch.
     /// Also callable directly (tests without threads).
     pub fn run_scan(self: &Arc<Self>) -> Result<()> {
+        // Blocks per batch: halved each time writers need the frees the
+        // batch parks, grown back after each batch issued whole.
+        let full = self.tun.scan_batch_blocks.max(1);
+        let mut cap = full;
         loop {
             let Some(mut phys) = self.scan_record() else {
                 return Ok(());
@@ -641,7 +712,7 @@ impl Pool {
                 return Ok(());
             }
             let t0 = Instant::now();
-            let res = self.gather_batch(&phys).and_then(|b| {
+            let res = self.gather_with(&phys, cap).and_then(|b| {
                 lock(&self.scan).batch_examined = b.examined;
                 let t1 = Instant::now();
                 let r = self.issue_batch(&b.bps, phys.func, phys.order)?;
@@ -662,9 +733,20 @@ impl Pool {
             }
             let (batch, (issued, repaired, errors, complete)) = res?;
             if !complete {
+                if self.scan_sig.yield_hold.swap(false, Ordering::Relaxed)
+                    && !self.scan_sig.stop.load(Ordering::Relaxed)
+                {
+                    // Writers wanted the parked frees (given back above):
+                    // the bookmark stays, and the batch is gathered again
+                    // smaller, so it parks less for less long.
+                    cap = (cap / 2).max(MIN_YIELD_BATCH.min(full));
+                    log::debug!("scan yielded its parked frees; batch now {cap} blocks");
+                    continue;
+                }
                 // Stopped mid-batch: the bookmark stays, the batch is redone.
                 return Ok(());
             }
+            cap = (cap * 2).min(full);
             if let Some(p) = self.scan_record() {
                 // Paused or canceled meanwhile: keep what they recorded.
                 if p.state != ScanState::Scanning || p.paused {
@@ -683,8 +765,10 @@ impl Pool {
                     phys.examined = phys.examined.max(phys.issued);
                 }
             }
-            lock(&self.scan).phys = Some(phys.clone());
+            // Recorded first, published after: a scan whose record cannot
+            // be written (the pool suspended) is not shown as finished.
             self.save_scan(&phys)?;
+            lock(&self.scan).phys = Some(phys.clone());
             if phys.state == ScanState::Finished {
                 self.scan_done(&phys)?;
                 return Ok(());
@@ -692,10 +776,6 @@ impl Pool {
             // Commit the bookmark before gathering the next batch.
             self.txg_wait_synced()?;
         }
-    }
-
-    fn gather_batch(&self, phys: &ScanPhys) -> Result<Batch> {
-        self.gather_with(phys, self.tun.scan_batch_blocks.max(1))
     }
 
     fn gather_with(&self, phys: &ScanPhys, cap: usize) -> Result<Batch> {
@@ -807,7 +887,10 @@ impl Pool {
                 let (next, runs, failed) = (&next, &runs, &failed);
                 let (issued, repaired, errors) = (&issued, &repaired, &errors);
                 s.spawn(move || loop {
-                    if self.scan_sig.stop.load(Ordering::Relaxed) || lock(failed).is_some() {
+                    if self.scan_sig.stop.load(Ordering::Relaxed)
+                        || self.scan_sig.yield_hold.load(Ordering::Relaxed)
+                        || lock(failed).is_some()
+                    {
                         return;
                     }
                     let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
@@ -833,7 +916,16 @@ impl Pool {
                     }
                     lock(&self.scan).batch_issued = issued.load(Ordering::Relaxed);
                     if us > 0 && fg_busy() {
-                        std::thread::sleep(Duration::from_micros(us * run.len() as u64));
+                        // In slices: a stop or a yield is not kept waiting.
+                        let until = Instant::now() + Duration::from_micros(us * run.len() as u64);
+                        while Instant::now() < until
+                            && !self.scan_sig.stop.load(Ordering::Relaxed)
+                            && !self.scan_sig.yield_hold.load(Ordering::Relaxed)
+                        {
+                            std::thread::sleep(
+                                (until - Instant::now()).min(Duration::from_millis(10)),
+                            );
+                        }
                     }
                 });
             }
@@ -841,7 +933,8 @@ impl Pool {
         if let Some(e) = lock(&failed).take() {
             return Err(e);
         }
-        let complete = !self.scan_sig.stop.load(Ordering::Relaxed);
+        let complete = !self.scan_sig.stop.load(Ordering::Relaxed)
+            && !self.scan_sig.yield_hold.load(Ordering::Relaxed);
         Ok((
             issued.load(Ordering::Relaxed),
             repaired.load(Ordering::Relaxed),
@@ -986,6 +1079,9 @@ impl Pool {
     /// A scan finished: resilvered leaves lose their DTLs, finished
     /// replacements drop the old device, spares no longer needed return.
     fn scan_done(self: &Arc<Self>, phys: &ScanPhys) -> Result<()> {
+        if phys.func == ScanFunc::Scrub {
+            self.io.data_errors.scrub_completed();
+        }
         self.log_internal(&format!(
             "{} done: {} repaired, {} errors",
             if phys.func == ScanFunc::Scrub {
@@ -1150,6 +1246,11 @@ impl Pool {
         let now_ms = self.opened.elapsed().as_millis() as u64;
         let poll = (props.autoreplace || props.autoexpand)
             && now_ms.saturating_sub(self.scan_sig.zed_polled_ms.load(Ordering::Relaxed)) >= 1000;
+        // Labels of every usable leaf (spa/label_check.rs), on a pool that
+        // can write them back.
+        let labels = !self.tun.readonly
+            && now_ms.saturating_sub(self.scan_sig.labels_checked_ms.load(Ordering::Relaxed))
+                >= super::label_check::LABEL_CHECK_MS;
         let spares = self.io.spares();
         let spare_free = spares
             .iter()
@@ -1160,23 +1261,31 @@ impl Pool {
                     .iter()
                     .any(|c| c.is_lost() && !c.attached().iter().any(|(_, l)| l.is_usable()))
             });
-        if !(needs || poll) || self.scan_sig.zed_busy.swap(true, Ordering::Relaxed) {
+        if !(needs || poll || labels) || self.scan_sig.zed_busy.swap(true, Ordering::Relaxed) {
             return;
         }
         if poll {
             self.scan_sig.zed_polled_ms.store(now_ms, Ordering::Relaxed);
+        }
+        if labels {
+            self.scan_sig
+                .labels_checked_ms
+                .store(now_ms, Ordering::Relaxed);
         }
         let weak = Arc::downgrade(self);
         let _ = std::thread::Builder::new()
             .name(format!("zed:{}", self.name))
             .spawn(move || {
                 if let Some(p) = weak.upgrade() {
+                    // First: a faulted leaf is what spares and autoreplace
+                    // below act on.
+                    let lost = labels && !p.label_check().is_empty();
                     if poll && props.autoreplace {
                         if let Err(e) = p.autoreplace_check() {
                             log::warn!("pool '{}': autoreplace failed: {e}", p.name);
                         }
                     }
-                    if needs {
+                    if needs || lost {
                         if let Err(e) = p.activate_spares() {
                             eprintln!("uzfs: pool '{}': spare activation failed: {e}", p.name);
                         }

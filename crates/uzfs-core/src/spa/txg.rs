@@ -1281,6 +1281,12 @@ impl Pool {
         }
     }
 
+    /// `close` ran (the sync thread is stopped): the pool serves nothing
+    /// more, even when its last sync failed.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.txg).shutdown
+    }
+
     /// Stop the sync thread (after committing everything dirty). A sync
     /// parked on a failed I/O gives up: its txg is not committed.
     pub fn close(&self) -> Result<()> {

@@ -198,6 +198,8 @@ impl Pool {
             log::info!("pool '{}': zpool clear resumes the parked sync", self.name);
         }
         self.txg_wait_synced()?;
+        // A scan stopped by the suspension goes on.
+        self.resume_stopped_scan();
         self.maybe_resilver()
     }
 
