@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod session;
+pub mod writeback;
 
 use abi::{FAttr, InHeader, Op, Out};
 use fuser::{Config, InitFlags, KernelConfig, MountOption, SessionACL};
@@ -31,9 +32,8 @@ pub struct FuseFs {
     pub zpl: Arc<Zpl>,
     /// Set once the session is up (`negotiated`).
     notifier: std::sync::OnceLock<Notifier>,
-    /// Files whose writeback lost data: inode -> (offset of the first byte
-    /// lost, errno). See `writeback_refused`.
-    lost_writeback: std::sync::Mutex<std::collections::HashMap<u64, (u64, i32)>>,
+    /// Files whose writeback lost data (`writeback.rs`).
+    writeback: writeback::WritebackLatch,
 }
 
 /// Nanoseconds of a SETATTR time: given, or now.
@@ -61,46 +61,18 @@ fn xattr_reply(v: &[u8], size: u32, out: &mut Out<'_>) -> ZResult<()> {
     Ok(())
 }
 
-/// ENOSPC at writeback. With the writeback cache, write(2) returns once
-/// the data is in the kernel's pages; the daemon sees it at writeback,
-/// and a write it refuses there for space is lost (the kernel drops the
-/// pages and reports the error at fsync and close). Were later pages of
-/// the same file written once space came back (a file deleted, frees
-/// settled), the file would keep zero-filled MiBs in the middle with
-/// intact data after them. So the first loss latches: writeback of the
-/// file past the first lost byte is refused with the same error, and what
-/// the file keeps is a prefix of what was written, as a write(2) that had
-/// failed would have left it. A write that reaches the lost offset again
-/// (the application rewriting from there) moves the mark on; a truncate
-/// to at most the lost offset clears it.
 impl FuseFs {
-    fn lost(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, (u64, i32)>> {
-        self.lost_writeback
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Refuse a writeback starting past the file's first lost byte.
-    fn writeback_refused(&self, ino: u64, offset: u64) -> ZResult<()> {
-        match self.lost().get(&ino) {
-            Some(&(at, errno)) if offset > at => Err(errno),
-            _ => Ok(()),
-        }
-    }
-
-    fn writeback_lost(&self, ino: u64, offset: u64, errno: i32) {
-        let mut l = self.lost();
-        let e = l.entry(ino).or_insert((offset, errno));
-        e.0 = e.0.min(offset);
-    }
-
-    /// A writeback of `[offset, offset + n)` landed: if it covers the lost
-    /// byte, the file is whole up to its end.
-    fn writeback_kept(&self, ino: u64, offset: u64, n: u64) {
-        let mut l = self.lost();
-        if let Some(e) = l.get_mut(&ino) {
-            if offset <= e.0 && offset + n > e.0 {
-                e.0 = offset + n;
+    /// A cached write was refused for space, or landed past a byte lost
+    /// meanwhile: cut the file back to `keep` (`writeback.rs`). A truncate
+    /// frees, so it needs no space.
+    fn cut_after_lost_writeback(&self, obj: u64, keep: u64) {
+        if self.zpl.getattr(obj).is_ok_and(|a| a.size > keep) {
+            let cut = SetAttr {
+                size: Some(keep),
+                ..Default::default()
+            };
+            if let Err(e) = self.zpl.setattr(obj, &cut) {
+                log::warn!("object {obj}: cutting after a lost writeback failed: errno {e}");
             }
         }
     }
@@ -206,10 +178,7 @@ impl FuseFs {
         };
         let obj = self.obj(h.nodeid);
         if let Some(size) = size {
-            let mut l = self.lost();
-            if l.get(&h.nodeid).is_some_and(|&(at, _)| size <= at) {
-                l.remove(&h.nodeid);
-            }
+            self.writeback.truncated(h.nodeid, size);
         }
         let a = match self.zpl.setattr(obj, &a) {
             // With the writeback cache the kernel writes back the times of
@@ -350,20 +319,26 @@ impl Handler for FuseFs {
             } => {
                 let cached = write_flags & abi::WRITE_CACHE != 0;
                 if cached {
-                    self.writeback_refused(h.nodeid, offset)?;
+                    self.writeback.before(h.nodeid, offset, || {
+                        zpl.getattr(obj).map_or(u64::MAX, |a| a.size)
+                    })?;
                 }
                 let kill = write_flags & abi::WRITE_KILL_SUIDGID != 0;
                 let (n, mode_changed) = match zpl.write_kill(obj, offset, data, kill) {
                     Ok(r) => r,
                     Err(e) => {
                         if cached && (e == libc::ENOSPC || e == libc::EDQUOT) {
-                            self.writeback_lost(h.nodeid, offset, e);
+                            let keep = self.writeback.lost(h.nodeid, offset, e);
+                            self.cut_after_lost_writeback(obj, keep);
                         }
                         return Err(e);
                     }
                 };
                 if cached {
-                    self.writeback_kept(h.nodeid, offset, n as u64);
+                    if let Err((keep, e)) = self.writeback.landed(h.nodeid, offset, n as u64) {
+                        self.cut_after_lost_writeback(obj, keep);
+                        return Err(e);
+                    }
                 }
                 // The kernel still caches the set-id mode (it leaves the
                 // clearing to us, HANDLE_KILLPRIV_V2): drop it before the
@@ -385,8 +360,16 @@ impl Handler for FuseFs {
             // trip per close. Dirty pages are still written back before
             // close returns.
             Op::Flush => Err(libc::ENOSYS),
-            Op::Release => zpl.release(obj),
-            Op::Fsync | Op::Fsyncdir => zpl.fsync(obj),
+            Op::Release => {
+                self.writeback.settled(h.nodeid);
+                zpl.release(obj)
+            }
+            Op::Fsync => {
+                zpl.fsync(obj)?;
+                self.writeback.settled(h.nodeid);
+                Ok(())
+            }
+            Op::Fsyncdir => zpl.fsync(obj),
             Op::Setxattr {
                 flags,
                 setxattr_flags,
@@ -504,7 +487,7 @@ pub fn mount(
         Arc::new(FuseFs {
             zpl,
             notifier: Default::default(),
-            lost_writeback: Default::default(),
+            writeback: Default::default(),
         }),
         mountpoint,
         &config,
