@@ -12,6 +12,7 @@ use uzfs_core::spa::scan::ScanState;
 use uzfs_core::spa::{Pool, Tunables};
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
+use uzfs_core::zpl::fs::SetAttr;
 
 const MIB: u64 = 1 << 20;
 
@@ -90,6 +91,116 @@ fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
         assert!(t1.elapsed() < Duration::from_secs(60), "scrub never ends");
         std::thread::sleep(Duration::from_millis(50));
     }
+    drop(fs);
+    pool.export().expect("export");
+    assert_zdb_clean(&disks, "after the scrub");
+}
+
+/// The sync itself must never run out of space because a scan parks
+/// frees. Changes that are never refused for space (attribute changes,
+/// deletes: they live on the slop) keep rewriting metadata while a slow
+/// scrub batch holds every free; nothing asks admission, so nothing tells
+/// the scan to yield. Before the sync could break the hold, the pool
+/// suspended "out of space" with half of it parked.
+#[test]
+fn the_sync_takes_back_the_frees_a_scan_parks_rather_than_suspend() {
+    let world = SimWorld::new();
+    let size = 96 * MIB;
+    let disks = vec![world.disk("d0", size), world.disk("d1", size)];
+    let mut o = opts(6);
+    o.tunables = Tunables {
+        sync_thread: true,
+        txg_timeout: Duration::from_millis(100),
+        dirty_max: 32 << 20,
+        // So slow that the first batch outlives the test.
+        scan_delay_us: 500_000,
+        ..tunables()
+    };
+    let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
+    pool.format_root_fs().expect("format");
+    let fs = mount_fs(&pool, "s");
+    let big = fs
+        .mknod(fs.root, b"big", libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("create")
+        .ino;
+    let data = pattern(2, 40 * MIB as usize);
+    for (i, c) in data.chunks(MIB as usize).enumerate() {
+        fs.write(big, i as u64 * MIB, c).expect("fill");
+    }
+    let files: Vec<u64> = (0..4000)
+        .map(|i| {
+            fs.mknod(
+                fs.root,
+                format!("f{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                0,
+                0,
+                None,
+            )
+            .expect("create")
+            .ino
+        })
+        .collect();
+    pool.txg_wait_synced().expect("sync");
+    let (_, _, free_before) = pool.space();
+    pool.scrub().expect("scrub");
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let mut round = 0u32;
+    // Each txg rewrites every dnode block the files live in (4000 dnodes
+    // of 512 bytes) and the blocks above them, about 2.5 MiB: 60 txgs
+    // rewrite more than the pool has free.
+    let txg0 = pool.last_txg();
+    assert!(free_before < 60 * (2 << 20), "{free_before} bytes free");
+    while pool.last_txg() < txg0 + 60 && t0.elapsed() < Duration::from_secs(60) {
+        round += 1;
+        for (i, &ino) in files.iter().enumerate() {
+            fs.setattr(
+                ino,
+                &SetAttr {
+                    mode: Some(0o600 | ((round + i as u32) & 0o77)),
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| {
+                panic!("chmod: errno {e} in round {round}: {:?}", pool.suspended())
+            });
+            if i % 64 == 0 {
+                // Foreground reads keep the scrub at its slow pace.
+                pool.read(big, (i as u64 * 16384) % (40 * MIB), &mut buf)
+                    .expect("read");
+            }
+        }
+        assert!(
+            pool.suspended().is_none(),
+            "suspended in round {round}: {:?}",
+            pool.suspended()
+        );
+    }
+    pool.txg_wait_synced().expect("sync after the changes");
+    assert!(pool.suspended().is_none(), "{:?}", pool.suspended());
+    let mut back = Vec::new();
+    fs.read_into(big, 0, data.len(), &mut back).expect("read");
+    assert!(back == data, "the big file changed");
+    for (i, &ino) in files.iter().enumerate() {
+        let a = fs.getattr(ino).expect("stat");
+        assert_eq!(a.z.mode & 0o777, 0o600 | ((round + i as u32) & 0o77));
+    }
+    // The scrub goes on once it is fast again, and ends.
+    pool.scan_sig
+        .delay_us
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    let t1 = Instant::now();
+    while pool
+        .scan_status()
+        .is_some_and(|s| s.state == ScanState::Scanning)
+    {
+        assert!(t1.elapsed() < Duration::from_secs(60), "scrub never ends");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = pool.scan_status().expect("scan record");
+    assert_eq!(s.errors, 0, "a scrub issued blocks whose space was reused");
     drop(fs);
     pool.export().expect("export");
     assert_zdb_clean(&disks, "after the scrub");

@@ -37,6 +37,8 @@ pub struct SpaIo {
     pub reads_under_hold: AtomicU64,
     /// Blocks found with no valid copy (`zpool status` "errors:").
     pub data_errors: DataErrors,
+    /// Lets the sync take back the frees a scan parks (`spa/scan.rs`).
+    pub scan_fence: super::scan::ScanFence,
 }
 
 /// Blocks a read found with no valid copy: OpenZFS's "permanent errors"
@@ -110,6 +112,7 @@ impl SpaIo {
             cache: BlockCache::new(cache_bytes),
             run_bufs: std::sync::Mutex::new(Vec::new()),
             data_errors: DataErrors::default(),
+            scan_fence: Default::default(),
             suspension: Default::default(),
             reads_under_hold: AtomicU64::new(0),
         }

@@ -210,6 +210,9 @@ pub struct Allocator {
     /// Scans (or walkers) reading blocks by pointers gathered earlier: while
     /// non-zero, freed space is not reused (and overwritten).
     pub scan_hold: u32,
+    /// The sync took the held frees back (`break_scan_hold`): until the
+    /// last hold is dropped, frees are not parked (the scan gathers again).
+    hold_broken: bool,
     rotor: usize,
     rotor_bytes: u64,
 }
@@ -219,6 +222,7 @@ impl Allocator {
         Allocator {
             vdevs,
             scan_hold: 0,
+            hold_broken: false,
             rotor: 0,
             rotor_bytes: 0,
         }
@@ -398,10 +402,11 @@ impl Allocator {
     /// A txg committed: the previous txg's frees become allocatable and this
     /// txg's frees start their wait.
     pub fn sync_done(&mut self) {
+        let parking = self.parking();
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
                 let released = std::mem::take(&mut ms.defer);
-                if self.scan_hold > 0 {
+                if parking {
                     ms.held.extend(released);
                 } else {
                     for (off, len) in released {
@@ -422,7 +427,7 @@ impl Allocator {
     /// scan holds frees (it may still read those blocks). Returns the bytes
     /// released.
     pub fn release_deferred_early(&mut self) -> u64 {
-        if self.scan_hold > 0 {
+        if self.parking() {
             return 0;
         }
         let mut n = 0;
@@ -438,6 +443,11 @@ impl Allocator {
         n
     }
 
+    /// Whether frees that become reusable are parked for a scan.
+    fn parking(&self) -> bool {
+        self.scan_hold > 0 && !self.hold_broken
+    }
+
     /// Take or drop a scan hold; dropping the last releases what was held.
     pub fn set_scan_hold(&mut self, on: bool) {
         if on {
@@ -448,14 +458,40 @@ impl Allocator {
         if self.scan_hold > 0 {
             return;
         }
+        self.hold_broken = false;
+        self.release_held();
+    }
+
+    /// The sync is out of space while frees are parked: release them all
+    /// and park no more until the holders have dropped their holds. The
+    /// caller has first made sure no scan issues another block it gathered
+    /// under the hold (`ScanFence::break_hold`). Returns the bytes
+    /// released.
+    pub fn break_scan_hold(&mut self) -> u64 {
+        if !self.parking() {
+            return 0;
+        }
+        self.hold_broken = true;
+        self.release_held()
+    }
+
+    /// Whether a scan hold is in force (frees are being parked).
+    pub fn holding_for_scan(&self) -> bool {
+        self.parking()
+    }
+
+    fn release_held(&mut self) -> u64 {
+        let mut n = 0;
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
                 for (off, len) in std::mem::take(&mut ms.held) {
                     let ok = ms.free.add(off, len);
                     debug_assert!(ok, "held free overlaps free space");
+                    n += len;
                 }
             }
         }
+        n
     }
 }
 
@@ -508,5 +544,38 @@ mod tests {
         a.sync_done();
         a.sync_done();
         assert_eq!(a.vdevs[0].allocatable_space(), base + (3 << 20));
+    }
+
+    /// A broken hold gives back what it parked and parks nothing more
+    /// (early reuse allowed again) until the last hold is dropped; the
+    /// next hold parks again.
+    #[test]
+    fn a_broken_scan_hold_releases_and_stops_parking_until_dropped() {
+        let mut a = Allocator::new(vec![VdevAlloc::new(0, 12, 64 << 20, 24, &[])]);
+        let d = a.alloc(1 << 20, 1).expect("alloc");
+        let e = a.alloc(2 << 20, 1).expect("alloc");
+        let f = a.alloc(4 << 20, 1).expect("alloc");
+        let base = a.vdevs[0].allocatable_space();
+        a.set_scan_hold(true);
+        a.free(&d[0], false);
+        a.sync_done();
+        a.sync_done();
+        assert_eq!(a.vdevs[0].allocatable_space(), base, "parked");
+        assert_eq!(a.break_scan_hold(), 1 << 20);
+        assert_eq!(a.break_scan_hold(), 0, "released twice");
+        assert!(!a.holding_for_scan());
+        a.free(&e[0], false);
+        a.sync_done();
+        assert_eq!(a.release_deferred_early(), 2 << 20);
+        assert_eq!(a.vdevs[0].allocatable_space(), base + (3 << 20));
+        a.set_scan_hold(false);
+        a.set_scan_hold(true);
+        assert!(a.holding_for_scan());
+        a.free(&f[0], false);
+        a.sync_done();
+        a.sync_done();
+        assert_eq!(a.vdevs[0].allocatable_space(), base + (3 << 20), "parked");
+        a.set_scan_hold(false);
+        assert_eq!(a.vdevs[0].allocatable_space(), base + (7 << 20));
     }
 }

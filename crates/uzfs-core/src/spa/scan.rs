@@ -40,6 +40,20 @@
 //! batch issued whole). The refused writer's retry after the next sync finds
 //! the space. Nothing gathered is issued after its hold ended.
 //!
+//! Admission cannot see everything: changes never refused for space
+//! (attribute changes, deletes, property changes live on the slop) keep
+//! rewriting metadata, and nothing of theirs asks the scan to yield. So
+//! the sync itself, out of space while frees are parked, takes them back
+//! (`SyncWriter::place`): `ScanFence::break_hold` waits for the run being
+//! issued to end and makes every later read of the batch fail, the
+//! allocator releases what it parked and parks no more
+//! (`Allocator::break_scan_hold`), and the scan gathers its batch again.
+//! Every read of a block gathered under the hold (the gather's own
+//! metadata reads, each issued run) happens inside the fence, so none
+//! reads space the sync reused. Before, a scrub with 4,000 files being
+//! chmod'ed suspended a half-empty pool "out of space" within 4 s
+//! (`tests/scrub_full.rs`).
+//!
 //! # Pruning
 //!
 //! A resilver copies only blocks born in the DTLs of the leaves it rebuilds
@@ -165,6 +179,44 @@ pub struct ScanCtl {
 /// large enough that each batch still makes progress.
 const MIN_YIELD_BATCH: usize = 256;
 
+/// How the sync takes back the frees a scan parks without the scan then
+/// reading a block whose space was reused: every read of a block gathered
+/// under the hold (the gather's metadata reads, each issued run) happens
+/// inside `enter`, and `break_hold` waits for those in progress to end and
+/// makes every later `enter` fail until the next batch starts its hold
+/// (`reset`, with the allocator's lock held, as the hold is taken).
+#[derive(Default)]
+pub struct ScanFence {
+    reading: std::sync::RwLock<()>,
+    broken: AtomicBool,
+}
+
+impl ScanFence {
+    /// Read blocks gathered under the current hold, or `None` if the hold
+    /// was broken (the batch must be abandoned and gathered again).
+    pub fn enter(&self) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
+        let g = self.reading.read().unwrap_or_else(|e| e.into_inner());
+        (!self.broken.load(Ordering::SeqCst)).then_some(g)
+    }
+
+    /// The sync is out of space: once this returns, no scan reads a block
+    /// it gathered under the hold until it gathers again. Blocks for at
+    /// most one issued run (`RUN_SPAN` of reads and its repairs).
+    pub fn break_hold(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+        drop(self.reading.write().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+
+    /// A new hold is taken (the caller holds the allocator's lock).
+    pub fn reset(&self) {
+        self.broken.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Flags the scan thread polls.
 #[derive(Default)]
 pub struct ScanSignals {
@@ -214,9 +266,28 @@ struct Gather<'a> {
     examined: u64,
     stop: Option<Bookmark>,
     errors: u64,
+    /// The sync broke the hold (`ScanFence`): the batch is abandoned.
+    broken: bool,
 }
 
 impl Gather<'_> {
+    /// Read a block of the tree being walked, inside the scan fence. A
+    /// broken hold ends the walk: what is read now may be reused space.
+    fn read(&mut self, bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {
+        let Some(_g) = self.io.scan_fence.enter() else {
+            self.broken = true;
+            self.stop.get_or_insert(self.start);
+            return None;
+        };
+        match self.io.read_bp(bp) {
+            Ok(d) => Some(d),
+            Err(_) => {
+                self.errors += 1;
+                None
+            }
+        }
+    }
+
     fn full(&self) -> bool {
         self.out.len() >= self.cap || self.out_bytes >= BATCH_BYTES
     }
@@ -274,12 +345,8 @@ impl Gather<'_> {
         if bp.level == 0 && !want_data {
             return;
         }
-        let data = match self.io.read_bp(bp) {
-            Ok(d) => d,
-            Err(_) => {
-                self.errors += 1;
-                return;
-            }
+        let Some(data) = self.read(bp) else {
+            return;
         };
         if bp.level == 0 {
             if let Some(f) = l0.as_mut() {
@@ -331,12 +398,8 @@ impl Gather<'_> {
         if head >= self.start && bp.birth >= self.min_txg {
             self.push(bp);
         }
-        let data = match self.io.read_bp(bp) {
-            Ok(d) => d,
-            Err(_) => {
-                self.errors += 1;
-                return;
-            }
+        let Some(data) = self.read(bp) else {
+            return;
         };
         let Ok((_, meta)) = decode_objset_phys(&data) else {
             self.errors += 1;
@@ -376,6 +439,8 @@ struct Batch {
     examined: u64,
     next: Option<Bookmark>,
     errors: u64,
+    /// The sync broke the hold while it was gathered: not to be issued.
+    broken: bool,
 }
 
 impl Pool {
@@ -715,7 +780,11 @@ impl Pool {
             let res = self.gather_with(&phys, cap).and_then(|b| {
                 lock(&self.scan).batch_examined = b.examined;
                 let t1 = Instant::now();
-                let r = self.issue_batch(&b.bps, phys.func, phys.order)?;
+                let r = if b.broken {
+                    (0, 0, 0, false)
+                } else {
+                    self.issue_batch(&b.bps, phys.func, phys.order)?
+                };
                 log::debug!(
                     "scan batch: {} blocks, {} MiB: gather {:?}, issue {:?}",
                     b.bps.len(),
@@ -733,11 +802,12 @@ impl Pool {
             }
             let (batch, (issued, repaired, errors, complete)) = res?;
             if !complete {
-                if self.scan_sig.yield_hold.swap(false, Ordering::Relaxed)
-                    && !self.scan_sig.stop.load(Ordering::Relaxed)
-                {
-                    // Writers wanted the parked frees (given back above):
-                    // the bookmark stays, and the batch is gathered again
+                // Writers wanted the parked frees (given back above), or
+                // the sync took them (`ScanFence`).
+                let yielded = self.scan_sig.yield_hold.swap(false, Ordering::Relaxed)
+                    | self.io.scan_fence.is_broken();
+                if yielded && !self.scan_sig.stop.load(Ordering::Relaxed) {
+                    // The bookmark stays, and the batch is gathered again
                     // smaller, so it parks less for less long.
                     cap = (cap / 2).max(MIN_YIELD_BATCH.min(full));
                     log::debug!("scan yielded its parked frees; batch now {cap} blocks");
@@ -783,12 +853,27 @@ impl Pool {
         let (ub, dir) = {
             let mut st = lock(&self.st);
             st.alloc.set_scan_hold(true);
+            if st.alloc.holding_for_scan() {
+                self.io.scan_fence.reset();
+            }
             (st.ub, st.dir.clone())
         };
         let ub = ub.ok_or_else(|| Error::invalid("pool has no committed txg"))?;
-        let reader: Arc<dyn BlockReader> = self.io.clone();
-        let mos = Objset::open(&ub.rootbp, reader, Default::default(), ub.txg + 1)?;
-        let datasets = super::committed_datasets(&mos, &dir)?;
+        let broken = Batch {
+            bps: Vec::new(),
+            examined: 0,
+            next: Some(phys.bookmark),
+            errors: 0,
+            broken: true,
+        };
+        let datasets = {
+            let Some(_g) = self.io.scan_fence.enter() else {
+                return Ok(broken);
+            };
+            let reader: Arc<dyn BlockReader> = self.io.clone();
+            let mos = Objset::open(&ub.rootbp, reader, Default::default(), ub.txg + 1)?;
+            super::committed_datasets(&mos, &dir)?
+        };
         let mut g = Gather {
             io: &self.io,
             min_txg: phys.min_txg,
@@ -800,16 +885,21 @@ impl Pool {
             examined: 0,
             stop: None,
             errors: 0,
+            broken: false,
         };
         g.objset(&ub.rootbp, 0);
         for (bookmark, bp) in datasets {
             g.objset(&bp, bookmark);
+        }
+        if g.broken {
+            return Ok(broken);
         }
         Ok(Batch {
             bps: g.out,
             examined: g.examined,
             next: g.stop,
             errors: g.errors,
+            broken: false,
         })
     }
 
@@ -889,6 +979,7 @@ impl Pool {
                 s.spawn(move || loop {
                     if self.scan_sig.stop.load(Ordering::Relaxed)
                         || self.scan_sig.yield_hold.load(Ordering::Relaxed)
+                        || self.io.scan_fence.is_broken()
                         || lock(failed).is_some()
                     {
                         return;
@@ -903,7 +994,15 @@ impl Pool {
                     }
                     let k = next.fetch_add(1, Ordering::Relaxed) as usize;
                     let Some(run) = runs.get(k) else { return };
-                    match self.issue_run(bps, run, scrub) {
+                    let r = {
+                        // Outside the fence, the sync may have reused
+                        // space these blocks were in.
+                        let Some(_g) = self.io.scan_fence.enter() else {
+                            return;
+                        };
+                        self.issue_run(bps, run, scrub)
+                    };
+                    match r {
                         Ok((i, r, e)) => {
                             issued.fetch_add(i, Ordering::Relaxed);
                             repaired.fetch_add(r, Ordering::Relaxed);
@@ -921,6 +1020,8 @@ impl Pool {
                         while Instant::now() < until
                             && !self.scan_sig.stop.load(Ordering::Relaxed)
                             && !self.scan_sig.yield_hold.load(Ordering::Relaxed)
+                            && !self.io.scan_fence.is_broken()
+                            && self.scan_sig.delay_us.load(Ordering::Relaxed) > 0
                         {
                             std::thread::sleep(
                                 (until - Instant::now()).min(Duration::from_millis(10)),
@@ -934,7 +1035,8 @@ impl Pool {
             return Err(e);
         }
         let complete = !self.scan_sig.stop.load(Ordering::Relaxed)
-            && !self.scan_sig.yield_hold.load(Ordering::Relaxed);
+            && !self.scan_sig.yield_hold.load(Ordering::Relaxed)
+            && !self.io.scan_fence.is_broken();
         Ok((
             issued.load(Ordering::Relaxed),
             repaired.load(Ordering::Relaxed),

@@ -239,6 +239,18 @@ impl SyncWriter<'_> {
                 // Short of space even in pieces (admission keeps this from
                 // happening; the slop is its margin): use the previous
                 // txg's frees now rather than fail the sync and suspend.
+                // First the frees a scan parks (its batch is gathered
+                // again), then the previous txg's.
+                Err(Error::NoSpace) if self.alloc.holding_for_scan() => {
+                    self.io.scan_fence.break_hold();
+                    let n = self.alloc.break_scan_hold();
+                    log::warn!(
+                        "txg {}: out of space; the scan gives back the {} MiB of frees it parked and gathers its batch again",
+                        self.txg,
+                        n >> 20
+                    );
+                    self.place(&BlkPtr::default(), phys, copies)
+                }
                 Err(Error::NoSpace) if self.alloc.release_deferred_early() > 0 => {
                     log::warn!(
                         "txg {}: out of space; the previous txg's frees are reused early (a rewind to the txg before it is no longer possible)",
