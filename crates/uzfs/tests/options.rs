@@ -900,6 +900,15 @@ const ZFS_PROPS: &[PropCase] = &[
         "lots",
     ),
     ("reservation", &[("8M", "8M"), ("none", "none")], "-1"),
+    (
+        "sync",
+        &[
+            ("always", "always"),
+            ("disabled", "disabled"),
+            ("standard", "standard"),
+        ],
+        "on",
+    ),
 ];
 
 #[test]
@@ -935,7 +944,7 @@ fn every_dataset_property_works_or_is_refused() {
     for k in [
         "sharenfs",
         "xattr",
-        "sync",
+        "logbias",
         "volsize",
         "dedup",
         "com.example:note",

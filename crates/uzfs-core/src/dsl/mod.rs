@@ -555,6 +555,7 @@ impl Pool {
             },
             atime: get("atime") == "on",
             readonly: get("readonly") == "on",
+            sync: zpl::fs::SyncMode::parse(&get("sync")),
         }
     }
 
@@ -707,6 +708,10 @@ impl DatasetCtx for DsCtx {
         }
     }
     fn commit(&self, _obj: u64) -> zpl::fs::ZResult<()> {
+        // `sync=disabled`: acknowledged at once, committed with the txg.
+        if rlock(&self.props).sync == zpl::fs::SyncMode::Disabled {
+            return Ok(());
+        }
         self.pool
             .txg_wait_synced_data()
             .map(|_| ())

@@ -60,6 +60,11 @@ pub const SETTABLE: &[PropDef] = &[
         inherit: true,
     },
     PropDef {
+        name: "sync",
+        default: "standard",
+        inherit: true,
+    },
+    PropDef {
         name: "quota",
         default: "none",
         inherit: false,
@@ -170,6 +175,12 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             checksum_of(v)?;
             Ok(v.into())
         }
+        // `disabled` acknowledges fsync at once: the pool stays consistent,
+        // the last seconds of acknowledged writes can be lost in a crash.
+        "sync" => match v {
+            "standard" | "always" | "disabled" => Ok(v.into()),
+            _ => bad("must be 'standard', 'always' or 'disabled'"),
+        },
         "copies" => match v {
             "1" | "2" | "3" => Ok(v.into()),
             _ => bad("must be 1, 2 or 3"),
@@ -230,7 +241,6 @@ pub const NOT_YET: &[&str] = &[
     "snapdir",
     "snapshot_limit",
     "special_small_blocks",
-    "sync",
     "utf8only",
     "volblocksize",
     "volmode",

@@ -53,6 +53,31 @@ pub struct ZplProps {
     pub obj: ObjProps,
     pub atime: bool,
     pub readonly: bool,
+    pub sync: SyncMode,
+}
+
+/// The `sync` property: when a change is on stable storage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    /// fsync, fdatasync, O_SYNC/O_DSYNC and syncfs wait for stable storage.
+    #[default]
+    Standard,
+    /// Every change is on stable storage before it returns (the front end
+    /// commits after each one and writes around the kernel's page cache).
+    Always,
+    /// fsync returns at once: the pool stays consistent, but the last
+    /// seconds of acknowledged writes can be lost in a crash.
+    Disabled,
+}
+
+impl SyncMode {
+    pub fn parse(v: &str) -> SyncMode {
+        match v {
+            "always" => SyncMode::Always,
+            "disabled" => SyncMode::Disabled,
+            _ => SyncMode::Standard,
+        }
+    }
 }
 
 impl Default for ZplProps {
@@ -62,6 +87,7 @@ impl Default for ZplProps {
             obj: ObjProps::default(),
             atime: true,
             readonly: false,
+            sync: SyncMode::Standard,
         }
     }
 }

@@ -32,5 +32,5 @@ pub mod verify;
 pub mod zap;
 pub mod znode;
 
-pub use fs::{Attr, DatasetCtx, SetAttr, Zpl, ZplProps};
+pub use fs::{Attr, DatasetCtx, SetAttr, SyncMode, Zpl, ZplProps};
 pub use znode::Znode;

@@ -76,6 +76,9 @@ pub const WRITE_CACHE: u32 = 1 << 0;
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `fuse_open_out.open_flags`: keep the page cache across opens.
 pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+/// `fuse_open_out.open_flags`: reads and writes bypass the page cache
+/// (each write(2) reaches the daemon before it returns).
+pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
 
 /// The opcode's name, for statistics.
 pub fn name(opcode: u32) -> String {
@@ -303,6 +306,29 @@ pub enum Op<'a> {
     /// Anything else (locks, ioctl, poll, copy_file_range, ...): ENOSYS, so
     /// the kernel stops asking or does it itself.
     Unsupported,
+}
+
+impl Op<'_> {
+    /// Whether the request changes the filesystem (what `sync=always`
+    /// commits before answering).
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self,
+            Op::Setattr(_)
+                | Op::Symlink { .. }
+                | Op::Mknod { .. }
+                | Op::Mkdir { .. }
+                | Op::Unlink { .. }
+                | Op::Rmdir { .. }
+                | Op::Rename { .. }
+                | Op::Link { .. }
+                | Op::Write { .. }
+                | Op::Setxattr { .. }
+                | Op::Removexattr { .. }
+                | Op::Create { .. }
+                | Op::Fallocate { .. }
+        )
+    }
 }
 
 /// A NUL-terminated string at the front of `b`, and what follows it.

@@ -20,7 +20,7 @@ use fuser::{Config, InitFlags, KernelConfig, MountOption, SessionACL};
 use std::path::Path;
 use std::sync::Arc;
 use uzfs_core::zpl::fs::ZResult;
-use uzfs_core::zpl::{Attr, SetAttr, Znode, Zpl};
+use uzfs_core::zpl::{Attr, SetAttr, SyncMode, Znode, Zpl};
 
 pub use session::{Handler, Notifier, Session};
 
@@ -260,7 +260,43 @@ impl FuseFs {
 }
 
 impl Handler for FuseFs {
+    /// `sync=always`: every change is committed before it is answered
+    /// (files are opened with direct I/O there, so each write(2) arrives
+    /// here before it returns, see `open_flags`).
     fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
+        let commit = op.is_change() && self.sync_mode() == SyncMode::Always;
+        let obj = self.obj(h.nodeid);
+        self.dispatch(h, op, out)?;
+        if commit {
+            self.zpl.fsync(obj)?;
+        }
+        Ok(())
+    }
+
+    fn negotiated(&self, posix_acl: bool, notifier: Notifier) {
+        self.zpl.set_posix_acl(posix_acl);
+        let _ = self.notifier.set(notifier);
+    }
+}
+
+impl FuseFs {
+    fn sync_mode(&self) -> SyncMode {
+        self.zpl.ctx().props().sync
+    }
+
+    /// How a file is opened: with the page cache kept across opens (every
+    /// change comes through this mount, so cached pages are never stale),
+    /// or, on a `sync=always` dataset, with direct I/O: the writeback
+    /// cache would acknowledge write(2) before the data reached the pool.
+    fn open_flags(&self) -> u32 {
+        if self.sync_mode() == SyncMode::Always {
+            abi::FOPEN_DIRECT_IO
+        } else {
+            abi::FOPEN_KEEP_CACHE
+        }
+    }
+
+    fn dispatch(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
         let zpl = &self.zpl;
         let obj = self.obj(h.nodeid);
         match op {
@@ -306,9 +342,7 @@ impl Handler for FuseFs {
             }
             Op::Open => {
                 zpl.open(obj)?;
-                // Keep the page cache across opens: every change to a file
-                // comes through this mount, so cached pages are never stale.
-                out.open(0, abi::FOPEN_KEEP_CACHE);
+                out.open(0, self.open_flags());
                 Ok(())
             }
             Op::Read { offset, size } => self.read(obj, offset, size, out),
@@ -399,7 +433,7 @@ impl Handler for FuseFs {
                 let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
                 zpl.open(a.ino)?;
                 out.entry(&self.fattr(&a), a.z.gen, TTL);
-                out.open(0, abi::FOPEN_KEEP_CACHE);
+                out.open(0, self.open_flags());
                 Ok(())
             }
             Op::Fallocate {
@@ -410,11 +444,6 @@ impl Handler for FuseFs {
             Op::Lseek { offset, whence } => self.lseek(obj, offset, whence, out),
             Op::OneWay | Op::Unsupported => Err(libc::ENOSYS),
         }
-    }
-
-    fn negotiated(&self, posix_acl: bool, notifier: Notifier) {
-        self.zpl.set_posix_acl(posix_acl);
-        let _ = self.notifier.set(notifier);
     }
 }
 
@@ -428,7 +457,9 @@ pub fn negotiate(config: &mut KernelConfig) {
         | InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
-        | InitFlags::FUSE_MAX_PAGES;
+        | InitFlags::FUSE_MAX_PAGES
+        // Shared mmap of files opened with direct I/O (`sync=always`).
+        | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
     if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
         want |= InitFlags::FUSE_WRITEBACK_CACHE;
     }
