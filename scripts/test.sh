@@ -31,4 +31,5 @@ UZFS_FUSE_URING=0 UZFS_REQUIRE_URING=0 cargo test -p uzfs --test fs
 ./bench/redundancy.sh --smoke
 ./bench/fs.sh --smoke
 ./bench/grow.sh --smoke
+./bench/sync.sh --smoke
 echo "all checks passed"

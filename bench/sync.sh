@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Synchronous writes (issue #14): fio 4 KiB random writes with an fsync
+# after each, 1 job and 8 jobs, on a uzfs mirror with sync=standard,
+# sync=always (no fsync needed: every write is committed) and
+# sync=disabled, beside ext4 on a loop device on the same disk. Rounds are
+# interleaved (uzfs, ext4, uzfs, ext4, ...) because this VM's disk changes
+# speed from minute to minute; the table gives medians, the spread
+# (min-max) and, for uzfs, daemon CPU seconds per GiB written and peak RSS.
+#
+# This is the baseline the intent log is measured against: today every
+# fsync commits a whole txg.
+#
+# usage: bench/sync.sh [--smoke]
+#   --smoke  one short round of each (CI: checks the harness)
+# env: DATA [/var/tmp/uzfs-syncbench]  RUNTIME [10]  ROUNDS [3]
+#      UZFS_BIN [target/release/uzfs, built first]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SMOKE=0
+for a in "$@"; do
+  case "$a" in
+    --smoke) SMOKE=1 ;;
+    *) echo "usage: bench/sync.sh [--smoke]" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench/sync.sh: must run as root (FUSE, loop devices)" >&2; exit 1; }
+DATA=${DATA:-/var/tmp/uzfs-syncbench}
+if [ $SMOKE = 1 ]; then
+  RUNTIME=${RUNTIME:-1}; ROUNDS=${ROUNDS:-1}; SIZE=32M; DISK=1G
+else
+  RUNTIME=${RUNTIME:-10}; ROUNDS=${ROUNDS:-3}; SIZE=64M; DISK=8G
+fi
+if [ -n "${UZFS_BIN:-}" ]; then
+  U=$(realpath "$UZFS_BIN")
+else
+  cargo build --release --bins -q
+  U=$(pwd)/target/release/uzfs
+fi
+export UZFS_RUNDIR=$DATA/run
+cleanup() {
+  $U zpool destroy -f sb >/dev/null 2>&1 || true
+  $U daemon --stop >/dev/null 2>&1 || true
+  if mountpoint -q "$DATA/ext4" 2>/dev/null; then umount "$DATA/ext4"; fi
+  if [ -n "${LOOP:-}" ]; then losetup -d "$LOOP" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$DATA"; mkdir -p "$DATA/out" "$DATA/ext4"
+truncate -s $DISK "$DATA/d0" "$DATA/d1" "$DATA/e0"
+$U zpool create -f -m "$DATA/mnt" sb mirror "$DATA/d0" "$DATA/d1" >/dev/null
+# The files are laid out once, in 1 MiB writes, before the datasets get
+# their sync setting (fio would lay them out in 4 KiB writes, each a txg
+# commit under sync=always).
+for s in standard always disabled; do
+  $U zfs create sb/$s >/dev/null
+  fio --name=w --directory="$DATA/mnt/$s" --rw=write --bs=1M --size=$SIZE \
+      --numjobs=8 --create_only=1 --output=/dev/null >/dev/null 2>&1
+  $U zfs set sync=$s sb/$s >/dev/null
+done
+if [ $SMOKE = 0 ]; then
+  LOOP=$(losetup -f --show "$DATA/e0")
+  mkfs.ext4 -q -F "$LOOP"
+  mount "$LOOP" "$DATA/ext4"
+  fio --name=w --directory="$DATA/ext4" --rw=write --bs=1M --size=$SIZE \
+      --numjobs=8 --create_only=1 --output=/dev/null >/dev/null 2>&1
+fi
+PID=$(cat "$UZFS_RUNDIR/uzfsd.pid")
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+
+# run DIR NAME JOBS ROUND: one fio job set; writes $DATA/out/NAME-jJOBS-ROUND.json
+# (and .cpu: daemon CPU ticks used, for uzfs).
+run() {
+  local dir=$1 name=$2 jobs=$3 round=$4 out="$DATA/out/$2-j$3-$4"
+  local fsync=1
+  # sync=always commits every write by itself: no fsync asked.
+  [ "$name" = always ] && fsync=0
+  fio --name=w --directory="$dir" --ioengine=psync --rw=randwrite --bs=4k \
+      --size=$SIZE --numjobs=$jobs --runtime=$RUNTIME --time_based=1 \
+      --fsync=$fsync --overwrite=1 --group_reporting=1 \
+      --output-format=json --output="$out.json.tmp" >/dev/null 2>&1 &
+  local f=$! c0=0
+  [ "$name" != ext4 ] && c0=$(cpu_ticks)
+  wait $f
+  mv "$out.json.tmp" "$out.json"
+  [ "$name" != ext4 ] && echo $(( $(cpu_ticks) - c0 )) > "$out.cpu"
+  return 0
+}
+
+STACKS="standard always disabled"
+[ $SMOKE = 0 ] && STACKS="$STACKS ext4"
+for r in $(seq 1 $ROUNDS); do
+  for jobs in 1 8; do
+    for s in $STACKS; do
+      if [ $s = ext4 ]; then d="$DATA/ext4"; else d="$DATA/mnt/$s"; fi
+      run "$d" $s $jobs $r
+    done
+  done
+done
+HWM=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
+
+python3 - "$DATA/out" "$STACKS" "$ROUNDS" "$HWM" "$(getconf CLK_TCK)" <<'PY'
+import json, os, statistics, sys
+out, stacks, rounds, hwm, tck = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def load(s, j, r):
+    d = json.load(open(f"{out}/{s}-j{j}-{r}.json"))["jobs"][0]
+    w = d["write"]
+    lat = d["sync"]["lat_ns"] if d["sync"]["total_ios"] else w["clat_ns"]
+    p99 = lat.get("percentile", {}).get("99.000000", 0) / 1000
+    cpu = None
+    if os.path.exists(f"{out}/{s}-j{j}-{r}.cpu"):
+        gib = w["io_bytes"] / 2**30
+        cpu = int(open(f"{out}/{s}-j{j}-{r}.cpu").read()) / tck / gib if gib else 0
+    return w["iops"], p99, cpu
+def med(v): return statistics.median(v)
+print("| 4 KiB random write + fsync | jobs | IOPS median (min-max) | p99 us median (min-max) | daemon CPU s/GiB | IOPS / ext4 |")
+print("|---|---|---|---|---|---|")
+ext = {}
+if "ext4" in stacks:
+    for j in (1, 8):
+        ext[j] = med([load("ext4", j, r)[0] for r in range(1, rounds + 1)])
+for s in stacks:
+    for j in (1, 8):
+        rs = [load(s, j, r) for r in range(1, rounds + 1)]
+        iops = [x[0] for x in rs]; p99 = [x[1] for x in rs]
+        cpu = [x[2] for x in rs if x[2] is not None]
+        label = "ext4 on loop" if s == "ext4" else f"uzfs sync={s}"
+        ratio = f"{med(iops) / ext[j]:.2f}" if ext.get(j) else "-"
+        c = f"{med(cpu):.1f}" if cpu else "-"
+        print(f"| {label} | {j} | {med(iops):.0f} ({min(iops):.0f}-{max(iops):.0f}) | {med(p99):.0f} ({min(p99):.0f}-{max(p99):.0f}) | {c} | {ratio} |")
+print(f"\nuzfs daemon peak RSS: {hwm // 1024} MiB. sync=always runs without fsync (each write is committed); its latency column is the write's.")
+PY
