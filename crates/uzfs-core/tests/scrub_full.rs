@@ -13,38 +13,70 @@ use uzfs_core::spa::{Pool, Tunables};
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
 use uzfs_core::zpl::fs::SetAttr;
+use uzfs_core::zpl::Zpl;
 
 const MIB: u64 = 1 << 20;
 
-#[test]
-fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
+/// A pool "s" on a mirror of two 96 MiB disks, sync thread on, with a
+/// 40 MiB file "big" of `pattern(seed)` written (over 40% full).
+fn half_full_mirror(
+    seed: u64,
+    t: Tunables,
+) -> (
+    Vec<uzfs_core::vdev::sim::SimDevice>,
+    std::sync::Arc<Pool>,
+    Zpl,
+    u64,
+    Vec<u8>,
+) {
     let world = SimWorld::new();
-    let size = 96 * MIB;
-    let disks = vec![world.disk("d0", size), world.disk("d1", size)];
-    let mut o = opts(5);
+    let disks = vec![world.disk("d0", 96 * MIB), world.disk("d1", 96 * MIB)];
+    let mut o = opts(seed);
     o.tunables = Tunables {
         sync_thread: true,
-        txg_timeout: Duration::from_millis(200),
         dirty_max: 32 << 20,
-        // A slow scrub: while writes arrive it sleeps this long per block,
-        // so its batch, and the hold on frees, lasts seconds.
-        scan_delay_us: 20_000,
-        ..tunables()
+        ..t
     };
     let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
     pool.format_root_fs().expect("format");
     let fs = mount_fs(&pool, "s");
-    let f = fs
-        .mknod(fs.root, b"f", libc::S_IFREG | 0o644, 0, 0, 0, None)
+    let big = fs
+        .mknod(fs.root, b"big", libc::S_IFREG | 0o644, 0, 0, 0, None)
         .expect("create")
         .ino;
-    let file = 40 * MIB;
-    let mut model = pattern(1, file as usize);
-    for off in (0..file).step_by(MIB as usize) {
-        let o = off as usize;
-        fs.write(f, off, &model[o..o + MIB as usize]).expect("fill");
+    let data = pattern(seed, 40 * MIB as usize);
+    for (i, c) in data.chunks(MIB as usize).enumerate() {
+        fs.write(big, i as u64 * MIB, c).expect("fill");
     }
     pool.txg_wait_synced().expect("sync");
+    (disks, pool, fs, big, data)
+}
+
+/// Wait (at most a minute) for the scrub to end.
+fn scrub_ends(pool: &Pool) {
+    let t = Instant::now();
+    while pool
+        .scan_status()
+        .is_some_and(|s| s.state == ScanState::Scanning)
+    {
+        assert!(t.elapsed() < Duration::from_secs(60), "scrub never ends");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
+    let (disks, pool, fs, f, mut model) = half_full_mirror(
+        5,
+        Tunables {
+            txg_timeout: Duration::from_millis(200),
+            // A slow scrub: while writes arrive it sleeps this long per
+            // block, so its batch, and the hold on frees, lasts seconds.
+            scan_delay_us: 20_000,
+            ..tunables()
+        },
+    );
+    let file = 40 * MIB;
     let (size, alloc, _) = pool.space();
     assert!(alloc * 100 / size >= 40, "{alloc} of {size}");
     pool.scrub().expect("scrub");
@@ -83,14 +115,7 @@ fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
     fs.read_into(f, 0, file as usize, &mut back).expect("read");
     assert!(back == model, "file differs from what was acknowledged");
     // The scrub still ends.
-    let t1 = Instant::now();
-    while pool
-        .scan_status()
-        .is_some_and(|s| s.state == ScanState::Scanning)
-    {
-        assert!(t1.elapsed() < Duration::from_secs(60), "scrub never ends");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    scrub_ends(&pool);
     drop(fs);
     pool.export().expect("export");
     assert_zdb_clean(&disks, "after the scrub");
@@ -104,29 +129,15 @@ fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
 /// suspended "out of space" with half of it parked.
 #[test]
 fn the_sync_takes_back_the_frees_a_scan_parks_rather_than_suspend() {
-    let world = SimWorld::new();
-    let size = 96 * MIB;
-    let disks = vec![world.disk("d0", size), world.disk("d1", size)];
-    let mut o = opts(6);
-    o.tunables = Tunables {
-        sync_thread: true,
-        txg_timeout: Duration::from_millis(100),
-        dirty_max: 32 << 20,
-        // So slow that the first batch outlives the test.
-        scan_delay_us: 500_000,
-        ..tunables()
-    };
-    let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
-    let fs = mount_fs(&pool, "s");
-    let big = fs
-        .mknod(fs.root, b"big", libc::S_IFREG | 0o644, 0, 0, 0, None)
-        .expect("create")
-        .ino;
-    let data = pattern(2, 40 * MIB as usize);
-    for (i, c) in data.chunks(MIB as usize).enumerate() {
-        fs.write(big, i as u64 * MIB, c).expect("fill");
-    }
+    let (disks, pool, fs, big, data) = half_full_mirror(
+        6,
+        Tunables {
+            txg_timeout: Duration::from_millis(100),
+            // So slow that the first batch outlives the test.
+            scan_delay_us: 500_000,
+            ..tunables()
+        },
+    );
     let files: Vec<u64> = (0..4000)
         .map(|i| {
             fs.mknod(
@@ -191,14 +202,7 @@ fn the_sync_takes_back_the_frees_a_scan_parks_rather_than_suspend() {
     pool.scan_sig
         .delay_us
         .store(0, std::sync::atomic::Ordering::Relaxed);
-    let t1 = Instant::now();
-    while pool
-        .scan_status()
-        .is_some_and(|s| s.state == ScanState::Scanning)
-    {
-        assert!(t1.elapsed() < Duration::from_secs(60), "scrub never ends");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    scrub_ends(&pool);
     let s = pool.scan_status().expect("scan record");
     assert_eq!(s.errors, 0, "a scrub issued blocks whose space was reused");
     drop(fs);
