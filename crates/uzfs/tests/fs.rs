@@ -943,6 +943,32 @@ fn zpool_clear_resumes_a_pool_suspended_by_failed_writes() {
         std::fs::read(m.join("before")).expect("read").len(),
         1 << 20
     );
+    // Commands that change the pool say it is suspended, at once: `zpool
+    // set` waited for the parked sync (until `zpool clear`) before.
+    for args in [
+        ["zpool", "set", "comment=x", "tank"],
+        ["zpool", "set", "autoexpand=on", "tank"],
+        ["zfs", "set", "compression=zstd", "tank"],
+    ] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let bin = env!("CARGO_BIN_EXE_uzfs");
+        let (rundir, altroot) = (e.rundir.clone(), e.dir.path().join("mnt"));
+        std::thread::spawn(move || {
+            let o = Command::new(bin)
+                .args(args)
+                .env("UZFS_RUNDIR", rundir)
+                .env("UZFS_ALTROOT", altroot)
+                .output();
+            let _ = tx.send(o);
+        });
+        let o = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{args:?} hangs on a suspended pool"))
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("is suspended"), "{args:?}: {err}");
+    }
     e.ok(&["zinject", "-c", "all", "tank"]);
     e.ok(&["zpool", "clear", "tank"]);
     let st = e.ok(&["zpool", "status", "tank"]);

@@ -585,10 +585,12 @@ impl Pool {
     }
 
     /// Change the persisted pool properties (committed with the next txg).
+    /// A pool whose sync is parked says so instead of waiting for `zpool
+    /// clear` (the command hung before).
     fn update_props(&self, f: impl FnOnce(&mut PoolProps)) -> Result<()> {
         self.check_rw()?;
         let (obj, props) = {
-            let mut st = lock(&self.st);
+            let mut st = self.lock_unless_parked(&self.st)?;
             f(&mut st.props);
             (st.dir.props, st.props.clone())
         };
@@ -597,7 +599,7 @@ impl Pool {
 
     pub fn set_flush(&self, vdev: &str, policy: FlushPolicy) -> Result<()> {
         self.check_rw()?;
-        let mut st = lock(&self.st);
+        let mut st = self.lock_unless_parked(&self.st)?;
         let tops = self.io.tops();
         let Some(pos) = tops
             .iter()
@@ -621,9 +623,15 @@ impl Pool {
             return;
         }
         let now = scan::now_secs();
-        lock(&self.st)
-            .history_pending
-            .push(format!("{now} {cmd}\n"));
+        match self.lock_unless_parked(&self.st) {
+            Ok(mut st) => st.history_pending.push(format!("{now} {cmd}\n")),
+            // The command's answer says the pool is suspended; waiting
+            // here would hang it until `zpool clear`.
+            Err(_) => log::warn!(
+                "pool '{}': suspended; not recorded in its history: {cmd}",
+                self.name
+            ),
+        }
     }
 
     /// Record an event of the pool itself (a device change, a scan), as
