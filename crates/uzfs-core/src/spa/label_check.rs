@@ -9,7 +9,10 @@
 //! missed while out (its DTL), leaving everything older missing on it.
 //!
 //! So the zed thread reads every usable leaf's labels now and then
-//! (`LABEL_CHECK_MS`). A leaf none of whose four labels names this pool
+//! (`LABEL_CHECK_MS`, `Tunables::label_check_ms`), and at the next txg after
+//! any leaf shows new read or checksum errors, at most five times a second
+//! (a blanked device shows itself to reads first; `tests/label_loss.rs`).
+//! A leaf none of whose four labels names this pool
 //! and this leaf is checked again under the sync lock (no label write in
 //! flight, so a label being rewritten is never mistaken for a lost one),
 //! then, on a vdev that survives its loss, faulted with its DTL covering

@@ -238,6 +238,9 @@ pub struct ScanSignals {
     pub zed_polled_ms: AtomicU64,
     /// When `zed_check` last read the leaves' labels (`label_check.rs`).
     pub labels_checked_ms: AtomicU64,
+    /// The leaves' read and checksum errors at that check: new ones bring
+    /// the next check forward.
+    pub labels_errors_seen: AtomicU64,
     /// Resilvers started one after another by finished resilvers that
     /// left some leaf still lacking txgs (see `resilver_again`).
     pub auto_restarts: std::sync::atomic::AtomicU32,
@@ -1349,10 +1352,24 @@ impl Pool {
         let poll = (props.autoreplace || props.autoexpand)
             && now_ms.saturating_sub(self.scan_sig.zed_polled_ms.load(Ordering::Relaxed)) >= 1000;
         // Labels of every usable leaf (spa/label_check.rs), on a pool that
-        // can write them back.
+        // can write them back: now and then, and after new read or
+        // checksum errors (a blanked device shows itself by them first).
+        let errors: u64 = self
+            .io
+            .tops()
+            .iter()
+            .flat_map(|t| t.leaves())
+            .map(|l| {
+                l.stats.read_errors.load(Ordering::Relaxed)
+                    + l.stats.cksum_errors.load(Ordering::Relaxed)
+            })
+            .sum();
+        let since = now_ms.saturating_sub(self.scan_sig.labels_checked_ms.load(Ordering::Relaxed));
         let labels = !self.tun.readonly
-            && now_ms.saturating_sub(self.scan_sig.labels_checked_ms.load(Ordering::Relaxed))
-                >= super::label_check::LABEL_CHECK_MS;
+            && (since >= self.tun.label_check_ms
+                // At most five times a second while errors keep coming.
+                || (since >= 200
+                    && errors != self.scan_sig.labels_errors_seen.load(Ordering::Relaxed)));
         let spares = self.io.spares();
         let spare_free = spares
             .iter()
@@ -1373,6 +1390,9 @@ impl Pool {
             self.scan_sig
                 .labels_checked_ms
                 .store(now_ms, Ordering::Relaxed);
+            self.scan_sig
+                .labels_errors_seen
+                .store(errors, Ordering::Relaxed);
         }
         let weak = Arc::downgrade(self);
         let _ = std::thread::Builder::new()

@@ -96,6 +96,10 @@ pub struct Tunables {
     /// foreground reads or writes are arriving (default 500). Larger: gentler
     /// on applications, slower scans under load; 0: no yielding.
     pub scan_delay_us: u64,
+    /// Milliseconds between checks of every leaf's labels (default
+    /// `label_check::LABEL_CHECK_MS`); a leaf's new read or checksum
+    /// errors bring the next check forward to the next txg.
+    pub label_check_ms: u64,
     /// Block pointers a scan gathers before sorting and issuing them
     /// (default 200,000). Larger: longer sorted runs, more memory (~130 bytes
     /// each), more work redone after a crash.
@@ -143,6 +147,7 @@ impl Default for Tunables {
             sync_thread: true,
             condense_min_entries: 4096,
             scan_delay_us: 500,
+            label_check_ms: super::label_check::LABEL_CHECK_MS,
             scan_batch_blocks: 200_000,
             scan_order: super::scan::IssueOrder::Sorted,
             hostid: 0,
