@@ -60,15 +60,17 @@ impl WritebackLatch {
     /// with the latched error if it starts past the lost byte. `size`
     /// gives the file's size the first time the file is seen this round.
     pub fn before(&self, ino: u64, offset: u64, size: impl FnOnce() -> u64) -> Result<(), i32> {
-        let mut f = self.files();
-        let f = f.entry(ino).or_insert_with(|| File {
-            base: size(),
-            lost: None,
-        });
-        match f.lost {
+        let refused = |f: &File| match f.lost {
             Some((at, errno)) if offset > at => Err(errno),
             _ => Ok(()),
+        };
+        if let Some(f) = self.files().get(&ino) {
+            return refused(f);
         }
+        // The size may take a read: not under the lock every writer takes.
+        let base = size();
+        let mut files = self.files();
+        refused(files.entry(ino).or_insert(File { base, lost: None }))
     }
 
     /// A cached write at `offset` was refused for space (`errno`). Returns
