@@ -68,7 +68,7 @@ fn a_scrub_stopped_by_a_suspension_is_not_finished_and_resumes() {
     let s = pool.scan_status().expect("scan");
     assert_eq!(s.state, ScanState::Scanning, "{s:?}");
     assert!(s.examined < to_examine, "{s:?} of {to_examine}");
-    let why = pool.scan_stopped().expect("why");
+    let (_, why) = pool.scan_stopped().expect("why");
     assert!(why.contains("suspended"), "{why}");
 
     for d in &disks {

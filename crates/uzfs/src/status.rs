@@ -80,10 +80,7 @@ fn nicebytes(n: u64) -> String {
 /// The "  scan:" paragraph of a scan whose thread stopped on an error
 /// (a suspension): neither finished nor making progress.
 fn stopped_scan_line(s: &ScanPhys, why: &str, at: u64) -> String {
-    let what = match s.func {
-        ScanFunc::Scrub => "scrub",
-        ScanFunc::Resilver => "resilver",
-    };
+    let what = s.func.name();
     let total = s.to_examine.max(s.examined).max(1);
     format!(
         "  scan: {what} stopped on {}: {why}
@@ -103,10 +100,7 @@ fn stopped_scan_line(s: &ScanPhys, why: &str, at: u64) -> String {
 
 /// The "  scan:" paragraph.
 pub fn scan_line(s: &ScanPhys, rate: Option<f64>, now: u64) -> String {
-    let what = match s.func {
-        ScanFunc::Scrub => "scrub",
-        ScanFunc::Resilver => "resilver",
-    };
+    let what = s.func.name();
     let total = s.to_examine.max(s.examined).max(1);
     match s.state {
         ScanState::Finished => {
@@ -450,8 +444,8 @@ pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
         out.push_str(&format!("comment: {}\n", p.props().comment));
     }
     match &scan {
-        Some(s) => match (s.state, p.scan_stopped(), p.scan_stopped_at()) {
-            (ScanState::Scanning, Some(why), Some(at)) if !s.paused => {
+        Some(s) => match (s.state, p.scan_stopped()) {
+            (ScanState::Scanning, Some((at, why))) if !s.paused => {
                 out.push_str(&stopped_scan_line(s, &why, at))
             }
             _ => out.push_str(&scan_line(s, p.scan_rate(), now)),

@@ -402,7 +402,7 @@ impl Allocator {
     /// A txg committed: the previous txg's frees become allocatable and this
     /// txg's frees start their wait.
     pub fn sync_done(&mut self) {
-        let parking = self.parking();
+        let parking = self.holding_for_scan();
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
                 let released = std::mem::take(&mut ms.defer);
@@ -427,7 +427,7 @@ impl Allocator {
     /// scan holds frees (it may still read those blocks). Returns the bytes
     /// released.
     pub fn release_deferred_early(&mut self) -> u64 {
-        if self.parking() {
+        if self.holding_for_scan() {
             return 0;
         }
         let mut n = 0;
@@ -441,11 +441,6 @@ impl Allocator {
             }
         }
         n
-    }
-
-    /// Whether frees that become reusable are parked for a scan.
-    fn parking(&self) -> bool {
-        self.scan_hold > 0 && !self.hold_broken
     }
 
     /// Take or drop a scan hold; dropping the last releases what was held.
@@ -468,16 +463,17 @@ impl Allocator {
     /// under the hold (`ScanFence::break_hold`). Returns the bytes
     /// released.
     pub fn break_scan_hold(&mut self) -> u64 {
-        if !self.parking() {
+        if !self.holding_for_scan() {
             return 0;
         }
         self.hold_broken = true;
         self.release_held()
     }
 
-    /// Whether a scan hold is in force (frees are being parked).
+    /// Whether a scan hold is in force: frees that become reusable are
+    /// parked for the scan.
     pub fn holding_for_scan(&self) -> bool {
-        self.parking()
+        self.scan_hold > 0 && !self.hold_broken
     }
 
     fn release_held(&mut self) -> u64 {

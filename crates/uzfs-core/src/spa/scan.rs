@@ -89,6 +89,16 @@ pub enum ScanFunc {
     Resilver,
 }
 
+impl ScanFunc {
+    /// "scrub" or "resilver", as status, history and the record spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanFunc::Scrub => "scrub",
+            ScanFunc::Resilver => "resilver",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ScanState {
@@ -447,18 +457,10 @@ struct Batch {
 }
 
 impl Pool {
-    /// The scan record with the batch in flight counted in.
     /// When (seconds since the epoch) and why the scan thread stopped with
     /// the scan still running, if it did.
-    pub fn scan_stopped(&self) -> Option<String> {
-        lock(&self.scan)
-            .stopped
-            .as_ref()
-            .map(|(_, why)| why.clone())
-    }
-
-    pub fn scan_stopped_at(&self) -> Option<u64> {
-        lock(&self.scan).stopped.as_ref().map(|(t, _)| *t)
+    pub fn scan_stopped(&self) -> Option<(u64, String)> {
+        lock(&self.scan).stopped.clone()
     }
 
     /// Start the scan thread again if the recorded scan is running and
@@ -473,6 +475,7 @@ impl Pool {
         }
     }
 
+    /// The scan record with the batch in flight counted in.
     pub fn scan_status(&self) -> Option<ScanPhys> {
         let c = lock(&self.scan);
         let mut p = c.phys.clone()?;
@@ -625,14 +628,7 @@ impl Pool {
         self.save_scan(&phys)?;
         // The scan is on disk before it issues anything.
         self.txg_wait_synced()?;
-        self.log_internal(&format!(
-            "{} started",
-            if func == ScanFunc::Scrub {
-                "scrub"
-            } else {
-                "resilver"
-            }
-        ));
+        self.log_internal(&format!("{} started", func.name()));
         self.start_scan_thread();
         Ok(())
     }
@@ -974,17 +970,20 @@ impl Pool {
             let last = last_fg_ms.load(Ordering::Relaxed);
             last != u64::MAX && now.saturating_sub(last) < busy_window.as_millis() as u64
         };
+        // Stopped, or the hold on frees given up (a write refused, or the
+        // sync out of space): no run more of this batch.
+        let interrupted = || {
+            self.scan_sig.stop.load(Ordering::Relaxed)
+                || self.scan_sig.yield_hold.load(Ordering::Relaxed)
+                || self.io.scan_fence.is_broken()
+        };
         std::thread::scope(|s| {
             for w in 0..workers {
-                let fg_busy = &fg_busy;
+                let (fg_busy, interrupted) = (&fg_busy, &interrupted);
                 let (next, runs, failed) = (&next, &runs, &failed);
                 let (issued, repaired, errors) = (&issued, &repaired, &errors);
                 s.spawn(move || loop {
-                    if self.scan_sig.stop.load(Ordering::Relaxed)
-                        || self.scan_sig.yield_hold.load(Ordering::Relaxed)
-                        || self.io.scan_fence.is_broken()
-                        || lock(failed).is_some()
-                    {
+                    if interrupted() || lock(failed).is_some() {
                         return;
                     }
                     let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
@@ -1021,9 +1020,7 @@ impl Pool {
                         // In slices: a stop or a yield is not kept waiting.
                         let until = Instant::now() + Duration::from_micros(us * run.len() as u64);
                         while Instant::now() < until
-                            && !self.scan_sig.stop.load(Ordering::Relaxed)
-                            && !self.scan_sig.yield_hold.load(Ordering::Relaxed)
-                            && !self.io.scan_fence.is_broken()
+                            && !interrupted()
                             && self.scan_sig.delay_us.load(Ordering::Relaxed) > 0
                         {
                             std::thread::sleep(
@@ -1037,9 +1034,7 @@ impl Pool {
         if let Some(e) = lock(&failed).take() {
             return Err(e);
         }
-        let complete = !self.scan_sig.stop.load(Ordering::Relaxed)
-            && !self.scan_sig.yield_hold.load(Ordering::Relaxed)
-            && !self.io.scan_fence.is_broken();
+        let complete = !interrupted();
         Ok((
             issued.load(Ordering::Relaxed),
             repaired.load(Ordering::Relaxed),
@@ -1189,11 +1184,7 @@ impl Pool {
         }
         self.log_internal(&format!(
             "{} done: {} repaired, {} errors",
-            if phys.func == ScanFunc::Scrub {
-                "scrub"
-            } else {
-                "resilver"
-            },
+            phys.func.name(),
             phys.repaired,
             phys.errors
         ));
