@@ -8,39 +8,26 @@
 mod common;
 use common::*;
 use std::time::{Duration, Instant};
-use uzfs_core::spa::{Pool, Tunables};
-use uzfs_core::vdev::sim::{SimRng, SimWorld};
-use uzfs_core::vdev::{BlockDevice, LeafState, TopKind};
-
-const MIB: u64 = 1 << 20;
+use uzfs_core::spa::Tunables;
+use uzfs_core::vdev::sim::SimRng;
+use uzfs_core::vdev::{BlockDevice, LeafState};
 
 #[test]
 fn read_errors_bring_the_label_check_forward() {
-    let world = SimWorld::new();
-    let size = 96 * MIB;
-    let disks = vec![world.disk("d0", size), world.disk("d1", size)];
-    let mut o = opts(3);
-    o.tunables = Tunables {
-        sync_thread: true,
-        txg_timeout: Duration::from_millis(100),
-        label_check_ms: 3_600_000,
-        ..tunables()
-    };
-    let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
-    let fs = mount_fs(&pool, "s");
-    let f = fs
-        .mknod(fs.root, b"f", libc::S_IFREG | 0o644, 0, 0, 0, None)
-        .expect("create")
-        .ino;
-    let data = pattern(3, 16 * MIB as usize);
-    fs.write(f, 0, &data).expect("write");
-    pool.txg_wait_synced().expect("sync");
+    let (disks, pool, fs, f, data) = mirror_with_file(
+        3,
+        16,
+        Tunables {
+            txg_timeout: Duration::from_millis(100),
+            label_check_ms: 3_600_000,
+            ..tunables()
+        },
+    );
     // Overwrite d0 whole, labels included (a `dd` over the wrong disk).
     // Mirror reads try the first side first (no load balancing yet), so
     // the blanked side is the one reads meet.
     let mut rng = SimRng::new(3);
-    disks[0].corrupt(0, size as usize, &mut rng);
+    disks[0].corrupt(0, DISK as usize, &mut rng);
     pool.io.cache.clear();
     // Reads hit d0: its copies fail their checksums (and are repaired
     // from d1), which counts errors on it.

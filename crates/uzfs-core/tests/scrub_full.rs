@@ -10,47 +10,9 @@ use common::*;
 use std::time::{Duration, Instant};
 use uzfs_core::spa::scan::ScanState;
 use uzfs_core::spa::{Pool, Tunables};
-use uzfs_core::vdev::sim::SimWorld;
-use uzfs_core::vdev::TopKind;
 use uzfs_core::zpl::fs::SetAttr;
-use uzfs_core::zpl::Zpl;
 
 const MIB: u64 = 1 << 20;
-
-/// A pool "s" on a mirror of two 96 MiB disks, sync thread on, with a
-/// 40 MiB file "big" of `pattern(seed)` written (over 40% full).
-fn half_full_mirror(
-    seed: u64,
-    t: Tunables,
-) -> (
-    Vec<uzfs_core::vdev::sim::SimDevice>,
-    std::sync::Arc<Pool>,
-    Zpl,
-    u64,
-    Vec<u8>,
-) {
-    let world = SimWorld::new();
-    let disks = vec![world.disk("d0", 96 * MIB), world.disk("d1", 96 * MIB)];
-    let mut o = opts(seed);
-    o.tunables = Tunables {
-        sync_thread: true,
-        dirty_max: 32 << 20,
-        ..t
-    };
-    let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
-    let fs = mount_fs(&pool, "s");
-    let big = fs
-        .mknod(fs.root, b"big", libc::S_IFREG | 0o644, 0, 0, 0, None)
-        .expect("create")
-        .ino;
-    let data = pattern(seed, 40 * MIB as usize);
-    for (i, c) in data.chunks(MIB as usize).enumerate() {
-        fs.write(big, i as u64 * MIB, c).expect("fill");
-    }
-    pool.txg_wait_synced().expect("sync");
-    (disks, pool, fs, big, data)
-}
 
 /// Wait (at most a minute) for the scrub to end.
 fn scrub_ends(pool: &Pool) {
@@ -66,8 +28,9 @@ fn scrub_ends(pool: &Pool) {
 
 #[test]
 fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
-    let (disks, pool, fs, f, mut model) = half_full_mirror(
+    let (disks, pool, fs, f, mut model) = mirror_with_file(
         5,
+        40,
         Tunables {
             txg_timeout: Duration::from_millis(200),
             // A slow scrub: while writes arrive it sleeps this long per
@@ -129,8 +92,9 @@ fn a_scrub_during_overwrites_does_not_suspend_a_half_full_pool() {
 /// suspended "out of space" with half of it parked.
 #[test]
 fn the_sync_takes_back_the_frees_a_scan_parks_rather_than_suspend() {
-    let (disks, pool, fs, big, data) = half_full_mirror(
+    let (disks, pool, fs, big, data) = mirror_with_file(
         6,
+        40,
         Tunables {
             txg_timeout: Duration::from_millis(100),
             // So slow that the first batch outlives the test.

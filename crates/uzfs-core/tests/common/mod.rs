@@ -124,3 +124,35 @@ pub fn disk_or_mirror(
     let s = spec(kind, &disks);
     (disks, s)
 }
+
+/// A pool "s" on a mirror of two 96 MiB disks, sync thread on, with a
+/// file "big" of `mib` MiB of `pattern(seed)` written and committed
+/// (40 MiB: over 40% full). Returns the disks, the pool, its mounted
+/// filesystem, the file's object and its contents.
+pub fn mirror_with_file(
+    seed: u64,
+    mib: usize,
+    t: Tunables,
+) -> (Vec<SimDevice>, Arc<Pool>, uzfs_core::zpl::Zpl, u64, Vec<u8>) {
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", DISK), world.disk("d1", DISK)];
+    let mut o = opts(seed);
+    o.tunables = Tunables {
+        sync_thread: true,
+        dirty_max: 32 << 20,
+        ..t
+    };
+    let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
+    pool.format_root_fs().expect("format");
+    let fs = mount_fs(&pool, "s");
+    let big = fs
+        .mknod(fs.root, b"big", libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("create")
+        .ino;
+    let data = pattern(seed, mib << 20);
+    for (i, c) in data.chunks(1 << 20).enumerate() {
+        fs.write(big, (i as u64) << 20, c).expect("fill");
+    }
+    pool.txg_wait_synced().expect("sync");
+    (disks, pool, fs, big, data)
+}
