@@ -7,6 +7,7 @@
 //! * [`zdb`]: offline inspection and verification.
 //! * [`zpl`]: the POSIX layer: files and directories in a dataset.
 //! * [`dsl`]: datasets: the namespace, properties and space accounting.
+//! * [`zil`]: the intent log: synchronous writes without a txg commit.
 
 pub mod arc;
 pub mod dmu;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod spa;
 pub mod vdev;
 pub mod zdb;
+pub mod zil;
 pub mod zpl;
 
 pub use error::{Error, Result};

@@ -243,9 +243,12 @@ pub fn one_pool(
 }
 
 pub fn verify_found(found: &FoundPool) -> Result<Report> {
+    // Read-only: zdb looks at the committed state and writes nothing (an
+    // intent log is not replayed, its blocks are neither claimed nor lent).
     let tun = Tunables {
         sync_thread: false,
         cache_bytes: 0,
+        readonly: true,
         ..Tunables::default()
     };
     let pool = Pool::import(found, None, tun)?;

@@ -285,7 +285,7 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
         }
     }
     pool.txg_wait_synced().expect("sync");
-    world.cut_power_after(200 + rng.below(3000));
+    world.cut_power_after(10 + rng.below(400));
     let fsynced: Arc<Vec<AtomicU64>> = Arc::new((0..WORKERS).map(|_| AtomicU64::new(0)).collect());
     let handles: Vec<_> = (0..WORKERS)
         .map(|id| {

@@ -4,9 +4,12 @@
 //! (create, write, truncate, punch, unlink, unlink of open files written
 //! to afterwards, rename, hard links, mkdir, rmdir, fsync) against a model
 //! of the namespace with link counts, and cuts the power at a random
-//! I/O. After import, every dataset is exactly its state at a committed
-//! txg: the last one an fsync returned from, or the one in flight. Nothing
-//! fsynced is lost, no file is half-renamed, and zdb finds the pool clean.
+//! I/O (in the middle of a txg sync, an intent-log write, or the replay of
+//! an earlier crash's log). After import, every dataset is exactly its
+//! state after one of the operations at or after the last one its fsync
+//! acknowledged (the intent log is a prefix of the operations; a txg is
+//! too): nothing fsynced is lost, no file is half-renamed, and zdb finds
+//! the pool clean.
 //!
 //! `UZFS_ZPL_CRASH_SEEDS=N` (default 40), `UZFS_ZPL_CRASH_BASE=B`.
 
@@ -26,7 +29,7 @@ type Model = BTreeMap<String, (Vec<u8>, u32)>;
 /// The model and, for each file path, its inode (hard links share one).
 #[derive(Clone, Default)]
 struct State {
-    files: BTreeMap<String, Vec<u8>>,
+    files: BTreeMap<String, Arc<Vec<u8>>>,
     ino: BTreeMap<String, u64>,
     next: u64,
 }
@@ -42,7 +45,7 @@ impl State {
                     .ino
                     .get(k)
                     .map_or(0, |i| self.ino.values().filter(|j| *j == i).count() as u32);
-                (k.clone(), (v.clone(), n))
+                (k.clone(), ((**v).clone(), n))
             })
             .collect()
     }
@@ -57,12 +60,12 @@ impl State {
             .map(|(k, _)| k.clone())
             .collect();
         for k in names {
-            f(self.files.get_mut(&k).ok_or(libc::EIO)?);
+            f(Arc::make_mut(self.files.get_mut(&k).ok_or(libc::EIO)?));
         }
         Ok(())
     }
 
-    fn remove(&mut self, key: &str) -> Option<Vec<u8>> {
+    fn remove(&mut self, key: &str) -> Option<Arc<Vec<u8>>> {
         self.ino.remove(key);
         self.files.remove(key)
     }
@@ -108,7 +111,7 @@ fn step(
     if !have_dir {
         if d == "c" || rng.chance(1, 2) {
             fs.mknod(fs.root, d.as_bytes(), libc::S_IFDIR | 0o755, 0, 0, 0, None)?;
-            model.files.insert(dkey, Vec::new());
+            model.files.insert(dkey, Arc::default());
         }
         return Ok(());
     }
@@ -119,7 +122,7 @@ fn step(
     match rng.below(108) {
         0..=14 if !exists => {
             fs.mknod(dino, name.as_bytes(), libc::S_IFREG | 0o644, 0, 0, 0, None)?;
-            model.files.insert(key.clone(), Vec::new());
+            model.files.insert(key.clone(), Arc::default());
             model.next += 1;
             model.ino.insert(key, model.next);
         }
@@ -257,9 +260,19 @@ fn read_back(fss: &[(String, Zpl)]) -> Model {
     m
 }
 
+/// The part of a model that belongs to filesystem `fname`.
+fn of_fs(m: &Model, fname: &str) -> Model {
+    let pre = format!("{fname}/");
+    let in_dir = |rest: &str| DIRS.iter().any(|d| rest.starts_with(&format!("{d}/")));
+    m.iter()
+        .filter(|(k, _)| k.strip_prefix(&pre).is_some_and(in_dir))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Returns how many files the imported state held (the test checks the
-/// seeds are not all trivially empty) and whether the power went out in
-/// the middle of a sync (the test checks enough seeds do).
+/// seeds are not all trivially empty) and whether import replayed intent
+/// log records (the test checks enough seeds do).
 fn run_seed(seed: u64) -> (usize, bool) {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
@@ -270,35 +283,46 @@ fn run_seed(seed: u64) -> (usize, bool) {
     pool.create_dataset("crash/fs2", &[("recordsize".into(), "16K".into())], false)
         .expect("dataset");
     pool.sync().expect("sync");
-    let fss: Vec<(String, Zpl)> = ["crash", "crash/fs2"]
+    let names = ["crash", "crash/fs2"];
+    let fss: Vec<(String, Zpl)> = names
         .iter()
         .map(|n| (n.to_string(), mount(&pool, n)))
         .collect();
     let mut model = State::default();
     let mut open = Vec::new();
-    let mut committed: BTreeMap<u64, Model> = BTreeMap::new();
-    committed.insert(pool.last_txg(), model.model());
+    // The state after every operation since the oldest acknowledgement
+    // (`snaps[0]`), and for each filesystem the index in `snaps` of its
+    // last acknowledged state: its fsync returned there.
+    let mut snaps: Vec<State> = vec![model.clone()];
+    let mut acked = [0usize; 2];
     if rng.chance(1, 3) {
         world.cut_power_at_flush(rng.below(20));
     } else {
-        world.cut_power_after(rng.below(2500));
+        world.cut_power_after(rng.below(1200));
     }
-    let mut in_flight: Option<(u64, Model)> = None;
     for _ in 0..120 {
         let r = if rng.chance(1, 6) {
-            // fsync of any file: commits everything (txg commit today).
-            in_flight = Some((pool.last_txg() + 1, model.model()));
-            let (_, fs) = &fss[0];
+            // fsync of any file of a filesystem: its intent log (or a txg)
+            // makes every change to that filesystem durable.
+            let i = rng.below(2) as usize;
+            let (_, fs) = &fss[i];
             match fs.fsync(fs.root) {
                 Ok(()) => {
-                    committed.insert(pool.last_txg(), model.model());
-                    in_flight = None;
+                    acked[i] = snaps.len() - 1;
+                    let low = acked[0].min(acked[1]);
+                    snaps.drain(..low);
+                    acked[0] -= low;
+                    acked[1] -= low;
                     Ok(())
                 }
                 Err(e) => Err(e),
             }
         } else {
-            step(&fss, &mut rng, &mut model, &mut open)
+            let r = step(&fss, &mut rng, &mut model, &mut open);
+            if r.is_ok() {
+                snaps.push(model.clone());
+            }
+            r
         };
         if let Err(e) = r {
             assert!(
@@ -314,39 +338,37 @@ fn run_seed(seed: u64) -> (usize, bool) {
             break;
         }
     }
-    let mid_sync = world.power_lost() && in_flight.is_some();
-    let last = *committed.keys().next_back().expect("committed");
     let images = world.crash(&mut rng);
     drop(fss);
     drop(pool);
     let (disks2, pool) = import_images(images, seed);
-    let txg = pool.last_txg();
-    let expect = match committed.get(&txg) {
-        Some(m) => {
-            assert_eq!(
-                txg, last,
-                "seed {seed}: imported {txg}, but {last} committed"
-            );
-            m
-        }
-        None => match &in_flight {
-            Some((t, m)) if *t == txg => m,
-            _ => panic!("seed {seed}: imported txg {txg} never committed (last {last})"),
-        },
-    };
-    let fss: Vec<(String, Zpl)> = ["crash", "crash/fs2"]
+    let replayed = pool.replay_report().records > 0;
+    let fss: Vec<(String, Zpl)> = names
         .iter()
         .map(|n| (n.to_string(), mount(&pool, n)))
         .collect();
     let got = read_back(&fss);
     let files = got.keys().filter(|k| !k.ends_with('/')).count();
-    if &got != expect {
-        let diff: Vec<&String> = got
-            .keys()
-            .chain(expect.keys())
-            .filter(|k| got.get(*k) != expect.get(*k))
-            .collect();
-        panic!("seed {seed}: after import the files differ from txg {txg}: {diff:?}");
+    // Each filesystem is exactly its state after some operation at or
+    // after its last acknowledged one: nothing fsynced is lost, nothing
+    // half done.
+    for (i, name) in names.iter().enumerate() {
+        let mine = of_fs(&got, name);
+        let found = snaps[acked[i]..]
+            .iter()
+            .any(|st| of_fs(&st.model(), name) == mine);
+        if !found {
+            let want = of_fs(&snaps[acked[i]].model(), name);
+            let diff: Vec<&String> = mine
+                .keys()
+                .chain(want.keys())
+                .filter(|k| mine.get(*k) != want.get(*k))
+                .collect();
+            panic!(
+                "seed {seed}: after import '{name}' matches no state from its last fsync on ({} candidates); differs from the acknowledged one in {diff:?}",
+                snaps.len() - acked[i]
+            );
+        }
     }
     // Keeps working.
     let (_, fs) = &fss[0];
@@ -363,7 +385,7 @@ fn run_seed(seed: u64) -> (usize, bool) {
         "seed {seed}: zdb after crash:\n{}",
         zdb::format_report(&report)
     );
-    (files, mid_sync)
+    (files, replayed)
 }
 
 #[test]
@@ -376,16 +398,16 @@ fn zpl_survives_power_cuts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let (mut nontrivial, mut mid_sync) = (0, 0);
+    let (mut nontrivial, mut replayed) = (0, 0);
     for seed in base..base + n {
-        let (files, mid) = run_seed(seed);
+        let (files, r) = run_seed(seed);
         nontrivial += (files > 0) as u64;
-        mid_sync += mid as u64;
+        replayed += r as u64;
     }
-    eprintln!("{mid_sync} of {n} seeds lost power in the middle of a sync");
+    eprintln!("{replayed} of {n} seeds replayed intent log records at import");
     assert!(
-        mid_sync * 4 >= n,
-        "only {mid_sync} of {n} seeds lost power in the middle of a sync"
+        replayed * 4 >= n,
+        "only {replayed} of {n} seeds replayed intent log records at import"
     );
     assert!(
         nontrivial * 4 >= n,

@@ -34,6 +34,7 @@
 //! pointers of a dnode have level nlevels-1; fill counts sum up the tree.
 
 use super::blkptr::{BlkPtr, BLKPTR_SIZE};
+use super::changelog::{self, Change, ChangeLog, OpScope, LOG_HEADER_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
@@ -73,6 +74,8 @@ pub trait BlockWriter {
     /// this txg and the new one fits.
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr>;
     fn free_bp(&mut self, bp: &BlkPtr);
+    /// Something on disk now needs pool feature `name` (`spa/feature.rs`).
+    fn note_feature(&mut self, _name: &'static str) {}
     /// What `bp` is charged to its object set's `used`: its allocated
     /// bytes, deflated by the pool's RAID-Z ratio (`VdevAlloc::deflate`).
     fn dsize(&self, bp: &BlkPtr) -> u64 {
@@ -94,6 +97,9 @@ pub trait BlockWriter {
 pub const OBJSET_MAGIC: u64 = 0x5355_4a42_4f53_465a; // "ZFSOBJUS" little-endian
 pub const OBJSET_VERSION: u64 = 1;
 pub const OBJSET_PHYS_SIZE: usize = 1024;
+/// Where the intent log's header lives in the object-set block (after the
+/// meta-dnode; zeros in blocks written before the log existed).
+pub const LOG_HEADER_OFF: usize = 64 + DNODE_SIZE;
 pub const OS_TYPE_META: u64 = 1;
 pub const OS_TYPE_DATASET: u64 = 2;
 /// Meta-dnode data blocks: 16 KiB, 32 dnodes each.
@@ -190,6 +196,11 @@ pub struct Objset {
     /// Serializes object-number allocation; holds the numbers reserved by
     /// operations that have not created their objects yet.
     create_lock: Mutex<BTreeSet<u64>>,
+    /// The intent log every change is recorded for (`dmu/changelog.rs`);
+    /// attached after replay, never to the MOS.
+    log: std::sync::OnceLock<Arc<dyn ChangeLog>>,
+    /// The log header of the object-set block this set was opened from.
+    opened_log_header: [u8; LOG_HEADER_SIZE],
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,6 +237,20 @@ fn take_reserved(os: &Objset) -> Option<u64> {
 #[must_use = "the numbers are reserved only while the guard lives"]
 pub struct Reserved<'a> {
     os: &'a Objset,
+}
+
+impl Reserved<'_> {
+    /// The numbers reserved and not yet taken by a create.
+    pub fn numbers(&self) -> Vec<u64> {
+        let key = self.os.key();
+        RESERVED.with(|r| {
+            r.borrow()
+                .iter()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, n)| *n)
+                .collect()
+        })
+    }
 }
 
 impl Drop for Reserved<'_> {
@@ -273,8 +298,10 @@ impl Objset {
     ) -> Result<Self> {
         let data = reader.read_bp(bp)?;
         let (os_type, meta) = decode_objset_phys(&data)?;
-        let os = Self::with_root(os_type, reader, gate, open_txg, *bp, meta);
+        let mut os = Self::with_root(os_type, reader, gate, open_txg, *bp, meta);
         lock(&os.st).space = decode_objset_space(&data);
+        os.opened_log_header
+            .copy_from_slice(&data[LOG_HEADER_OFF..LOG_HEADER_OFF + LOG_HEADER_SIZE]);
         Ok(os)
     }
 
@@ -302,6 +329,45 @@ impl Objset {
                 space: ObjsetSpace::default(),
             }),
             create_lock: Mutex::new(BTreeSet::new()),
+            log: std::sync::OnceLock::new(),
+            opened_log_header: [0; LOG_HEADER_SIZE],
+        }
+    }
+
+    /// Attach the intent log: from now on every change is recorded for it
+    /// and the object-set block carries its header. Once only.
+    pub fn attach_log(&self, log: Arc<dyn ChangeLog>) -> Result<()> {
+        self.log
+            .set(log)
+            .map_err(|_| Error::invalid("object set already has an intent log"))
+    }
+
+    pub fn change_log(&self) -> Option<&Arc<dyn ChangeLog>> {
+        self.log.get()
+    }
+
+    /// The log header stored in the object-set block this set was opened
+    /// from (all zeros: no log).
+    pub fn opened_log_header(&self) -> &[u8; LOG_HEADER_SIZE] {
+        &self.opened_log_header
+    }
+
+    /// Buffer this thread's changes to this object set as one operation's
+    /// record until the scope is flushed or dropped (`dmu/changelog.rs`).
+    pub fn op_scope(&self) -> OpScope<'_> {
+        OpScope::open(self)
+    }
+
+    /// Hand what this thread's op scope buffered to the log now (called
+    /// by the POSIX layer before it releases an operation's locks).
+    pub fn flush_op(&self) {
+        changelog::flush(self)
+    }
+
+    fn note(&self, c: Change<'_>) {
+        if self.log.get().is_some() {
+            let txg = lock(&self.st).open.txg;
+            changelog::note(self, txg, c);
         }
     }
 
@@ -363,8 +429,12 @@ impl Objset {
         if let Some(t) = st.pending.take() {
             st.publish(t);
         }
-        st.syncing = None;
+        let synced = st.syncing.take().map(|s| s.txg);
         st.generation += 1;
+        drop(st);
+        if let (Some(log), Some(txg)) = (self.log.get(), synced) {
+            log.synced(txg);
+        }
     }
 
     /// Changes with every freeze and every publication of a synced tree,
@@ -547,8 +617,50 @@ impl Objset {
             size: Some(0),
             ..Default::default()
         };
+        drop(st);
         drop(reserved);
+        self.note(Change::Create {
+            obj: cand,
+            obj_type,
+            blksz,
+            props: *props,
+        });
         Ok(cand)
+    }
+
+    /// Create object `obj` (intent-log replay: the number it had). Whatever
+    /// the open txg held for the number is replaced, as `create_object`
+    /// replaces a number freed earlier.
+    pub fn create_object_at(
+        &self,
+        obj: u64,
+        obj_type: u8,
+        blksz: u32,
+        props: &ObjProps,
+    ) -> Result<()> {
+        let _tx = self.tx();
+        if obj == 0
+            || blksz < 512
+            || !blksz.is_multiple_of(512)
+            || blksz > super::blkptr::MAX_BLOCK_SIZE
+        {
+            return Err(Error::invalid(format!(
+                "invalid object {obj} or block size {blksz}"
+            )));
+        }
+        let _c = lock(&self.create_lock);
+        let mut st = lock(&self.st);
+        let st = &mut *st;
+        let d = st.open.objs.entry(obj).or_default();
+        let released = d.blocks.len() as u64 * blksz as u64;
+        *d = DirtyObj {
+            create: Some(DnodePhys::new(obj_type, blksz, props)),
+            size: Some(0),
+            ..Default::default()
+        };
+        st.open.bytes -= released.min(st.open.bytes);
+        st.next_obj = st.next_obj.max(obj + 1);
+        Ok(())
     }
 
     /// The first object number from the cursor that is free, not freed in
@@ -566,7 +678,7 @@ impl Objset {
     }
 
     /// This object set's identity in thread-local tables (its address).
-    fn key(&self) -> usize {
+    pub(crate) fn key(&self) -> usize {
         self as *const Objset as usize
     }
 
@@ -642,6 +754,8 @@ impl Objset {
         if obj < st.next_obj {
             st.next_obj = obj;
         }
+        drop(st);
+        self.note(Change::Free { obj });
         Ok(())
     }
 
@@ -650,6 +764,7 @@ impl Objset {
         let _tx = self.tx();
         self.stat(obj)?;
         lock(&self.st).open.objs.entry(obj).or_default().size = Some(size);
+        self.note(Change::SetSize { obj, size });
         Ok(())
     }
 
@@ -658,6 +773,7 @@ impl Objset {
         let _tx = self.tx();
         self.stat(obj)?;
         lock(&self.st).open.objs.entry(obj).or_default().bonus = Some(*bonus);
+        self.note(Change::SetBonus { obj, bonus });
         Ok(())
     }
 
@@ -700,6 +816,8 @@ impl Objset {
             }
         };
         st.open.bytes = st.open.bytes - had.min(st.open.bytes) + added;
+        drop(st);
+        self.note(Change::Grow { obj, blksz: new_bs });
         Ok(())
     }
 
@@ -721,6 +839,8 @@ impl Objset {
         d.frees.push((start, end));
         let released = doomed.len() as u64 * bs;
         st.open.bytes -= released.min(st.open.bytes);
+        drop(st);
+        self.note(Change::FreeRange { obj, start, end });
         Ok(())
     }
 
@@ -770,8 +890,8 @@ impl Objset {
         } else {
             Some(self.block_copy(obj, blkid, bs)?)
         };
-        let mut st = lock(&self.st);
-        let st = &mut *st;
+        let mut guard = lock(&self.st);
+        let st = &mut *guard;
         let d = st.open.objs.entry(obj).or_default();
         let block = match d.blocks.entry(blkid) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -789,9 +909,19 @@ impl Objset {
             }
         };
         let r = f(Arc::make_mut(block));
+        // The whole block as changed, for the intent log (a directory leaf).
+        let logged = self.log.get().map(|_| Arc::clone(block));
         let end = (blkid + 1) * bs;
         let cur = d.size.unwrap_or(dn.size);
         d.size = Some(cur.max(end));
+        drop(guard);
+        if let Some(b) = logged {
+            self.note(Change::Write {
+                obj,
+                offset: blkid * bs,
+                data: &b,
+            });
+        }
         Ok(r)
     }
 
@@ -852,6 +982,8 @@ impl Objset {
         let d = st.open.objs.entry(obj).or_default();
         let cur = d.size.unwrap_or(dn.size);
         d.size = Some(cur.max(end));
+        drop(st);
+        self.note(Change::Write { obj, offset, data });
         Ok(added)
     }
 
@@ -923,7 +1055,14 @@ impl Objset {
             used: (space.used as i64 + w.used).max(0) as u64,
             logical: (space.logical as i64 + w.logical).max(0) as u64,
         };
-        let phys = encode_objset_phys(self.os_type, &meta, new_space);
+        let mut phys = encode_objset_phys(self.os_type, &meta, new_space);
+        if let Some(log) = self.log.get() {
+            let h = log.header(dirty.txg);
+            phys[LOG_HEADER_OFF..LOG_HEADER_OFF + LOG_HEADER_SIZE].copy_from_slice(&h);
+            if h.iter().any(|&x| x != 0) {
+                w.note_feature(crate::spa::feature::INTENT_LOG);
+            }
+        }
         let new_bp = w.write_bp(
             &os_bp,
             &phys,
@@ -1045,6 +1184,9 @@ impl Counting<'_> {
 impl BlockWriter for Counting<'_> {
     fn txg(&self) -> u64 {
         self.inner.txg()
+    }
+    fn note_feature(&mut self, name: &'static str) {
+        self.inner.note_feature(name)
     }
     fn dsize(&self, bp: &BlkPtr) -> u64 {
         self.inner.dsize(bp)

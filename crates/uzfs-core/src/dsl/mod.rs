@@ -54,6 +54,8 @@ pub struct DslDirPhys {
 pub struct Dataset {
     pub phys: RwLock<DsPhys>,
     pub os: Arc<Objset>,
+    /// The intent log (`zil/`); none on a read-only import.
+    pub zil: std::sync::OnceLock<Arc<crate::zil::Zil>>,
 }
 
 impl Dataset {
@@ -296,7 +298,9 @@ impl Pool {
                 creation: crate::spa::scan::now_secs(),
             }),
             os,
+            zil: Default::default(),
         });
+        self.attach_zil(&ds)?;
         wlock(&self.dsl.list).insert(id, ds);
         *lock(&self.dsl.dirty) = true;
         Ok(())
@@ -634,6 +638,9 @@ impl DsCtx {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> Arc<DsCtx> {
         let p = pool.zpl_props(&ds);
         let q = under_quota(&pool, &ds);
+        if let Some(z) = ds.zil.get() {
+            z.set_recording(p.sync != zpl::fs::SyncMode::Disabled);
+        }
         Arc::new(DsCtx {
             pool,
             ds,
@@ -653,7 +660,11 @@ impl DsCtx {
         *lock(&self.temp_readonly)
     }
     pub fn refresh(&self) {
-        *wlock(&self.props) = self.pool.zpl_props(&self.ds);
+        let p = self.pool.zpl_props(&self.ds);
+        if let Some(z) = self.ds.zil.get() {
+            z.set_recording(p.sync != zpl::fs::SyncMode::Disabled);
+        }
+        *wlock(&self.props) = p;
         self.quota.store(
             under_quota(&self.pool, &self.ds),
             std::sync::atomic::Ordering::Relaxed,
@@ -712,10 +723,11 @@ impl DatasetCtx for DsCtx {
         if rlock(&self.props).sync == zpl::fs::SyncMode::Disabled {
             return Ok(());
         }
-        self.pool
-            .txg_wait_synced_data()
-            .map(|_| ())
-            .map_err(zpl::fs::errno)
+        match self.ds.zil.get() {
+            Some(zil) => zil.commit(),
+            None => self.pool.txg_wait_synced_data().map(|_| ()),
+        }
+        .map_err(zpl::fs::errno)
     }
     fn props(&self) -> ZplProps {
         let mut p = *rlock(&self.props);

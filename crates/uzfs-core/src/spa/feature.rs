@@ -22,6 +22,7 @@ pub const ZSTD: &str = "org.freebsd:zstd_compress";
 pub const BLAKE3: &str = "org.openzfs:blake3";
 pub const BLOCK_REMAP: &str = "com.uzfs:block_remap";
 pub const GANG_BLOCK: &str = "com.uzfs:gang_block";
+pub const INTENT_LOG: &str = "com.uzfs:intent_log";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -48,6 +49,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: GANG_BLOCK,
         read_only_compatible: false,
         description: "Blocks stored in pieces when no free extent holds them whole.",
+    },
+    FeatureInfo {
+        name: INTENT_LOG,
+        read_only_compatible: true,
+        description: "Intent log chains (synchronous writes) reachable from object sets.",
     },
 ];
 

@@ -380,6 +380,7 @@ impl Pool {
             children.push(Arc::new(crate::dsl::Dataset {
                 phys: std::sync::RwLock::new(d),
                 os,
+                zil: Default::default(),
             }));
         }
         // Record where the devices are now and that the pool is in use.
@@ -416,6 +417,9 @@ impl Pool {
             }
         }
         pool.io.suspension.set_mode(lock(&pool.st).props.failmode);
+        // Before anything is allocated or served (zil/mod.rs).
+        let replayed = pool.replay_logs(ub.txg)?;
+        *lock(&pool.replay_report) = replayed;
         if tun.sync_thread && !tun.readonly {
             txg::start_sync_thread(&pool);
         }

@@ -171,6 +171,12 @@ impl VdevAlloc {
     }
 
     fn alloc(&mut self, asize: u64, avoid_ms: Option<usize>) -> Option<(u64, usize)> {
+        self.take(asize, avoid_ms, true)
+    }
+
+    /// Take `asize` bytes from a free tree; `record`: queue the space-map
+    /// entry (everything but the log class's loans, `spa/log_space.rs`).
+    fn take(&mut self, asize: u64, avoid_ms: Option<usize>, record: bool) -> Option<(u64, usize)> {
         let n = self.metaslabs.len();
         for k in 0..n {
             let i = (self.active + k) % n;
@@ -185,11 +191,13 @@ impl VdevAlloc {
                 let removed = ms.free.remove(off, asize);
                 debug_assert!(removed);
                 ms.cursor = off + asize;
-                ms.pending.push(SmEntry {
-                    kind: SmKind::Alloc,
-                    offset: off,
-                    len: asize,
-                });
+                if record {
+                    ms.pending.push(SmEntry {
+                        kind: SmKind::Alloc,
+                        offset: off,
+                        len: asize,
+                    });
+                }
                 if avoid_ms.is_none() {
                     self.active = i;
                 }
@@ -270,6 +278,42 @@ impl Allocator {
             offset,
             flags: 0,
         })
+    }
+
+    /// Lend `asize` bytes of vdev `v` to the log class: out of the free
+    /// tree in memory, with no space-map entry (`spa/log_space.rs`).
+    pub fn lend(&mut self, v: usize, asize: u64) -> Option<u64> {
+        let vd = self.vdevs.get_mut(v)?;
+        vd.take(asize, None, false).map(|(off, _)| off)
+    }
+
+    /// A loan comes back: free in memory again, as it always was on disk.
+    pub fn give_back(&mut self, v: usize, offset: u64, asize: u64) {
+        let Some(vd) = self.vdevs.get_mut(v) else {
+            debug_assert!(false, "loan on unknown vdev {v}");
+            return;
+        };
+        if let Some(i) = vd.ms_index(offset) {
+            let ok = vd.metaslabs[i].free.add(offset, asize);
+            debug_assert!(ok, "returned loan overlaps free space");
+        }
+    }
+
+    /// Import: take an intent-log block the chain reaches out of the free
+    /// tree (in memory only) until replay has committed. False if the
+    /// extent is not wholly free (then it is not a live log block).
+    pub fn claim(&mut self, v: usize, offset: u64, asize: u64) -> bool {
+        let Some(vd) = self.vdevs.get_mut(v) else {
+            return false;
+        };
+        let Some(i) = vd.ms_index(offset) else {
+            return false;
+        };
+        let ms = &mut vd.metaslabs[i];
+        if offset + asize > ms.start + ms.size {
+            return false;
+        }
+        ms.free.remove(offset, asize)
     }
 
     /// The longest free extent on any vdev (fragmentation, for errors).

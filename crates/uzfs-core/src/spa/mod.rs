@@ -10,6 +10,7 @@ pub mod gang;
 pub mod import;
 pub mod io;
 pub mod label_check;
+pub mod log_space;
 pub mod metaslab;
 pub mod mmp;
 pub mod range_tree;
@@ -115,6 +116,13 @@ pub struct Pool {
     pub(crate) txg_cv: Condvar,
     pub(crate) sync_lock: Mutex<()>,
     pub tun: Tunables,
+    /// The log allocation class (`log_space.rs`): its own lock, so intent
+    /// log blocks are allocated while a sync holds `st`.
+    pub log_space: log_space::LogSpace,
+    /// What the import's intent-log replay did (`zil/replay.rs`).
+    pub(crate) replay_report: Mutex<crate::zil::ReplayReport>,
+    /// This pool, weakly (what an intent log keeps of it).
+    me: std::sync::OnceLock<std::sync::Weak<Pool>>,
     pub(crate) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Scrub / resilver state (see `scan.rs`).
     pub(crate) scan: Mutex<scan::ScanCtl>,
@@ -428,6 +436,9 @@ impl Pool {
             guid_rng: guids,
         };
         let pool = Pool::assemble(io, mos, root, st, txg, 0, opts.tunables.clone());
+        for d in pool.datasets() {
+            pool.attach_zil(&d)?;
+        }
         pool.write_json(dir_obj, &dir)?;
         pool.write_json(dir.props, &PoolProps::default())?;
         pool.write_json(dir.dsl, &crate::dsl::DslDirPhys::default())?;
@@ -454,6 +465,7 @@ impl Pool {
                 ..Default::default()
             }),
             os: root.clone(),
+            zil: Default::default(),
         });
         let dsl = crate::dsl::Dsl::default();
         dsl.list
@@ -488,11 +500,15 @@ impl Pool {
                 ..Default::default()
             },
             tun,
+            log_space: Default::default(),
+            me: std::sync::OnceLock::new(),
+            replay_report: Mutex::new(Default::default()),
             thread: Mutex::new(None),
             scan: Mutex::new(scan::ScanCtl::default()),
             opened: Instant::now(),
             mmp: mmp::MmpCtl::default(),
         });
+        let _ = pool.me.set(Arc::downgrade(&pool));
         {
             let st = lock(&pool.st);
             pool.snapshot_space(&st.alloc);
@@ -708,6 +724,43 @@ impl Pool {
 
     pub fn last_txg(&self) -> u64 {
         lock(&self.txg).synced
+    }
+
+    /// What the import's intent-log replay did.
+    pub fn replay_report(&self) -> crate::zil::ReplayReport {
+        *lock(&self.replay_report)
+    }
+
+    /// The txg open for changes now.
+    pub fn open_txg(&self) -> u64 {
+        lock(&self.txg).open
+    }
+
+    /// An intent-log block of `psize` bytes from the log class, borrowing
+    /// another chunk from the normal class if no sync holds it.
+    pub fn log_alloc(&self, psize: u32) -> Option<log_space::LogLoc> {
+        if let Some(l) = self.log_space.alloc(psize) {
+            return Some(l);
+        }
+        let mut st = self.st.try_lock().ok()?;
+        if !self.log_space.borrow(&mut st.alloc) {
+            return None;
+        }
+        drop(st);
+        self.log_space.alloc(psize)
+    }
+
+    /// Give a dataset its intent log (after replay, `zil/mod.rs`).
+    pub(crate) fn attach_zil(&self, ds: &crate::dsl::Dataset) -> Result<()> {
+        if self.tun.readonly {
+            return Ok(());
+        }
+        let me = self.me.get().cloned().unwrap_or_default();
+        let zil = Arc::new(crate::zil::Zil::new(me, self.tun.zil_mem_max));
+        ds.os.attach_log(zil.clone())?;
+        ds.zil
+            .set(zil)
+            .map_err(|_| Error::invalid("dataset already has an intent log"))
     }
 
     pub fn uberblock(&self) -> Option<Uberblock> {

@@ -124,6 +124,10 @@ pub struct Tunables {
     /// repair, no scan, no stamp; nothing is ever written to the devices
     /// and every change is refused with [`Error::ReadOnly`].
     pub readonly: bool,
+    /// Bytes of intent-log records a dataset keeps in memory (`zil/`):
+    /// past it the open txg is no longer logged and an fsync that needs it
+    /// waits for it to commit. Default 64 MiB.
+    pub zil_mem_max: u64,
 }
 
 fn ram_bytes() -> u64 {
@@ -154,6 +158,7 @@ impl Default for Tunables {
             mmp_interval: Duration::from_secs(1),
             mmp_import_intervals: 10,
             readonly: false,
+            zil_mem_max: 64 << 20,
         }
     }
 }
@@ -500,6 +505,9 @@ impl SyncWriter<'_> {
 impl BlockWriter for SyncWriter<'_> {
     fn txg(&self) -> u64 {
         self.txg
+    }
+    fn note_feature(&mut self, name: &'static str) {
+        self.used.insert(name);
     }
 
     fn dsize(&self, bp: &BlkPtr) -> u64 {
@@ -956,6 +964,7 @@ impl Pool {
         }
         // Committed.
         st.alloc.sync_done();
+        self.log_space.rebalance(&mut st.alloc);
         self.snapshot_space(&st.alloc);
 
         st.config_dirty = false;
@@ -1010,6 +1019,12 @@ impl Pool {
                 allocated.add(ms.start, ms.size);
                 for (o, l) in ms.free.iter() {
                     allocated.remove(o, l);
+                }
+                // The log class's loans are free on disk (log_space.rs).
+                for (o, l) in self.log_space.lent_on(v as u32) {
+                    if o >= ms.start && o < ms.start + ms.size {
+                        allocated.remove(o, l);
+                    }
                 }
                 for &(o, l) in ms.pending_frees() {
                     if !allocated.remove(o, l) {

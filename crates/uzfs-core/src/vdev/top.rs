@@ -303,6 +303,20 @@ impl TopVdev {
         Ok((o.data, o.repaired))
     }
 
+    /// Read a block without repairing or counting anything: for blocks
+    /// that are expected not to verify (the end of an intent-log chain).
+    pub fn read_quiet(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify,
+    ) -> Result<Vec<u8>> {
+        Ok(self
+            .read_impl(offset, psize, birth, verify, false, false)?
+            .data)
+    }
+
     /// Part of a read-only import: nothing is repaired (nothing written).
     pub fn readonly(&self) -> bool {
         self.children.first().is_some_and(|c| c.dev.read_only())

@@ -6,6 +6,7 @@
 use super::acl;
 use super::zap::{self, Zap};
 use super::znode::Znode;
+use crate::dmu::changelog::OpScope;
 use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
 use crate::dmu::objset::Objset;
 use crate::dmu::tx;
@@ -257,13 +258,29 @@ pub struct Zpl {
     posix_acl: AtomicBool,
 }
 
-/// A txg hold taken by [`Zpl::hold`], with the warm-up scope that pins
-/// what the operation read before it (fields drop in order: the hold is
-/// released first).
+/// A txg hold taken by [`Zpl::hold`], with the operation's intent-log
+/// scope (its changes become one record, `dmu/changelog.rs`) and the
+/// warm-up scope that pins what the operation read before it. Fields drop
+/// in order: the record is handed over, then the hold is released.
 #[must_use = "the txg is held only while this lives"]
 struct Held<'a> {
+    _scope: OpScope<'a>,
     _tx: tx::Tx<'a>,
     _warm: tx::Warm,
+}
+
+/// Lock guards of an operation (namespace, object stripes). Dropping them
+/// first hands the operation's changes to the intent log, so two
+/// operations on one object are logged in the order they made them.
+struct Locked<'a, G> {
+    os: &'a Objset,
+    _g: G,
+}
+
+impl<G> Drop for Locked<'_, G> {
+    fn drop(&mut self) {
+        self.os.flush_op();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -380,17 +397,23 @@ impl Zpl {
     /// The namespace lock. Taken under a txg hold, never before one: an
     /// operation that waited for a hold while holding it would deadlock
     /// against the freeze (dmu/tx.rs).
-    fn lock_ns(&self) -> MutexGuard<'_, ()> {
+    fn lock_ns(&self) -> Locked<'_, MutexGuard<'_, ()>> {
         debug_assert!(self.os.gate().held(), "namespace lock without a txg hold");
-        lock(&self.ns)
+        Locked {
+            os: &self.os,
+            _g: lock(&self.ns),
+        }
     }
 
-    fn lock_objs(&self, objs: &[u64]) -> Vec<MutexGuard<'_, ()>> {
+    fn lock_objs(&self, objs: &[u64]) -> Locked<'_, Vec<MutexGuard<'_, ()>>> {
         debug_assert!(self.os.gate().held(), "object lock without a txg hold");
         let mut idx: Vec<usize> = objs.iter().map(|o| (*o as usize) % STRIPES).collect();
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| lock(&self.stripes[i])).collect()
+        Locked {
+            os: &self.os,
+            _g: idx.into_iter().map(|i| lock(&self.stripes[i])).collect(),
+        }
     }
 
     fn load(&self, obj: u64) -> ZResult<(DnodePhys, Znode)> {
@@ -430,6 +453,7 @@ impl Zpl {
             let t = self.os.tx();
             if self.os.generation() == seen {
                 return Held {
+                    _scope: self.os.op_scope(),
                     _tx: t,
                     _warm: warm_scope,
                 };
@@ -608,10 +632,15 @@ impl Zpl {
         // An inherited ACL is one more small object.
         self.ctx.admit(if self.posix_acl() { 8192 } else { 4096 })?;
         // The node, and the object of an inherited ACL.
-        let _numbers = io(self.os.reserve_objects(1 + self.posix_acl() as usize))?;
+        let numbers = io(self.os.reserve_objects(1 + self.posix_acl() as usize))?;
         let _tx = self.hold(|| self.warm_name(dir, name));
         let _ns = self.lock_ns();
-        let _g = self.lock_objs(&[dir]);
+        // The new objects too: a lookup finds the name (without a lock) as
+        // soon as it is inserted, and a write to the new file must reach
+        // the intent log after its creation, not before.
+        let mut objs = numbers.numbers();
+        objs.push(dir);
+        let _g = self.lock_objs(&objs);
         let mut pz = self.dir(dir)?;
         if pz.nlink == 0 {
             return Err(libc::ENOENT);

@@ -1,0 +1,240 @@
+//! The log allocation class: space for intent-log blocks.
+//!
+//! # Theory of operation
+//!
+//! Log blocks are allocated while a txg sync runs (an fsync does not wait
+//! for the sync), but the normal allocator lives under `Pool::st`, which
+//! the sync holds from start to end. So log blocks come from a class of
+//! their own with its own lock: `LogSpace` holds *chunks*, extents lent by
+//! the normal class, and carves log blocks out of them with a bump pointer;
+//! a chunk whose blocks are all freed is reused from its start.
+//!
+//! Lent chunks are taken out of the allocator's free tree in memory only:
+//! no space-map entry is ever written for them, so on disk they stay free.
+//! A log block is needed on disk only until the txg of its records commits,
+//! and what a crash leaves of the log is found by walking the chain from
+//! the object sets' log headers, which import does before anything is
+//! allocated, claiming every block it reaches (`Allocator::claim`) until
+//! replay has committed. So a crash never leaks log space, and zdb's space
+//! cross-check (which reads the space maps) never sees it. Condensing a
+//! space map must count lent chunks as free, which it does through
+//! [`LogSpace::lent_on`].
+//!
+//! Chunks are lent on demand: when a log block does not fit, the log takes
+//! `Pool::st` if the sync does not hold it (`try_lock`) and borrows another
+//! chunk; while a sync runs and the chunks are used up, the commit falls
+//! back to waiting for the txg. At the end of every sync the class keeps a
+//! reserve of free chunks sized by the last interval's use and gives the
+//! rest back.
+
+use super::metaslab::Allocator;
+use std::sync::Mutex;
+
+/// Bytes of allocated space per chunk (before RAID-Z rounding).
+pub const CHUNK: u64 = 1 << 20;
+/// The largest log block (it must fit a chunk with room to spare).
+pub const MAX_BLOCK: u32 = 256 << 10;
+
+/// Where a log block lives: one extent on one top-level vdev.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogLoc {
+    pub vdev: u32,
+    pub offset: u64,
+    /// Allocated bytes.
+    pub asize: u64,
+    /// Bytes written (and read back).
+    pub psize: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Geom {
+    ashift: u8,
+    dcols: usize,
+    nparity: usize,
+}
+
+impl Geom {
+    fn round(&self, psize: u64) -> u64 {
+        if self.nparity > 0 {
+            return crate::vdev::raidz::asize(psize, self.ashift, self.dcols, self.nparity);
+        }
+        let a = 1u64 << self.ashift;
+        psize.div_ceil(a) * a
+    }
+}
+
+struct Chunk {
+    vdev: u32,
+    offset: u64,
+    size: u64,
+    geom: Geom,
+    /// Bump pointer (bytes used from `offset`).
+    used: u64,
+    /// Blocks allocated from the chunk and not yet freed.
+    live: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    chunks: Vec<Chunk>,
+    /// Chunks borrowed since the last `rebalance`.
+    borrowed: usize,
+    /// Bytes handed out since the last `rebalance`.
+    handed: u64,
+    /// Blocks of logs found at import, claimed until replay commits.
+    claimed: Vec<LogLoc>,
+}
+
+#[derive(Default)]
+pub struct LogSpace {
+    inner: Mutex<Inner>,
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LogSpace {
+    /// A block of `psize` bytes from the chunks held, if one fits.
+    pub fn alloc(&self, psize: u32) -> Option<LogLoc> {
+        let mut g = lock(&self.inner);
+        let g = &mut *g;
+        for c in &mut g.chunks {
+            if c.live == 0 {
+                c.used = 0;
+            }
+            let asize = c.geom.round(psize as u64);
+            if c.used + asize <= c.size {
+                let loc = LogLoc {
+                    vdev: c.vdev,
+                    offset: c.offset + c.used,
+                    asize,
+                    psize,
+                };
+                c.used += asize;
+                c.live += 1;
+                g.handed += asize;
+                return Some(loc);
+            }
+        }
+        None
+    }
+
+    /// A log block is no longer needed (its records' txgs committed).
+    pub fn free(&self, loc: &LogLoc) {
+        let mut g = lock(&self.inner);
+        if let Some(c) = g.chunks.iter_mut().find(|c| {
+            c.vdev == loc.vdev && c.offset <= loc.offset && loc.offset < c.offset + c.size
+        }) {
+            debug_assert!(c.live > 0, "log block freed twice");
+            c.live = c.live.saturating_sub(1);
+        } else {
+            debug_assert!(false, "free of a log block outside every chunk");
+        }
+    }
+
+    /// Borrow one more chunk from the normal class (caller holds `st`).
+    /// Picks the vdev with the most allocatable space.
+    pub fn borrow(&self, alloc: &mut Allocator) -> bool {
+        let Some(v) = (0..alloc.vdevs.len()).max_by_key(|&v| alloc.vdevs[v].allocatable_space())
+        else {
+            return false;
+        };
+        let vd = &alloc.vdevs[v];
+        let geom = Geom {
+            ashift: vd.ashift,
+            dcols: vd.dcols,
+            nparity: vd.nparity,
+        };
+        let size = geom.round(CHUNK);
+        let Some(offset) = alloc.lend(v, size) else {
+            return false;
+        };
+        let mut g = lock(&self.inner);
+        g.chunks.push(Chunk {
+            vdev: v as u32,
+            offset,
+            size,
+            geom,
+            used: 0,
+            live: 0,
+        });
+        g.borrowed += 1;
+        true
+    }
+
+    /// End of a sync (caller holds `st`): keep free chunks for about twice
+    /// what the last interval used (at least one), give the rest back.
+    pub fn rebalance(&self, alloc: &mut Allocator) {
+        let mut g = lock(&self.inner);
+        let want = ((g.handed.div_ceil(CHUNK) as usize) * 2).clamp(1, 256);
+        g.handed = 0;
+        g.borrowed = 0;
+        let mut free = 0;
+        let mut keep = Vec::with_capacity(g.chunks.len());
+        for c in std::mem::take(&mut g.chunks) {
+            if c.live == 0 {
+                if free >= want {
+                    alloc.give_back(c.vdev as usize, c.offset, c.size);
+                    continue;
+                }
+                free += 1;
+            }
+            keep.push(c);
+        }
+        g.chunks = keep;
+        let short = want.saturating_sub(free);
+        drop(g);
+        for _ in 0..short.min(4) {
+            if !self.borrow(alloc) {
+                break;
+            }
+        }
+    }
+
+    /// Extents lent on vdev `v` (condensing counts them as free: on disk
+    /// they are).
+    pub fn lent_on(&self, v: u32) -> Vec<(u64, u64)> {
+        let g = lock(&self.inner);
+        g.chunks
+            .iter()
+            .filter(|c| c.vdev == v)
+            .map(|c| (c.offset, c.size))
+            .chain(
+                g.claimed
+                    .iter()
+                    .filter(|l| l.vdev == v)
+                    .map(|l| (l.offset, l.asize)),
+            )
+            .collect()
+    }
+
+    /// Import: a log block the chain reaches is taken out of the normal
+    /// class (in memory) until replay has committed.
+    pub fn claim(&self, alloc: &mut Allocator, loc: &LogLoc) -> bool {
+        let ok = alloc.claim(loc.vdev as usize, loc.offset, loc.asize);
+        if ok {
+            lock(&self.inner).claimed.push(*loc);
+        }
+        ok
+    }
+
+    /// Replay committed: the claimed blocks are free again.
+    pub fn release_claims(&self, alloc: &mut Allocator) {
+        for l in std::mem::take(&mut lock(&self.inner).claimed) {
+            alloc.give_back(l.vdev as usize, l.offset, l.asize);
+        }
+    }
+
+    /// Give every chunk back (export).
+    pub fn release_all(&self, alloc: &mut Allocator) {
+        for c in std::mem::take(&mut lock(&self.inner).chunks) {
+            alloc.give_back(c.vdev as usize, c.offset, c.size);
+        }
+    }
+
+    /// Bytes lent to the class.
+    pub fn lent_bytes(&self) -> u64 {
+        lock(&self.inner).chunks.iter().map(|c| c.size).sum()
+    }
+}

@@ -1,0 +1,763 @@
+//! The ZFS Intent Log: synchronous semantics without waiting for a txg.
+//!
+//! # Theory of operation
+//!
+//! A txg commit writes every dirty block of the pool and two rounds of
+//! flushes; an `fsync` that waited for one (as uzfs did before this module)
+//! paid that for 4 KiB. The intent log makes an `fsync` cost one log write
+//! and one flush, as OpenZFS's `zil.c` does:
+//!
+//! * **Records.** Every change an operation makes to its dataset's object
+//!   set is encoded as it is made (`dmu/changelog.rs`) and handed to the
+//!   dataset's `Zil` as one record, tagged with the txg the operation held,
+//!   while the operation still holds its locks (so the log's order is the
+//!   order in which operations on one object happened). Records live in
+//!   memory (`ZilState::queue`) until their txg commits, when they are
+//!   dropped: the txg made them durable. The memory they take is bounded
+//!   (`Tunables::zil_mem_max` per dataset): past it the log stops recording
+//!   the open txg and an `fsync` that needs it waits for the txg instead.
+//!
+//! * **Commit** (`Zil::commit`). Everything recorded before the call must
+//!   be on stable storage when it returns. The log is written as a prefix:
+//!   a commit writes *every* record queued, in order, not only the caller's
+//!   file's, so a replayed log is always the whole sequence of changes
+//!   after the last committed txg up to some point (a file fsynced after a
+//!   rename is found under its new name; nothing is applied without what
+//!   came before it). OpenZFS keeps writes of other files out of an fsync
+//!   (per-object async lists); uzfs's records are changes of blocks and
+//!   bonus buffers, where leaving one out could put a size without its
+//!   data, so it does not, and bounds the cost instead with the memory
+//!   bound above.
+//!
+//! * **Group commit.** One committer writes at a time. Commits that arrive
+//!   while it writes wait; the next one to run takes everything queued by
+//!   then, so one log write and one flush serve every waiter whose records
+//!   it carries. The next block's size is the size the last batch needed.
+//!
+//! * **On disk** (docs/ON_DISK_FORMAT.md, "Intent log"). A dataset's log is
+//!   a chain of blocks. Each block carries the chain's guid, its sequence
+//!   number, an embedded checksum, and the location of the next block,
+//!   allocated before this one is written. The object-set block's log
+//!   header names the first block still needed. Replay reads a block only
+//!   if its guid and sequence number are the ones the previous link
+//!   promised and its checksum matches, so it stops exactly at the first
+//!   block that was never written (a torn block, or a stale one from an
+//!   earlier use of the space, never passes). Records are framed in a byte
+//!   stream across blocks (length, txg, bytes); a record whose tail block
+//!   is missing was never acknowledged and is dropped whole.
+//!
+//! * **Which blocks are needed.** The header written with txg T points at
+//!   the first block holding a record of a txg after T (or the next block
+//!   to be written). Blocks before it are freed when T commits: only then
+//!   does no committed header reach them. A dataset whose object set is
+//!   not rewritten in a txg keeps its older header; no block at or after
+//!   that header's head is freed until a newer header commits.
+//!
+//! * **The first commit** of a chain waits for a txg: the header must be on
+//!   disk before a commit can rely on the chain it names (OpenZFS's
+//!   `zil_create` does the same). Later commits only write log blocks.
+//!
+//! * **Space** comes from the log allocation class (`spa/log_space.rs`);
+//!   when it has none (a full pool, a sync holding the allocator), a commit
+//!   falls back to waiting for the txg, which is always correct.
+//!
+//! * **Replay** (`replay_chain`, at import before anything is allocated or
+//!   served): the chain is walked, every block it reaches is claimed from
+//!   the free space, the records of txgs after the committed one are
+//!   applied to the object set, and the next txg commits them together with
+//!   a header that no longer names the old chain: replayed once, or (a
+//!   crash during replay) again from the same start to the same result.
+
+mod replay;
+
+pub use replay::ReplayReport;
+
+use crate::dmu::changelog::{ChangeLog, LOG_HEADER_SIZE};
+use crate::dmu::checksum::fletcher4;
+use crate::error::{Error, Result};
+use crate::spa::log_space::{LogLoc, MAX_BLOCK};
+use crate::spa::Pool;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, Weak};
+use std::time::Instant;
+
+/// "UZFSZIL1" little-endian.
+const BLOCK_MAGIC: u64 = 0x314c_495a_5346_5a55;
+/// Bytes of a log block's header (see ON_DISK_FORMAT.md).
+pub const BLOCK_HDR: usize = 96;
+/// Bytes of a record's frame header: length (u32), txg (u64).
+const FRAME_HDR: usize = 12;
+/// Log blocks are written in units of this many bytes.
+const BLOCK_ALIGN: u32 = 4096;
+const NO_FRAME: u32 = u32::MAX;
+
+/// One operation's record, waiting to be written or dropped.
+struct Itx {
+    seq: u64,
+    txg: u64,
+    rec: Vec<u8>,
+}
+
+/// A block of the chain: written (or being written), not yet freed.
+struct LogBlk {
+    seq: u64,
+    loc: LogLoc,
+    /// Newest txg of a record with bytes in this block.
+    max_txg: u64,
+    done: bool,
+}
+
+#[derive(Default)]
+struct ZilState {
+    /// Sequence number of the next record.
+    next_itx: u64,
+    queue: VecDeque<Itx>,
+    queue_bytes: u64,
+    /// Records of txgs up to this one were given up (memory bound).
+    overflow_txg: u64,
+    /// Lowest record sequence number of the batch being written.
+    writing: Option<u64>,
+    /// The chain's guid (0: no chain yet).
+    guid: u64,
+    /// A commit asked for a chain: the next header starts one.
+    want_chain: bool,
+    chain: VecDeque<LogBlk>,
+    /// The next block to write: (sequence number, where).
+    tail: Option<(u64, LogLoc)>,
+    next_blk: u64,
+    /// Heads of headers written by txgs not yet committed: (txg, chain
+    /// guid, seq).
+    pending_heads: Vec<(u64, u64, u64)>,
+    /// Head of the newest committed header that names this chain.
+    committed_head: Option<u64>,
+    /// Size for the next tail block.
+    next_size: u32,
+    /// Blocks of a chain given up after a failed write: freed once a
+    /// header of the new chain has committed.
+    retired: Vec<LogLoc>,
+}
+
+impl ZilState {
+    fn pending_below(&self, target: u64) -> bool {
+        self.queue.front().is_some_and(|i| i.seq < target)
+            || self.writing.is_some_and(|w| w < target)
+    }
+}
+
+/// Counters `uzfs zilstat` shows (OpenZFS's zil kstats).
+#[derive(Default)]
+pub struct ZilStats {
+    pub commits: AtomicU64,
+    /// Commits that waited for a txg instead of writing the log.
+    pub fallbacks: AtomicU64,
+    pub writes: AtomicU64,
+    pub records: AtomicU64,
+    pub record_bytes: AtomicU64,
+    pub blocks: AtomicU64,
+    pub block_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+    /// Commit latency histogram: bucket i counts commits of [2^i, 2^(i+1)) us.
+    pub latency_us: [AtomicU64; 24],
+}
+
+impl ZilStats {
+    fn note_latency(&self, t0: Instant) {
+        let us = t0.elapsed().as_micros().max(1) as u64;
+        let b = (63 - us.leading_zeros() as usize).min(self.latency_us.len() - 1);
+        self.latency_us[b].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One dataset's intent log.
+pub struct Zil {
+    pool: Weak<Pool>,
+    st: Mutex<ZilState>,
+    cv: Condvar,
+    mem_max: u64,
+    recording: AtomicBool,
+    pub stats: ZilStats,
+}
+
+fn lock(m: &Mutex<ZilState>) -> MutexGuard<'_, ZilState> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(x)
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// The log header of an object-set block: the chain's guid and its first
+/// needed block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogHeader {
+    pub guid: u64,
+    pub seq: u64,
+    pub head: LogLoc,
+}
+
+impl LogHeader {
+    pub fn encode(&self) -> [u8; LOG_HEADER_SIZE] {
+        let mut b = [0u8; LOG_HEADER_SIZE];
+        b[0..8].copy_from_slice(&self.guid.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..20].copy_from_slice(&self.head.vdev.to_le_bytes());
+        b[20..24].copy_from_slice(&self.head.psize.to_le_bytes());
+        b[24..32].copy_from_slice(&self.head.offset.to_le_bytes());
+        b[32..40].copy_from_slice(&self.head.asize.to_le_bytes());
+        b
+    }
+
+    /// `None` for "no log".
+    pub fn decode(b: &[u8; LOG_HEADER_SIZE]) -> Option<LogHeader> {
+        let guid = le64(b, 0);
+        (guid != 0).then(|| LogHeader {
+            guid,
+            seq: le64(b, 8),
+            head: LogLoc {
+                vdev: le32(b, 16),
+                psize: le32(b, 20),
+                offset: le64(b, 24),
+                asize: le64(b, 32),
+            },
+        })
+    }
+}
+
+/// A block's contents as read back: payload and where the first record
+/// starts in it.
+struct BlockView {
+    next: LogLoc,
+    first: u32,
+    payload: Vec<u8>,
+}
+
+/// Encode a block: header + payload, padded to `psize`.
+fn encode_block(
+    guid: u64,
+    seq: u64,
+    next: &LogLoc,
+    first: u32,
+    payload: &[u8],
+    psize: u32,
+) -> Vec<u8> {
+    let mut b = vec![0u8; psize as usize];
+    b[0..8].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+    b[8..16].copy_from_slice(&guid.to_le_bytes());
+    b[16..24].copy_from_slice(&seq.to_le_bytes());
+    b[24..28].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    b[28..32].copy_from_slice(&first.to_le_bytes());
+    b[32..36].copy_from_slice(&next.vdev.to_le_bytes());
+    b[36..40].copy_from_slice(&next.psize.to_le_bytes());
+    b[40..48].copy_from_slice(&next.offset.to_le_bytes());
+    b[48..56].copy_from_slice(&next.asize.to_le_bytes());
+    b[BLOCK_HDR..BLOCK_HDR + payload.len()].copy_from_slice(payload);
+    let ck = fletcher4(&b[..BLOCK_HDR + payload.len()]);
+    b[64..96].copy_from_slice(&ck);
+    b
+}
+
+/// Check a block read back: magic, the guid and sequence number the
+/// previous link promised, and the embedded checksum.
+fn check_block(b: &[u8], guid: u64, seq: u64) -> Option<BlockView> {
+    if b.len() < BLOCK_HDR || le64(b, 0) != BLOCK_MAGIC {
+        return None;
+    }
+    if le64(b, 8) != guid || le64(b, 16) != seq {
+        return None;
+    }
+    let nused = le32(b, 24) as usize;
+    if BLOCK_HDR + nused > b.len() {
+        return None;
+    }
+    let mut copy = b[..BLOCK_HDR + nused].to_vec();
+    copy[64..96].fill(0);
+    if fletcher4(&copy) != b[64..96] {
+        return None;
+    }
+    Some(BlockView {
+        next: LogLoc {
+            vdev: le32(b, 32),
+            psize: le32(b, 36),
+            offset: le64(b, 40),
+            asize: le64(b, 48),
+        },
+        first: le32(b, 28),
+        payload: b[BLOCK_HDR..BLOCK_HDR + nused].to_vec(),
+    })
+}
+
+/// What a chain on disk holds.
+#[derive(Default)]
+pub struct ChainRead {
+    /// Every block that verified, in chain order.
+    pub blocks: Vec<LogLoc>,
+    /// Whole records in order: (txg, record).
+    pub records: Vec<(u64, Vec<u8>)>,
+}
+
+/// Reads a log block: `(where, verify)` -> bytes some copy verified with.
+pub type ReadFn<'a> = dyn Fn(&LogLoc, &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> + 'a;
+
+/// Walk the chain `h` names. `read(loc, verify)` returns the block's bytes
+/// if some copy passes `verify` (without counting errors: the end of a
+/// chain is expected not to verify). `claim(loc)` is asked before a block
+/// is used; false ends the chain there.
+pub fn read_chain(
+    h: &LogHeader,
+    read: &ReadFn<'_>,
+    claim: &mut dyn FnMut(&LogLoc) -> bool,
+) -> ChainRead {
+    let mut out = ChainRead::default();
+    let mut stream: Vec<u8> = Vec::new();
+    let mut started = false;
+    let (mut loc, mut seq) = (h.head, h.seq);
+    // A chain is at most as long as the space it lives in; the bound only
+    // guards against a loop no valid chain can make.
+    for _ in 0..(1usize << 24) {
+        if loc.psize as usize <= BLOCK_HDR || loc.psize > MAX_BLOCK {
+            break;
+        }
+        let verify = |b: &[u8]| check_block(b, h.guid, seq).is_some();
+        let Some(bytes) = read(&loc, &verify) else {
+            break;
+        };
+        let Some(v) = check_block(&bytes, h.guid, seq) else {
+            break;
+        };
+        if !claim(&loc) {
+            log::warn!(
+                "intent log block {seq} at {}:{:#x} overlaps allocated space; the log ends there",
+                loc.vdev,
+                loc.offset
+            );
+            break;
+        }
+        out.blocks.push(loc);
+        if started {
+            stream.extend_from_slice(&v.payload);
+        } else if v.first != NO_FRAME && (v.first as usize) <= v.payload.len() {
+            stream.extend_from_slice(&v.payload[v.first as usize..]);
+            started = true;
+        }
+        loc = v.next;
+        seq += 1;
+    }
+    let mut at = 0;
+    while at + FRAME_HDR <= stream.len() {
+        let len = le32(&stream, at) as usize;
+        let txg = le64(&stream, at + 4);
+        let end = at + FRAME_HDR + len;
+        if end > stream.len() {
+            break;
+        }
+        out.records
+            .push((txg, stream[at + FRAME_HDR..end].to_vec()));
+        at = end;
+    }
+    out
+}
+
+fn round_block(bytes: usize) -> u32 {
+    let b = (bytes as u64).div_ceil(BLOCK_ALIGN as u64) * BLOCK_ALIGN as u64;
+    b.clamp(BLOCK_ALIGN as u64, MAX_BLOCK as u64) as u32
+}
+
+impl Zil {
+    pub fn new(pool: Weak<Pool>, mem_max: u64) -> Zil {
+        Zil {
+            pool,
+            st: Mutex::new(ZilState {
+                next_itx: 1,
+                next_blk: 1,
+                next_size: 2 * BLOCK_ALIGN,
+                ..Default::default()
+            }),
+            cv: Condvar::new(),
+            mem_max,
+            recording: AtomicBool::new(true),
+            stats: ZilStats::default(),
+        }
+    }
+
+    /// `sync=disabled` stops recording (fsync returns at once anyway).
+    pub fn set_recording(&self, on: bool) {
+        self.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// Bytes of records held in memory.
+    pub fn queued_bytes(&self) -> u64 {
+        lock(&self.st).queue_bytes
+    }
+
+    /// Make every change recorded before this call durable (see the module
+    /// docs: the whole queue, in order, in one log write and one flush).
+    pub fn commit(&self) -> Result<()> {
+        let Some(pool) = self.pool.upgrade() else {
+            return Err(Error::invalid("pool is gone"));
+        };
+        let t0 = Instant::now();
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        let mut g = lock(&self.st);
+        let target = g.next_itx;
+        loop {
+            // Records given up for memory: their txg must commit.
+            if g.overflow_txg > pool.last_txg() {
+                drop(g);
+                self.fallback(&pool)?;
+                g = lock(&self.st);
+                continue;
+            }
+            if !g.pending_below(target) {
+                break;
+            }
+            if g.writing.is_some() {
+                g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // No chain on disk yet, or a suspended pool: the txg carries it.
+            if g.committed_head.is_none() || g.tail.is_none() || pool.suspended().is_some() {
+                g.want_chain = true;
+                drop(g);
+                self.fallback(&pool)?;
+                g = lock(&self.st);
+                continue;
+            }
+            match self.plan(&pool, &mut g) {
+                Some(batch) => {
+                    drop(g);
+                    let r = self.write_batch(&pool, &batch);
+                    g = lock(&self.st);
+                    g.writing = None;
+                    // Written or not, the batch's blocks are freed like any
+                    // other once a committed header is past them.
+                    for b in g.chain.iter_mut() {
+                        if batch.blocks.iter().any(|(s, _, _)| *s == b.seq) {
+                            b.done = true;
+                        }
+                    }
+                    if let Err(e) = r {
+                        log::warn!(
+                            "pool '{}': intent log write failed ({e}); committing the txg instead",
+                            pool.name
+                        );
+                        // The chain is broken after the failed block: start
+                        // a new one (its header is written by the fallback's
+                        // txg) and let the txg carry this batch: its records
+                        // go back to the queue, so no waiter takes them for
+                        // durable until that txg commits.
+                        let mut batch = batch;
+                        for itx in batch.itxs.drain(..).rev() {
+                            g.queue_bytes += itx.rec.len() as u64;
+                            g.queue.push_front(itx);
+                        }
+                        g.guid = 0;
+                        let g2 = &mut *g;
+                        g2.retired.extend(g2.chain.drain(..).map(|b| b.loc));
+                        g2.retired.extend(g2.tail.take().map(|t| t.1));
+                        g.committed_head = None;
+                        g.want_chain = true;
+                        drop(g);
+                        self.cv.notify_all();
+                        self.fallback(&pool)?;
+                        g = lock(&self.st);
+                        continue;
+                    }
+                    self.cv.notify_all();
+                }
+                None => {
+                    // No log space: the txg carries it.
+                    drop(g);
+                    self.fallback(&pool)?;
+                    g = lock(&self.st);
+                }
+            }
+        }
+        drop(g);
+        self.stats.note_latency(t0);
+        Ok(())
+    }
+
+    fn fallback(&self, pool: &Pool) -> Result<()> {
+        self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+        pool.txg_wait_synced_data().map(|_| ())
+    }
+
+    /// Take the queue as the next batch and lay it out in blocks: the tail
+    /// first, more if it does not fit, and a new tail. `None` (queue left
+    /// alone) if log space ran out.
+    fn plan(&self, pool: &Pool, g: &mut ZilState) -> Option<Batch> {
+        let total: usize = g.queue.iter().map(|i| FRAME_HDR + i.rec.len()).sum();
+        let (tail_seq, tail) = g.tail?;
+        let mut locs = vec![tail];
+        let mut room = tail.psize as usize - BLOCK_HDR;
+        let mut got = Vec::new();
+        while room < total {
+            let size = round_block(total - room + BLOCK_HDR);
+            let Some(l) = pool.log_alloc(size) else {
+                for l in &got {
+                    pool.log_space.free(l);
+                }
+                return None;
+            };
+            got.push(l);
+            locs.push(l);
+            room += size as usize - BLOCK_HDR;
+        }
+        let next_size = round_block(total + BLOCK_HDR);
+        let Some(new_tail) = pool.log_alloc(next_size) else {
+            for l in &got {
+                pool.log_space.free(l);
+            }
+            return None;
+        };
+        locs.push(new_tail);
+        // Lay the records out as one stream over the blocks.
+        let itxs: Vec<Itx> = g.queue.drain(..).collect();
+        g.queue_bytes = 0;
+        g.writing = itxs.first().map(|i| i.seq);
+        let mut blocks = Vec::new();
+        let mut bi = 0;
+        let mut payload: Vec<u8> = Vec::new();
+        let mut first = NO_FRAME;
+        let mut max_txg = 0;
+        let cap = |bi: usize| locs[bi].psize as usize - BLOCK_HDR;
+        let mut seq = tail_seq;
+        let guid = g.guid;
+        let mut finish = |bi: usize, payload: &mut Vec<u8>, first: &mut u32, max_txg: &mut u64| {
+            let buf = encode_block(
+                guid,
+                seq + bi as u64,
+                &locs[bi + 1],
+                *first,
+                payload,
+                locs[bi].psize,
+            );
+            blocks.push((seq + bi as u64, locs[bi], buf, *max_txg));
+            payload.clear();
+            *first = NO_FRAME;
+        };
+        for itx in &itxs {
+            let mut frame = Vec::with_capacity(FRAME_HDR);
+            frame.extend_from_slice(&(itx.rec.len() as u32).to_le_bytes());
+            frame.extend_from_slice(&itx.txg.to_le_bytes());
+            let mut parts: [&[u8]; 2] = [&frame, &itx.rec];
+            let mut started = false;
+            for part in parts.iter_mut() {
+                while !part.is_empty() {
+                    if payload.len() == cap(bi) {
+                        finish(bi, &mut payload, &mut first, &mut max_txg);
+                        bi += 1;
+                        max_txg = 0;
+                    }
+                    if !started {
+                        if first == NO_FRAME {
+                            first = payload.len() as u32;
+                        }
+                        started = true;
+                    }
+                    max_txg = max_txg.max(itx.txg);
+                    let n = (cap(bi) - payload.len()).min(part.len());
+                    payload.extend_from_slice(&part[..n]);
+                    *part = &part[n..];
+                }
+            }
+        }
+        finish(bi, &mut payload, &mut first, &mut max_txg);
+        // Blocks planned but left empty go back.
+        for l in &locs[bi + 1..locs.len() - 1] {
+            pool.log_space.free(l);
+        }
+        // The block after the last one written is the new tail.
+        let last_next = locs[bi + 1];
+        if bi + 1 != locs.len() - 1 {
+            pool.log_space.free(&new_tail);
+        }
+        seq += bi as u64 + 1;
+        for (s, loc, _, mt) in &blocks {
+            g.chain.push_back(LogBlk {
+                seq: *s,
+                loc: *loc,
+                max_txg: *mt,
+                done: false,
+            });
+        }
+        g.tail = Some((seq, last_next));
+        g.next_blk = seq + 1;
+        g.next_size = next_size;
+        self.stats
+            .records
+            .fetch_add(itxs.len() as u64, Ordering::Relaxed);
+        self.stats.record_bytes.fetch_add(
+            itxs.iter().map(|i| i.rec.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
+        Some(Batch {
+            blocks: blocks.into_iter().map(|(s, l, b, _)| (s, l, b)).collect(),
+            itxs,
+        })
+    }
+
+    /// Write a batch's blocks and flush their vdevs.
+    fn write_batch(&self, pool: &Pool, batch: &Batch) -> Result<()> {
+        let birth = pool.open_txg();
+        let mut vdevs: Vec<u32> = Vec::new();
+        let write = |(_, loc, buf): &(u64, LogLoc, Vec<u8>)| -> Result<()> {
+            let top = pool.io.top(loc.vdev)?;
+            top.write_block(loc.offset, buf, loc.asize, birth)
+        };
+        if batch.blocks.len() == 1 {
+            write(&batch.blocks[0])?;
+        } else {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = batch
+                    .blocks
+                    .iter()
+                    .map(|b| s.spawn(move || write(b)))
+                    .collect();
+                hs.into_iter().try_for_each(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Internal("log writer panicked".into())))
+                })
+            })?;
+        }
+        for (_, loc, buf) in &batch.blocks {
+            if !vdevs.contains(&loc.vdev) {
+                vdevs.push(loc.vdev);
+            }
+            self.stats.blocks.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .block_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        }
+        for v in vdevs {
+            pool.io.top(v)?.flush(birth)?;
+            self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The dataset goes away (destroy, export): its blocks go back.
+    pub fn close(&self) {
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        let mut g = lock(&self.st);
+        for b in g.chain.drain(..) {
+            pool.log_space.free(&b.loc);
+        }
+        if let Some((_, t)) = g.tail.take() {
+            pool.log_space.free(&t);
+        }
+        for l in std::mem::take(&mut g.retired) {
+            pool.log_space.free(&l);
+        }
+        g.queue.clear();
+        g.queue_bytes = 0;
+    }
+}
+
+struct Batch {
+    /// (sequence number, where, bytes)
+    blocks: Vec<(u64, LogLoc, Vec<u8>)>,
+    /// The records the blocks carry (back to the queue if the write fails).
+    itxs: Vec<Itx>,
+}
+
+impl ChangeLog for Zil {
+    fn recording(&self, txg: u64) -> bool {
+        self.recording.load(Ordering::Relaxed) && txg > lock(&self.st).overflow_txg
+    }
+
+    fn push(&self, txg: u64, rec: Vec<u8>) {
+        let mut g = lock(&self.st);
+        if txg <= g.overflow_txg {
+            return;
+        }
+        if g.queue_bytes + rec.len() as u64 > self.mem_max {
+            // Give up on this txg: an fsync that needs it waits for it.
+            g.overflow_txg = txg;
+            g.queue.clear();
+            g.queue_bytes = 0;
+            return;
+        }
+        let seq = g.next_itx;
+        g.next_itx += 1;
+        g.queue_bytes += rec.len() as u64;
+        g.queue.push_back(Itx { seq, txg, rec });
+    }
+
+    fn header(&self, txg: u64) -> [u8; LOG_HEADER_SIZE] {
+        let Some(pool) = self.pool.upgrade() else {
+            return [0; LOG_HEADER_SIZE];
+        };
+        let mut g = lock(&self.st);
+        if g.guid == 0 {
+            if !g.want_chain {
+                return [0; LOG_HEADER_SIZE];
+            }
+            g.guid = crate::spa::os_entropy() | 1;
+        }
+        if g.tail.is_none() {
+            let Some(loc) = pool.log_space.alloc(g.next_size) else {
+                return [0; LOG_HEADER_SIZE];
+            };
+            let seq = g.next_blk;
+            g.next_blk += 1;
+            g.tail = Some((seq, loc));
+        }
+        let (seq, head) = match g.chain.iter().find(|b| !(b.done && b.max_txg <= txg)) {
+            Some(b) => (b.seq, b.loc),
+            None => g.tail.unwrap_or_default(),
+        };
+        let guid = g.guid;
+        g.pending_heads.push((txg, guid, seq));
+        LogHeader {
+            guid: g.guid,
+            seq,
+            head,
+        }
+        .encode()
+    }
+
+    fn synced(&self, txg: u64) {
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        let mut g = lock(&self.st);
+        while g.queue.front().is_some_and(|i| i.txg <= txg) {
+            if let Some(i) = g.queue.pop_front() {
+                g.queue_bytes -= (i.rec.len() as u64).min(g.queue_bytes);
+            }
+        }
+        if let Some(&(_, guid, head)) = g.pending_heads.iter().rev().find(|(t, _, _)| *t <= txg) {
+            // A header of a chain given up since (a failed write) names
+            // nothing the log still writes to.
+            if guid == g.guid && guid != 0 {
+                g.committed_head = Some(head);
+                for l in std::mem::take(&mut g.retired) {
+                    pool.log_space.free(&l);
+                }
+            }
+        }
+        g.pending_heads.retain(|(t, _, _)| *t > txg);
+        if let Some(head) = g.committed_head {
+            while g.chain.front().is_some_and(|b| b.seq < head && b.done) {
+                if let Some(b) = g.chain.pop_front() {
+                    pool.log_space.free(&b.loc);
+                }
+            }
+        }
+        drop(g);
+        self.cv.notify_all();
+    }
+}
