@@ -134,8 +134,16 @@ impl LogSpace {
     }
 
     /// Borrow one more chunk from the normal class (caller holds `st`).
-    /// Picks the vdev with the most allocatable space.
+    /// Picks the vdev with the most allocatable space. Never more than
+    /// 1/64 of the pool (at least one chunk), and never into the last
+    /// 1/32 of it (the slop the sync itself needs): past that, commits
+    /// wait for the txg instead.
     pub fn borrow(&self, alloc: &mut Allocator) -> bool {
+        let total = alloc.total_space();
+        let lent = self.lent_bytes();
+        if lent >= (total / 64).max(CHUNK) || alloc.allocatable_space() < total / 32 + 2 * CHUNK {
+            return false;
+        }
         let Some(v) = (0..alloc.vdevs.len()).max_by_key(|&v| alloc.vdevs[v].allocatable_space())
         else {
             return false;
@@ -190,6 +198,22 @@ impl LogSpace {
                 break;
             }
         }
+    }
+
+    /// Give back every chunk no log block lives in (the sync is short of
+    /// space). Returns the bytes given back.
+    pub fn release_idle(&self, alloc: &mut Allocator) -> u64 {
+        let mut g = lock(&self.inner);
+        let mut n = 0;
+        g.chunks.retain(|c| {
+            if c.live > 0 {
+                return true;
+            }
+            alloc.give_back(c.vdev as usize, c.offset, c.size);
+            n += c.size;
+            false
+        });
+        n
     }
 
     /// Extents lent on vdev `v` (condensing counts them as free: on disk

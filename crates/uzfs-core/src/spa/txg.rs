@@ -167,6 +167,7 @@ impl Default for Tunables {
 pub(crate) struct SyncWriter<'a> {
     pub io: &'a SpaIo,
     pub alloc: &'a mut Allocator,
+    pub log_space: &'a super::log_space::LogSpace,
     pub txg: u64,
     pub pass: u32,
     pub used: BTreeSet<&'static str>,
@@ -258,6 +259,15 @@ impl SyncWriter<'_> {
                         "txg {}: out of space; the scan gives back the {} MiB of frees it parked and gathers its batch again",
                         self.txg,
                         n >> 20
+                    );
+                    self.place(&BlkPtr::default(), phys, copies)
+                }
+                // The log class's idle chunks come back before anything
+                // costs a rewind.
+                Err(Error::NoSpace) if self.log_space.release_idle(self.alloc) > 0 => {
+                    log::warn!(
+                        "txg {}: out of space; the intent log's idle space is taken back",
+                        self.txg
                     );
                     self.place(&BlkPtr::default(), phys, copies)
                 }
@@ -821,6 +831,7 @@ impl Pool {
         let mut w = SyncWriter {
             io: &self.io,
             alloc: &mut st.alloc,
+            log_space: &self.log_space,
             txg,
             pass: 1,
             used: BTreeSet::new(),
