@@ -909,6 +909,11 @@ const ZFS_PROPS: &[PropCase] = &[
         ],
         "on",
     ),
+    (
+        "logbias",
+        &[("throughput", "throughput"), ("latency", "latency")],
+        "fast",
+    ),
 ];
 
 #[test]
@@ -941,14 +946,7 @@ fn every_dataset_property_works_or_is_refused() {
         let l = e.ok(&["zfs", "list", "-H", "-o", "name"]);
         assert!(!l.contains("tank/nods"), "{l}");
     }
-    for k in [
-        "sharenfs",
-        "xattr",
-        "logbias",
-        "volsize",
-        "dedup",
-        "com.example:note",
-    ] {
+    for k in ["sharenfs", "xattr", "volsize", "dedup", "com.example:note"] {
         e.fails(
             &["zfs", "set", &format!("{k}=on"), "tank"],
             1,

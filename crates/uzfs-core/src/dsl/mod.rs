@@ -560,6 +560,7 @@ impl Pool {
             atime: get("atime") == "on",
             readonly: get("readonly") == "on",
             sync: zpl::fs::SyncMode::parse(&get("sync")),
+            throughput: get("logbias") == "throughput",
         }
     }
 
@@ -628,6 +629,12 @@ pub struct DsCtx {
     temp_readonly: std::sync::Mutex<Option<bool>>,
 }
 
+/// Whether commits go through the intent log (else they return at once,
+/// `sync=disabled`, or wait for the txg, `logbias=throughput`).
+fn logs(p: &ZplProps) -> bool {
+    p.sync != zpl::fs::SyncMode::Disabled && !p.throughput
+}
+
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
     std::iter::once(ds.clone())
         .chain(pool.ancestors(ds))
@@ -639,7 +646,7 @@ impl DsCtx {
         let p = pool.zpl_props(&ds);
         let q = under_quota(&pool, &ds);
         if let Some(z) = ds.zil.get() {
-            z.set_recording(p.sync != zpl::fs::SyncMode::Disabled);
+            z.set_recording(logs(&p));
         }
         Arc::new(DsCtx {
             pool,
@@ -662,7 +669,7 @@ impl DsCtx {
     pub fn refresh(&self) {
         let p = self.pool.zpl_props(&self.ds);
         if let Some(z) = self.ds.zil.get() {
-            z.set_recording(p.sync != zpl::fs::SyncMode::Disabled);
+            z.set_recording(logs(&p));
         }
         *wlock(&self.props) = p;
         self.quota.store(
@@ -724,8 +731,8 @@ impl DatasetCtx for DsCtx {
             return Ok(());
         }
         match self.ds.zil.get() {
-            Some(zil) => zil.commit(),
-            None => self.pool.txg_wait_synced_data().map(|_| ()),
+            Some(zil) if logs(&rlock(&self.props)) => zil.commit(),
+            _ => self.pool.txg_wait_synced_data().map(|_| ()),
         }
         .map_err(zpl::fs::errno)
     }

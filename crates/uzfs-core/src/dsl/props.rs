@@ -65,6 +65,11 @@ pub const SETTABLE: &[PropDef] = &[
         inherit: true,
     },
     PropDef {
+        name: "logbias",
+        default: "latency",
+        inherit: true,
+    },
+    PropDef {
         name: "quota",
         default: "none",
         inherit: false,
@@ -181,6 +186,12 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             "standard" | "always" | "disabled" => Ok(v.into()),
             _ => bad("must be 'standard', 'always' or 'disabled'"),
         },
+        // `throughput`: fsync waits for the txg (data written once) instead
+        // of the intent log (uzfs logs no block pointers yet).
+        "logbias" => match v {
+            "latency" | "throughput" => Ok(v.into()),
+            _ => bad("must be 'latency' or 'throughput'"),
+        },
         "copies" => match v {
             "1" | "2" | "3" => Ok(v.into()),
             _ => bad("must be 1, 2 or 3"),
@@ -220,7 +231,6 @@ pub const NOT_YET: &[&str] = &[
     "fscontext",
     "keyformat",
     "keylocation",
-    "logbias",
     "mlslabel",
     "nbmand",
     "normalization",

@@ -388,9 +388,21 @@ impl Zil {
         }
     }
 
-    /// `sync=disabled` stops recording (fsync returns at once anyway).
+    /// `sync=disabled` and `logbias=throughput` stop recording (commits do
+    /// not use the log). Recording that starts again cannot use the log for
+    /// the open txg, whose earlier changes it missed: a commit that needs
+    /// that txg waits for it (as after a memory overflow).
     pub fn set_recording(&self, on: bool) {
-        self.recording.store(on, Ordering::Relaxed);
+        let was = self.recording.swap(on, Ordering::SeqCst);
+        if on && !was {
+            if let Some(pool) = self.pool.upgrade() {
+                let open = pool.open_txg();
+                let mut g = lock(&self.st);
+                g.overflow_txg = g.overflow_txg.max(open);
+                g.queue.clear();
+                g.queue_bytes = 0;
+            }
+        }
     }
 
     /// Bytes of records held in memory.

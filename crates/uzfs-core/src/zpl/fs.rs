@@ -55,6 +55,8 @@ pub struct ZplProps {
     pub atime: bool,
     pub readonly: bool,
     pub sync: SyncMode,
+    /// `logbias=throughput`: commits wait for the txg, not the intent log.
+    pub throughput: bool,
 }
 
 /// The `sync` property: when a change is on stable storage.
@@ -89,6 +91,7 @@ impl Default for ZplProps {
             atime: true,
             readonly: false,
             sync: SyncMode::Standard,
+            throughput: false,
         }
     }
 }

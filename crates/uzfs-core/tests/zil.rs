@@ -1,0 +1,191 @@
+//! The intent log (`zil/`): an fsync is one log write, not a txg commit;
+//! what it acknowledged is replayed after a power cut; `logbias`; turning
+//! logging back on mid-txg never replays a change without the ones before
+//! it. (The crash models are `crash_zpl.rs` and `crash_concurrent.rs`.)
+
+mod common;
+use common::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use uzfs_core::dsl::{DsCtx, Source};
+use uzfs_core::spa::Pool;
+use uzfs_core::vdev::sim::{SimRng, SimWorld};
+use uzfs_core::vdev::TopKind;
+use uzfs_core::zpl::Zpl;
+
+const MIB: u64 = 1 << 20;
+
+fn mount_with(pool: &Arc<Pool>, name: &str) -> (Zpl, Arc<DsCtx>) {
+    let ds = pool.dataset(name).expect("dataset");
+    let ctx = DsCtx::new(pool.clone(), ds.clone());
+    (Zpl::mount(ds.os.clone(), ctx.clone()).expect("mount"), ctx)
+}
+
+fn create(fs: &Zpl, name: &[u8]) -> u64 {
+    fs.mknod(fs.root, name, libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("create")
+        .ino
+}
+
+fn read_all(fs: &Zpl, name: &[u8]) -> Option<Vec<u8>> {
+    let a = fs.lookup(fs.root, name).ok()?;
+    let mut b = Vec::new();
+    fs.read_into(a.ino, 0, a.size as usize, &mut b).ok()?;
+    Some(b)
+}
+
+#[test]
+fn fsync_writes_the_log_not_a_txg_and_a_power_cut_replays_it() {
+    for seed in 0..6u64 {
+        let world = SimWorld::new();
+        let disks: Vec<_> = (0..2)
+            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+            .collect();
+        let pool =
+            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
+        pool.format_root_fs().expect("format");
+        let (fs, _ctx) = mount_with(&pool, "z");
+        // The first commit starts the chain: it waits for a txg, which
+        // writes the header naming it.
+        let f = create(&fs, b"first");
+        fs.fsync(f).expect("fsync");
+        pool.sync().expect("sync");
+        let zil = pool
+            .dataset("z")
+            .expect("ds")
+            .zil
+            .get()
+            .cloned()
+            .expect("zil");
+        let t0 = pool.last_txg();
+        let w0 = zil.stats.writes.load(Ordering::Relaxed);
+        let mut want = Vec::new();
+        for i in 0..40u64 {
+            let name = format!("f{i}");
+            let ino = create(&fs, name.as_bytes());
+            let data = pattern(seed * 100 + i, 1000 + (i as usize * 977) % 20_000);
+            fs.write(ino, 0, &data).expect("write");
+            if i % 3 == 0 {
+                // A rename the log must carry too.
+                let to = format!("r{i}");
+                fs.rename(fs.root, name.as_bytes(), fs.root, to.as_bytes(), 0)
+                    .expect("rename");
+                want.push((to, data));
+            } else {
+                want.push((name, data));
+            }
+            fs.fsync(ino).expect("fsync");
+        }
+        assert_eq!(pool.last_txg(), t0, "seed {seed}: an fsync committed a txg");
+        assert!(
+            zil.stats.writes.load(Ordering::Relaxed) >= w0 + 40,
+            "seed {seed}: fsyncs did not write the log"
+        );
+        // Power cut: nothing of the 40 files was committed by a txg.
+        let images = world.crash(&mut SimRng::new(seed));
+        drop(fs);
+        drop(pool);
+        let (disks, pool) = import_images(images, seed);
+        assert!(
+            pool.replay_report().records > 0,
+            "seed {seed}: nothing replayed"
+        );
+        let (fs, _ctx) = mount_with(&pool, "z");
+        for (name, data) in &want {
+            assert_eq!(
+                read_all(&fs, name.as_bytes()).as_deref(),
+                Some(&data[..]),
+                "seed {seed}: {name} after replay"
+            );
+        }
+        // Replayed once: a second import finds nothing to replay.
+        drop(fs);
+        pool.export().expect("export");
+        assert_zdb_clean(&disks, "after replay");
+        let pool = reimport(&SimWorld::new(), common::images(&disks)).expect("import again");
+        assert_eq!(
+            pool.replay_report().records,
+            0,
+            "seed {seed}: replayed twice"
+        );
+    }
+}
+
+#[test]
+fn logbias_is_inherited_and_throughput_commits_the_txg() {
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", 96 * MIB)];
+    let pool = Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(1)).expect("create");
+    pool.format_root_fs().expect("format");
+    pool.create_dataset("z/c", &[], false).expect("child");
+    let root = pool.dataset("z").expect("root");
+    let child = pool.dataset("z/c").expect("child");
+    assert_eq!(
+        pool.get_prop(&child, "logbias").expect("get"),
+        ("latency".to_string(), Source::Default)
+    );
+    pool.set_prop(&root, "logbias", "throughput").expect("set");
+    assert_eq!(
+        pool.get_prop(&child, "logbias").expect("get"),
+        ("throughput".to_string(), Source::Inherited("z".into()))
+    );
+    let e = pool
+        .set_prop(&child, "logbias", "fast")
+        .expect_err("a bad value");
+    assert!(e.to_string().contains("'latency' or 'throughput'"), "{e}");
+    // throughput: every fsync is a txg commit, the log is not written.
+    let (fs, _ctx) = mount_with(&pool, "z/c");
+    let zil = child.zil.get().cloned().expect("zil");
+    for i in 0..3u64 {
+        let f = create(&fs, format!("t{i}").as_bytes());
+        fs.write(f, 0, &pattern(i, 5000)).expect("write");
+        let t = pool.last_txg();
+        fs.fsync(f).expect("fsync");
+        assert!(pool.last_txg() > t, "throughput: fsync committed no txg");
+    }
+    assert_eq!(zil.stats.writes.load(Ordering::Relaxed), 0);
+    drop(fs);
+    pool.export().expect("export");
+}
+
+/// Logging switched off (`sync=disabled`) and on again within one txg: the
+/// changes made while it was off are in no log, so a commit must not lean
+/// on the log for that txg (replay would apply a write to a file whose
+/// creation it never saw: import fails, or worse).
+#[test]
+fn logging_switched_back_on_mid_txg_waits_for_that_txg() {
+    for seed in 0..6u64 {
+        let world = SimWorld::new();
+        let disks = vec![world.disk("d0", 96 * MIB)];
+        let pool =
+            Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
+        pool.format_root_fs().expect("format");
+        let root = pool.dataset("z").expect("root");
+        let (fs, ctx) = mount_with(&pool, "z");
+        // A chain on disk already, so later commits could use it.
+        let f = create(&fs, b"warm");
+        fs.fsync(f).expect("fsync");
+        pool.sync().expect("sync");
+        pool.set_prop(&root, "sync", "disabled").expect("set");
+        ctx.refresh();
+        let a = create(&fs, b"made-while-off");
+        pool.set_prop(&root, "sync", "standard").expect("set");
+        ctx.refresh();
+        let data = pattern(seed, 30_000);
+        fs.write(a, 0, &data).expect("write");
+        fs.fsync(a).expect("fsync");
+        let images = world.crash(&mut SimRng::new(seed));
+        drop(fs);
+        drop(pool);
+        let (disks, pool) = import_images(images, seed);
+        let (fs, _ctx) = mount_with(&pool, "z");
+        assert_eq!(
+            read_all(&fs, b"made-while-off").as_deref(),
+            Some(&data[..]),
+            "seed {seed}"
+        );
+        drop(fs);
+        pool.export().expect("export");
+        assert_zdb_clean(&disks, "after the crash");
+    }
+}
