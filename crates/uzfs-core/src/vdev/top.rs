@@ -626,6 +626,71 @@ impl TopVdev {
         )
     }
 
+    /// Write one block and make it durable: each column's leaves write and
+    /// flush (the flush policy allowing), the columns in parallel, so a
+    /// mirror's intent-log write costs one write and one flush of the
+    /// slowest side, not the sum of both. Same success rule as
+    /// [`write_block`](Self::write_block).
+    pub fn write_durable(&self, offset: u64, phys: &[u8], asize: u64, txg: u64) -> Result<()> {
+        debug_assert!(offset.is_multiple_of(1 << self.ashift));
+        debug_assert!(offset + asize <= self.asize);
+        let cols: Vec<(usize, u64, Cow<'_, [u8]>)> = if self.kind.is_raidz() {
+            self.expected_columns(offset, phys)
+                .into_iter()
+                .map(|(c, o, b)| (c, o, Cow::Owned(b)))
+                .collect()
+        } else {
+            let bytes = padded(phys, asize);
+            (0..self.children.len())
+                .map(|c| (c, offset, bytes.clone()))
+                .collect()
+        };
+        let flush = self.flush != FlushPolicy::Ignore;
+        let run = |(child, off, bytes): &(usize, u64, Cow<'_, [u8]>)| {
+            on_column(&usable_leaves(&self.children[*child]), |l: &Leaf| {
+                l.write(bytes, *off)?;
+                if flush {
+                    l.flush()?;
+                }
+                Ok(())
+            })
+        };
+        let outcomes: Vec<Result<ColumnOutcome>> = if cols.len() == 1 {
+            vec![run(&cols[0])]
+        } else {
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = cols[1..].iter().map(|c| sc.spawn(move || run(c))).collect();
+                let mut v = vec![run(&cols[0])];
+                v.extend(hs.into_iter().map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Internal("column writer panicked".into())))
+                }));
+                v
+            })
+        };
+        let (mut failed, mut first_err, mut missed) = (0, None, Vec::new());
+        for o in outcomes {
+            let (ok, err, leaves) = o?;
+            missed.extend(leaves);
+            if !ok {
+                failed += 1;
+            }
+            if first_err.is_none() {
+                first_err = err;
+            }
+        }
+        if failed > self.redundancy() {
+            return Err(first_err.unwrap_or_else(|| {
+                Error::invalid(format!(
+                    "{}: too many devices unavailable to write",
+                    self.name()
+                ))
+            }));
+        }
+        note_missed(&missed, txg);
+        Ok(())
+    }
+
     /// Write several blocks born in `txg` (`(offset, phys, asize)` each, as
     /// for [`write_block`](Self::write_block)) with one thread per child, so
     /// a mirror's sides (or a RAID-Z's columns) are written in parallel: a

@@ -618,13 +618,13 @@ impl Zil {
         })
     }
 
-    /// Write a batch's blocks and flush their vdevs.
+    /// Write a batch's blocks, each made durable by its own leaves' flush
+    /// (in parallel: one write and one flush per side of a mirror).
     fn write_batch(&self, pool: &Pool, batch: &Batch) -> Result<()> {
         let birth = pool.open_txg();
-        let mut vdevs: Vec<u32> = Vec::new();
         let write = |(_, loc, buf): &(u64, LogLoc, Vec<u8>)| -> Result<()> {
             let top = pool.io.top(loc.vdev)?;
-            top.write_block(loc.offset, buf, loc.asize, birth)
+            top.write_durable(loc.offset, buf, loc.asize, birth)
         };
         if batch.blocks.len() == 1 {
             write(&batch.blocks[0])?;
@@ -641,17 +641,11 @@ impl Zil {
                 })
             })?;
         }
-        for (_, loc, buf) in &batch.blocks {
-            if !vdevs.contains(&loc.vdev) {
-                vdevs.push(loc.vdev);
-            }
+        for (_, _, buf) in &batch.blocks {
             self.stats.blocks.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .block_bytes
                 .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        }
-        for v in vdevs {
-            pool.io.top(v)?.flush(birth)?;
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         }
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
