@@ -390,6 +390,7 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
         Some("zfs") => crate::zfs::run(d, &req.argv[1..]),
         Some("zdb") => crate::zdb::run_in_daemon(d, &req.argv[1..]),
         Some("zinject") => crate::vdevs::zinject(d, &req.argv[1..]),
+        Some("zilstat") => crate::zilstat::snapshot_cmd(d, &req.argv[1..]),
         Some("object") => crate::zpool::object_cmd(d, &req.argv[1..], cwd),
         Some("shutdown") => {
             *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) = true;

@@ -14,6 +14,7 @@ mod status;
 mod vdevs;
 mod zdb;
 mod zfs;
+mod zilstat;
 mod zpool;
 
 use std::io::Write;
@@ -26,6 +27,8 @@ commands:
     zfs ...              dataset administration
     zdb ...              inspect and verify pools offline
     zinject ...          inject device faults (see 'uzfs zinject -h')
+    zilstat [-p POOL] [interval [count]]
+                         intent log activity per dataset
     daemon [--foreground | --stop | --status]
                          run, stop or query the daemon
     object put POOL FILE | get POOL OBJ FILE | free POOL OBJ
@@ -119,6 +122,7 @@ fn main() {
                 zdb::run(&rundir, &rest)
             }
         }
+        "zilstat" => zilstat::client(&rundir, &rest),
         "daemon" => match rest.first().map(String::as_str) {
             Some("--foreground") => daemon::run(&rundir),
             Some("--stop") => ask_running_daemon(&rundir, "shutdown", 0),
