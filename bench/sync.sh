@@ -7,8 +7,11 @@
 # speed from minute to minute; the table gives medians, the spread
 # (min-max) and, for uzfs, daemon CPU seconds per GiB written and peak RSS.
 #
-# This is the baseline the intent log is measured against: today every
-# fsync commits a whole txg.
+# Also, on sync=standard and ext4 only: 1 MiB writes with an fsync after
+# each (MiB/s: the log copies them, so they are written twice) and sqlite3
+# inserts, one transaction each, journal_mode=WAL, synchronous=FULL
+# (transactions/s). The uzfs daemon's `zilstat` totals follow the table
+# (commits against log writes: group commit).
 #
 # usage: bench/sync.sh [--smoke]
 #   --smoke  one short round of each (CI: checks the harness)
@@ -87,6 +90,29 @@ run() {
   return 0
 }
 
+# seq1m DIR NAME ROUND: 1 MiB writes, fsync after each -> NAME-seq-ROUND.json
+seq1m() {
+  local out="$DATA/out/$2-seq-$3"
+  fio --name=s --directory="$1" --ioengine=psync --rw=write --bs=1M \
+      --size=$SIZE --runtime=$RUNTIME --time_based=1 --fsync=1 \
+      --overwrite=1 --output-format=json --output="$out.json" >/dev/null 2>&1
+}
+
+# sqlite DIR NAME ROUND: inserts, one transaction each -> NAME-sql-ROUND.txt (tx/s)
+sqlite() {
+  rm -f "$1/b.db" "$1/b.db-wal" "$1/b.db-shm"
+  python3 - "$1/b.db" "$RUNTIME" > "$DATA/out/$2-sql-$3.txt" <<'PY'
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute('PRAGMA journal_mode=WAL'); c.execute('PRAGMA synchronous=FULL')
+c.execute('CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)')
+end = time.time() + float(sys.argv[2]); n = 0; t0 = time.time()
+while time.time() < end:
+    c.execute('BEGIN'); c.execute('INSERT INTO t(v) VALUES(randomblob(200))'); c.execute('COMMIT'); n += 1
+print(n / (time.time() - t0))
+PY
+}
+
 STACKS="standard always disabled"
 [ $SMOKE = 0 ] && STACKS="$STACKS ext4"
 for r in $(seq 1 $ROUNDS); do
@@ -96,7 +122,14 @@ for r in $(seq 1 $ROUNDS); do
       run "$d" $s $jobs $r
     done
   done
+  for s in standard ext4; do
+    [ $s = ext4 ] && [ $SMOKE = 1 ] && continue
+    if [ $s = ext4 ]; then d="$DATA/ext4"; else d="$DATA/mnt/$s"; fi
+    seq1m "$d" $s $r
+    sqlite "$d" $s $r
+  done
 done
+ZIL=$($U zilstat -p sb)
 HWM=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
 
 python3 - "$DATA/out" "$STACKS" "$ROUNDS" "$HWM" "$(getconf CLK_TCK)" <<'PY'
@@ -129,4 +162,25 @@ for s in stacks:
         c = f"{med(cpu):.1f}" if cpu else "-"
         print(f"| {label} | {j} | {med(iops):.0f} ({min(iops):.0f}-{max(iops):.0f}) | {med(p99):.0f} ({min(p99):.0f}-{max(p99):.0f}) | {c} | {ratio} |")
 print(f"\nuzfs daemon peak RSS: {hwm // 1024} MiB. sync=always runs without fsync (each write is committed); its latency column is the write's.")
+print()
+print("| sync workload | uzfs sync=standard median (min-max) | ext4 median (min-max) | uzfs / ext4 |")
+print("|---|---|---|---|")
+for kind, label in (("seq", "1 MiB write + fsync each (MiB/s)"), ("sql", "sqlite3 WAL+FULL inserts (tx/s)")):
+    vals = {}
+    for s in ("standard", "ext4"):
+        v = []
+        for r in range(1, rounds + 1):
+            f = f"{out}/{s}-{kind}-{r}"
+            if kind == "seq" and os.path.exists(f + ".json"):
+                v.append(json.load(open(f + ".json"))["jobs"][0]["write"]["bw_bytes"] / 2**20)
+            elif kind == "sql" and os.path.exists(f + ".txt"):
+                v.append(float(open(f + ".txt").read() or 0))
+        vals[s] = v
+    u, e = vals["standard"], vals["ext4"]
+    fmt = lambda v: f"{med(v):.0f} ({min(v):.0f}-{max(v):.0f})" if v else "-"
+    ratio = f"{med(u) / med(e):.2f}" if u and e and med(e) else "-"
+    print(f"| {label} | {fmt(u)} | {fmt(e)} | {ratio} |")
 PY
+echo
+echo "uzfs zilstat totals (cc commits, cwc log writes: cc/cwc is the group commit):"
+echo "$ZIL"
