@@ -253,6 +253,12 @@ impl Daemon {
         {
             t.cache_bytes = m.max(1 << 20);
         }
+        if let Some(m) = std::env::var("UZFS_ZIL_MEM_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            t.zil_mem_max = m;
+        }
         if let Some(us) = std::env::var("UZFS_SCAN_DELAY_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
