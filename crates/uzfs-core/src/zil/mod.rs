@@ -451,10 +451,14 @@ impl Zil {
                     g.writing = None;
                     // Written or not, the batch's blocks are freed like any
                     // other once a committed header is past them.
-                    for b in g.chain.iter_mut() {
-                        if batch.blocks.iter().any(|(s, _, _)| *s == b.seq) {
-                            b.done = true;
+                    // The batch's blocks are the newest of the chain (the
+                    // chain holds a few seconds of blocks: not a scan).
+                    let first = batch.blocks.first().map_or(u64::MAX, |b| b.0);
+                    for b in g.chain.iter_mut().rev() {
+                        if b.seq < first {
+                            break;
                         }
+                        b.done = true;
                     }
                     if let Err(e) = r {
                         log::warn!(
