@@ -668,27 +668,11 @@ impl TopVdev {
                 v
             })
         };
-        let (mut failed, mut first_err, mut missed) = (0, None, Vec::new());
-        for o in outcomes {
-            let (ok, err, leaves) = o?;
-            missed.extend(leaves);
-            if !ok {
-                failed += 1;
-            }
-            if first_err.is_none() {
-                first_err = err;
-            }
-        }
-        if failed > self.redundancy() {
-            return Err(first_err.unwrap_or_else(|| {
-                Error::invalid(format!(
-                    "{}: too many devices unavailable to write",
-                    self.name()
-                ))
-            }));
-        }
-        note_missed(&missed, txg);
-        Ok(())
+        self.settle(
+            outcomes.into_iter(),
+            txg,
+            "too many devices unavailable to write",
+        )
     }
 
     /// Write several blocks born in `txg` (`(offset, phys, asize)` each, as
@@ -915,11 +899,24 @@ impl TopVdev {
         txg: u64,
         what: &str,
     ) -> Result<()> {
+        let outcomes = cols.map(|(child, op)| on_column(&usable_leaves(&self.children[child]), op));
+        self.settle(outcomes, txg, what)
+    }
+
+    /// Tally the columns' outcomes of one operation: more lost columns than
+    /// the redundancy is an error (power loss always); otherwise the leaves
+    /// that failed lack `txg` (DTL).
+    fn settle(
+        &self,
+        outcomes: impl Iterator<Item = Result<ColumnOutcome>>,
+        txg: u64,
+        what: &str,
+    ) -> Result<()> {
         let mut failed = 0;
         let mut first_err = None;
         let mut missed = Vec::new();
-        for (child, op) in cols {
-            let (ok, err, leaves) = on_column(&usable_leaves(&self.children[child]), op)?;
+        for o in outcomes {
+            let (ok, err, leaves) = o?;
             missed.extend(leaves);
             if !ok {
                 failed += 1;
