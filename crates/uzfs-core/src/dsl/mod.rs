@@ -346,6 +346,11 @@ impl Pool {
             wlock(&self.dsl.list).remove(&id);
             self.mos.free_object(id)?;
             lock(&self.dsl.doomed).push(x.os.clone());
+            // Its log blocks go back to the log class (a crash before the
+            // destroy commits brings the dataset back as of its last txg).
+            if let Some(z) = x.zil.get() {
+                z.close();
+            }
             gone.push(self.ds_name(&x.rel()));
         }
         *lock(&self.dsl.dirty) = true;
