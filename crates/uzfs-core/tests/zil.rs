@@ -251,3 +251,126 @@ fn fsync_on_a_full_pool_never_fails_or_loses_what_it_acknowledged() {
         assert_zdb_clean(&disks, "after filling");
     }
 }
+
+/// A separate log device: commits write there (not to the data vdevs), a
+/// power cut replays from it; missing at import it is refused unless the
+/// caller accepts losing its log (`zpool import -m`); failing under load,
+/// commits fall back to the pool and lose nothing.
+#[test]
+fn a_separate_log_device_takes_the_log_and_its_loss_loses_nothing() {
+    use uzfs_core::spa::TopSpec;
+    use uzfs_core::vdev::BlockDevice;
+    for seed in 0..3u64 {
+        let world = SimWorld::new();
+        let data: Vec<_> = (0..2)
+            .map(|i| world.disk(&format!("d{i}"), 96 * MIB))
+            .collect();
+        let slog = world.disk("slog", 64 * MIB);
+        let pool =
+            Pool::create("z", vec![spec(TopKind::Mirror, &data)], opts(seed)).expect("create");
+        pool.add_log_vdev(
+            spec(TopKind::Disk, std::slice::from_ref(&slog)),
+            None,
+            false,
+        )
+        .expect("add log");
+        let raidz = pool.add_log_vdev(
+            TopSpec {
+                kind: TopKind::raidz(1).expect("raidz1"),
+                leaves: vec![],
+            },
+            None,
+            false,
+        );
+        assert!(raidz.is_err(), "a raidz log device was taken");
+        assert_eq!(pool.log_vdevs(), vec![1]);
+        pool.format_root_fs().expect("format");
+        let (fs, _ctx) = mount_with(&pool, "z");
+        let f = create(&fs, b"first");
+        fs.fsync(f).expect("fsync");
+        pool.sync().expect("sync");
+        let tops = pool.io.tops();
+        let writes = |t: usize| -> u64 {
+            tops[t]
+                .leaves()
+                .iter()
+                .map(|l| l.stats.writes.load(Ordering::Relaxed))
+                .sum()
+        };
+        let (d0, l0) = (writes(0), writes(1));
+        let mut want = Vec::new();
+        for i in 0..30u64 {
+            let name = format!("f{i}");
+            let ino = create(&fs, name.as_bytes());
+            let bytes = pattern(seed * 100 + i, 3000 + i as usize * 500);
+            fs.write(ino, 0, &bytes).expect("write");
+            fs.fsync(ino).expect("fsync");
+            want.push((name, bytes));
+        }
+        assert!(
+            writes(1) >= l0 + 30,
+            "seed {seed}: the log device took no log writes"
+        );
+        assert_eq!(
+            writes(0),
+            d0,
+            "seed {seed}: log writes went to the data vdev"
+        );
+        // The log device fails: later commits go to the pool's own space.
+        slog.fail_writes(true);
+        for i in 30..45u64 {
+            let name = format!("f{i}");
+            let ino = create(&fs, name.as_bytes());
+            let bytes = pattern(seed * 100 + i, 2000);
+            fs.write(ino, 0, &bytes).expect("write");
+            fs.fsync(ino).unwrap_or_else(|e| {
+                panic!("seed {seed}: fsync {i} with the log device failing: errno {e}")
+            });
+            want.push((name, bytes));
+        }
+        let images = world.crash(&mut SimRng::new(seed));
+        drop(fs);
+        drop(pool);
+        let (disks, pool) = import_images(images.clone(), seed);
+        let (fs, _ctx) = mount_with(&pool, "z");
+        for (name, bytes) in &want {
+            assert_eq!(
+                read_all(&fs, name.as_bytes()).as_deref(),
+                Some(&bytes[..]),
+                "seed {seed}: {name} after the crash"
+            );
+        }
+        drop(fs);
+        pool.export().expect("export");
+        assert_zdb_clean(&disks, "with a log device");
+        // Without the log device: refused, unless its log may be lost.
+        let w = SimWorld::new();
+        let kept: Vec<_> = common::images(&disks)
+            .into_iter()
+            .filter(|(n, _)| n != "slog")
+            .collect();
+        let (_d, found) = find(&w, kept);
+        let e = Pool::import(&found, None, tunables())
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("log device missing"), "{e}");
+        let pool = Pool::import(
+            &found,
+            None,
+            uzfs_core::spa::Tunables {
+                missing_log_ok: true,
+                ..tunables()
+            },
+        )
+        .expect("import -m");
+        let (fs, _ctx) = mount_with(&pool, "z");
+        assert!(
+            read_all(&fs, b"f0").is_some(),
+            "seed {seed}: committed data gone"
+        );
+        // Still takes synchronous writes (through the pool's space).
+        let g = create(&fs, b"after");
+        fs.fsync(g).expect("fsync without the log device");
+        let _ = slog.name();
+    }
+}

@@ -277,6 +277,7 @@ impl Daemon {
         new_name: Option<&str>,
         mount: bool,
         readonly: bool,
+        missing_log: bool,
     ) -> Result<Arc<Pool>, String> {
         let name = new_name.unwrap_or(&found.config.name).to_string();
         if self
@@ -297,6 +298,7 @@ impl Daemon {
         }
         let tun = Tunables {
             readonly,
+            missing_log_ok: missing_log,
             ..Self::tunables()
         };
         let pool = Pool::import(found, new_name, tun).map_err(|e| e.to_string())?;
@@ -329,7 +331,7 @@ impl Daemon {
                     .insert(e.name.clone(), a.clone());
             }
             match found {
-                Some(f) => match self.import(&f, Some(&e.name), true, e.readonly) {
+                Some(f) => match self.import(&f, Some(&e.name), true, e.readonly, false) {
                     Ok(_) => log::info!("imported '{}' from the cache", e.name),
                     Err(err) => {
                         log::error!("cannot re-import '{}': {err}", e.name)

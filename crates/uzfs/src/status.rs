@@ -28,7 +28,12 @@ pub fn pool_health(p: &Pool) -> &'static str {
         return "SUSPENDED";
     }
     let tops = p.io.tops();
-    if tops.iter().any(|t| !t.is_functional()) {
+    let logs = p.log_vdevs();
+    // A log device lost costs latency, not data: the pool is DEGRADED.
+    if tops
+        .iter()
+        .any(|t| !t.is_functional() && !logs.contains(&t.id))
+    {
         return "UNAVAIL";
     }
     if tops.iter().any(|t| t.health() != "ONLINE") {
@@ -303,8 +308,21 @@ fn column_rows(
 
 fn tree_rows(p: &Pool, health: &str, resilvering: bool) -> Vec<Vec<String>> {
     let mut rows = vec![zero_row(p.name.clone(), health)];
-    for t in p.io.tops() {
-        top_rows(&t, resilvering, &mut rows);
+    let logs = p.log_vdevs();
+    let tops = p.io.tops();
+    for t in tops.iter().filter(|t| !logs.contains(&t.id)) {
+        top_rows(t, resilvering, &mut rows);
+    }
+    if !logs.is_empty() {
+        // OpenZFS's "logs" heading: a name and nothing else.
+        let mut h = zero_row("logs".into(), "");
+        for c in h.iter_mut().skip(1) {
+            c.clear();
+        }
+        rows.push(h);
+        for t in tops.iter().filter(|t| logs.contains(&t.id)) {
+            top_rows(t, resilvering, &mut rows);
+        }
     }
     rows
 }

@@ -176,15 +176,22 @@ pub type Devices = Vec<(String, Arc<dyn BlockDevice>)>;
 pub struct VdevSpec {
     pub tops: Vec<TopSpec>,
     pub spares: Devices,
+    /// Separate intent-log devices (`log dev... | log mirror dev...`).
+    pub logs: Vec<TopSpec>,
 }
 
-/// Parse `dev | mirror dev... | raidz[1-3] dev... | spare dev...` (zpoolconcepts(7)).
+/// Parse `dev | mirror dev... | raidz[1-3] dev... | spare dev... | log
+/// [mirror] dev...` (zpoolconcepts(7)).
 pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
     let mut specs: Vec<TopSpec> = Vec::new();
     let mut spares = Vec::new();
+    let mut logs: Vec<TopSpec> = Vec::new();
+    // After `log`, top-level vdevs are log devices (until `spare`).
+    let mut in_log = false;
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
+        let specs = if in_log { &mut logs } else { &mut specs };
         let group = |i: &mut usize| -> Result<Devices, String> {
             let mut leaves = Vec::new();
             *i += 1;
@@ -212,6 +219,12 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                     .strip_prefix("raidz")
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(1);
+                if in_log {
+                    return Err(
+                        "invalid vdev specification: a log device is a disk or a mirror, not raidz"
+                            .into(),
+                    );
+                }
                 let kind = TopKind::raidz(np).ok_or("invalid raidz parity")?;
                 let leaves = group(&mut i)?;
                 // As OpenZFS: one data column at least (raidz1 of two
@@ -225,6 +238,7 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                 specs.push(TopSpec { kind, leaves });
             }
             "spare" => {
+                in_log = false;
                 let leaves = group(&mut i)?;
                 if leaves.is_empty() {
                     return Err(
@@ -238,7 +252,17 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                     "invalid vdev specification: unknown vdev type '{k}'"
                 ));
             }
-            "log" | "cache" | "special" | "dedup" => {
+            "log" => {
+                if args
+                    .get(i + 1)
+                    .is_none_or(|n| is_keyword(n) && n != "mirror")
+                {
+                    return Err("invalid vdev specification: log requires at least 1 device".into());
+                }
+                in_log = true;
+                i += 1;
+            }
+            "cache" | "special" | "dedup" => {
                 return Err(format!(
                     "invalid vdev specification: '{a}' devices are not supported yet"
                 ));
@@ -252,12 +276,13 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
             }
         }
     }
-    if specs.is_empty() && spares.is_empty() {
+    if specs.is_empty() && spares.is_empty() && logs.is_empty() {
         return Err("missing vdev specification".into());
     }
     Ok(VdevSpec {
         tops: specs,
         spares,
+        logs,
     })
 }
 
@@ -445,6 +470,7 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     let VdevSpec {
         tops: specs,
         spares,
+        logs,
     } = match parse_vdevs(&rest[1..], cwd) {
         Ok(s) if s.tops.is_empty() => {
             return err(format!(
@@ -456,9 +482,10 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     };
     if has(&o, 'n') {
         let (tops, spares) = named(&specs, &spares);
+        let (logs, _) = named(&logs, &Vec::new());
         return Response::ok(format!(
             "would create '{name}' with the following layout:\n\n{}",
-            layout(name, &tops, &spares)
+            layout(name, &tops, &spares, &logs)
         ));
     }
     let force = has(&o, 'f');
@@ -466,6 +493,12 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         Ok(p) => p,
         Err(e) => return err(format!("cannot create '{name}': {e}")),
     };
+    for spec in logs {
+        if let Err(e) = pool.add_log_vdev(spec, None, force) {
+            let _ = pool.destroy();
+            return err(format!("cannot create '{name}': {e}"));
+        }
+    }
     if !spares.is_empty() {
         if let Err(e) = pool.add_spares(spares, force) {
             let _ = pool.destroy();
@@ -536,6 +569,7 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     let VdevSpec {
         tops: specs,
         spares,
+        logs,
     } = match parse_vdevs(&rest[1..], cwd) {
         Ok(s) => s,
         Err(e) => return err(format!("cannot add to '{name}': {e}")),
@@ -543,6 +577,7 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     if has(&o, 'n') {
         // The layout the pool would have; nothing is opened for writing.
         let cfg = pool.config();
+        let mut new_normal: Vec<(TopKind, Vec<String>)> = Vec::new();
         let mut tops: Vec<(TopKind, Vec<String>)> = cfg
             .vdev_tree
             .iter()
@@ -550,11 +585,22 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             .collect();
         let mut all_spares: Vec<String> = cfg.spares.iter().map(|l| l.path.clone()).collect();
         let (new_tops, new_spares) = named(&specs, &spares);
+        let (new_logs, _) = named(&logs, &Vec::new());
+        let mut all_logs: Vec<(TopKind, Vec<String>)> = Vec::new();
+        for (t, c) in tops.drain(..).zip(cfg.vdev_tree.iter()) {
+            if c.log {
+                all_logs.push(t);
+            } else {
+                new_normal.push(t);
+            }
+        }
+        let mut tops = std::mem::take(&mut new_normal);
         tops.extend(new_tops);
+        all_logs.extend(new_logs);
         all_spares.extend(new_spares);
         return Response::ok(format!(
             "would update '{name}' to the following configuration:\n\n{}",
-            layout(name, &tops, &all_spares)
+            layout(name, &tops, &all_spares, &all_logs)
         ));
     }
     if !spares.is_empty() {
@@ -565,6 +611,11 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     }
     for spec in specs {
         if let Err(e) = pool.add_vdev(spec, ashift, has(&o, 'f')) {
+            return err(format!("cannot add to '{name}': {e}"));
+        }
+    }
+    for spec in logs {
+        if let Err(e) = pool.add_log_vdev(spec, ashift, has(&o, 'f')) {
             return err(format!("cannot add to '{name}': {e}"));
         }
     }
@@ -586,9 +637,19 @@ fn named(specs: &[TopSpec], spares: &Devices) -> (Vec<(TopKind, Vec<String>)>, V
 
 /// A pool layout as `zpool create -n` / `zpool add -n` print it (the
 /// config part of `zpool status`, without states).
-fn layout(name: &str, tops: &[(TopKind, Vec<String>)], spares: &[String]) -> String {
+fn layout(
+    name: &str,
+    tops: &[(TopKind, Vec<String>)],
+    spares: &[String],
+    logs: &[(TopKind, Vec<String>)],
+) -> String {
     let mut out = format!("\t{name}\n");
-    for (kind, leaves) in tops {
+    let logs_head = (!logs.is_empty()).then_some((TopKind::Disk, Vec::new()));
+    for (i, (kind, leaves)) in tops.iter().chain(logs_head.iter()).chain(logs).enumerate() {
+        if i == tops.len() && leaves.is_empty() {
+            out.push_str("\tlogs\n");
+            continue;
+        }
         if *kind == TopKind::Disk {
             out.push_str(&format!(
                 "\t  {}\n",
@@ -1178,7 +1239,7 @@ fn import(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         } else {
             f
         };
-        let pool = match d.import(f, new_name, !has(&o, 'N'), readonly) {
+        let pool = match d.import(f, new_name, !has(&o, 'N'), readonly, has(&o, 'm')) {
             Ok(p) => p,
             Err(e) => return err(e),
         };

@@ -96,6 +96,10 @@ pub struct TopConfig {
     pub ms_array: u64,
     pub flush: FlushPolicy,
     pub children: Vec<LeafConfig>,
+    /// A separate intent-log device (`zpool add POOL log DEV`): lent whole
+    /// to the log class, never used for other blocks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -244,7 +244,9 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
             children,
         });
         let present = top.leaves().iter().filter(|l| !l.is_missing()).count();
-        if present == 0 || top.dead_columns() > top.redundancy() {
+        // A log device holds no data of the pool: whether the pool can do
+        // without it is the intent log's call (`zil/replay.rs`).
+        if !t.log && (present == 0 || top.dead_columns() > top.redundancy()) {
             return Err(Error::invalid(format!(
                 "cannot import '{}': one or more devices is currently unavailable:\n\t{}",
                 cfg.name,

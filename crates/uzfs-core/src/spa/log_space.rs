@@ -72,6 +72,7 @@ struct Chunk {
     used: u64,
     /// Blocks allocated from the chunk and not yet freed.
     live: u32,
+    on_log_dev: bool,
 }
 
 #[derive(Default)]
@@ -83,6 +84,8 @@ struct Inner {
     handed: u64,
     /// Blocks of logs found at import, claimed until replay commits.
     claimed: Vec<LogLoc>,
+    /// Vdevs not to lend from or allocate on (a failed log device).
+    avoid: Vec<u32>,
 }
 
 #[derive(Default)]
@@ -99,7 +102,9 @@ impl LogSpace {
     pub fn alloc(&self, psize: u32) -> Option<LogLoc> {
         let mut g = lock(&self.inner);
         let g = &mut *g;
-        for c in &mut g.chunks {
+        // Chunks on log devices first (they exist to take the log).
+        g.chunks.sort_by_key(|c| !c.on_log_dev);
+        for c in g.chunks.iter_mut().filter(|c| !g.avoid.contains(&c.vdev)) {
             if c.live == 0 {
                 c.used = 0;
             }
@@ -139,14 +144,31 @@ impl LogSpace {
     /// 1/32 of it (the slop the sync itself needs): past that, commits
     /// wait for the txg instead.
     pub fn borrow(&self, alloc: &mut Allocator) -> bool {
-        let total = alloc.total_space();
-        let lent = self.lent_bytes();
-        if lent >= (total / 64).max(CHUNK) || alloc.allocatable_space() < total / 32 + 2 * CHUNK {
-            return false;
-        }
-        let Some(v) = (0..alloc.vdevs.len()).max_by_key(|&v| alloc.vdevs[v].allocatable_space())
-        else {
-            return false;
+        // A log device first: all of it is the log class's. (A log device
+        // that cannot take writes is not lent from; `set_avoid`.)
+        let avoid = lock(&self.inner).avoid.clone();
+        let log_dev = (0..alloc.vdevs.len())
+            .filter(|&v| alloc.vdevs[v].log && !avoid.contains(&(v as u32)))
+            .max_by_key(|&v| alloc.vdevs[v].allocatable_space())
+            .filter(|&v| alloc.vdevs[v].allocatable_space() >= 2 * CHUNK);
+        let v = match log_dev {
+            Some(v) => v,
+            None => {
+                let total = alloc.total_space();
+                let lent = self.lent_bytes();
+                if lent >= (total / 64).max(CHUNK)
+                    || alloc.allocatable_space() < total / 32 + 2 * CHUNK
+                {
+                    return false;
+                }
+                match (0..alloc.vdevs.len())
+                    .filter(|&v| !alloc.vdevs[v].log)
+                    .max_by_key(|&v| alloc.vdevs[v].allocatable_space())
+                {
+                    Some(v) => v,
+                    None => return false,
+                }
+            }
         };
         let vd = &alloc.vdevs[v];
         let geom = Geom {
@@ -158,6 +180,7 @@ impl LogSpace {
         let Some(offset) = alloc.lend(v, size) else {
             return false;
         };
+        let on_log_dev = alloc.vdevs[v].log;
         let mut g = lock(&self.inner);
         g.chunks.push(Chunk {
             vdev: v as u32,
@@ -166,6 +189,7 @@ impl LogSpace {
             geom,
             used: 0,
             live: 0,
+            on_log_dev,
         });
         g.borrowed += 1;
         true
@@ -180,9 +204,13 @@ impl LogSpace {
         g.borrowed = 0;
         let mut free = 0;
         let mut keep = Vec::with_capacity(g.chunks.len());
+        // With a log device that takes writes, idle chunks of the pool's
+        // own space go back: the log belongs there.
+        let log_dev =
+            (0..alloc.vdevs.len()).any(|v| alloc.vdevs[v].log && !g.avoid.contains(&(v as u32)));
         for c in std::mem::take(&mut g.chunks) {
             if c.live == 0 {
-                if free >= want {
+                if free >= want || (log_dev && !c.on_log_dev) {
                     alloc.give_back(c.vdev as usize, c.offset, c.size);
                     continue;
                 }
@@ -248,6 +276,30 @@ impl LogSpace {
         for l in std::mem::take(&mut lock(&self.inner).claimed) {
             alloc.give_back(l.vdev as usize, l.offset, l.asize);
         }
+    }
+
+    /// Stop (or resume) allocating on vdev `v` (a log device whose write
+    /// failed, or one being removed); its idle chunks go back.
+    pub fn set_avoid(&self, v: u32, on: bool, alloc: Option<&mut Allocator>) {
+        let mut g = lock(&self.inner);
+        g.avoid.retain(|&x| x != v);
+        if on {
+            g.avoid.push(v);
+            if let Some(alloc) = alloc {
+                g.chunks.retain(|c| {
+                    if c.vdev != v || c.live > 0 {
+                        return true;
+                    }
+                    alloc.give_back(c.vdev as usize, c.offset, c.size);
+                    false
+                });
+            }
+        }
+    }
+
+    /// The vdevs avoided now.
+    pub fn avoided(&self) -> Vec<u32> {
+        lock(&self.inner).avoid.clone()
     }
 
     /// Give every chunk back (export).

@@ -80,6 +80,9 @@ pub struct VdevAlloc {
     pub ms_shift: u8,
     pub metaslabs: Vec<Metaslab>,
     pub active: usize,
+    /// A log device: only the log class takes space here (`log_space.rs`);
+    /// not counted in the pool's space.
+    pub log: bool,
 }
 
 impl VdevAlloc {
@@ -93,6 +96,7 @@ impl VdevAlloc {
             ms_shift,
             metaslabs: Vec::new(),
             active: 0,
+            log: false,
         };
         v.grow(asize, sm_objs);
         v
@@ -158,6 +162,7 @@ impl VdevAlloc {
             v.dcols = c.children.len();
             v.nparity = c.kind.nparity();
         }
+        v.log = c.log;
         v
     }
 
@@ -236,20 +241,25 @@ impl Allocator {
         }
     }
 
+    /// The vdevs that take ordinary blocks (not log devices).
+    fn normal(&self) -> impl Iterator<Item = &VdevAlloc> {
+        self.vdevs.iter().filter(|v| !v.log)
+    }
+
     pub fn free_space(&self) -> u64 {
-        self.vdevs.iter().map(|v| v.free_space()).sum()
+        self.normal().map(|v| v.free_space()).sum()
     }
     /// Bytes the allocator can hand out now (deferred frees excluded).
     pub fn allocatable_space(&self) -> u64 {
-        self.vdevs.iter().map(|v| v.allocatable_space()).sum()
+        self.normal().map(|v| v.allocatable_space()).sum()
     }
     pub fn total_space(&self) -> u64 {
-        self.vdevs.iter().map(|v| v.asize).sum()
+        self.normal().map(|v| v.asize).sum()
     }
 
     /// `total_space` deflated (`VdevAlloc::deflate`).
     pub fn deflated_space(&self) -> u64 {
-        self.vdevs.iter().map(|v| v.deflate(v.asize)).sum()
+        self.normal().map(|v| v.deflate(v.asize)).sum()
     }
 
     /// What a block is charged to its dataset: each copy's allocated
@@ -318,8 +328,7 @@ impl Allocator {
 
     /// The longest free extent on any vdev (fragmentation, for errors).
     pub fn largest_free(&self) -> u64 {
-        self.vdevs
-            .iter()
+        self.normal()
             .flat_map(|v| &v.metaslabs)
             .flat_map(|m| m.free.iter().map(|(_, len)| len))
             .max()
@@ -327,8 +336,8 @@ impl Allocator {
     }
 
     fn quota(&self, v: usize) -> u64 {
-        let n = self.vdevs.len() as u64;
-        let total: u64 = self.vdevs.iter().map(|v| v.allocatable_space()).sum();
+        let n = self.normal().count() as u64;
+        let total: u64 = self.allocatable_space();
         if total == 0 {
             return ALIQUOT;
         }
@@ -339,19 +348,25 @@ impl Allocator {
     /// Allocate `copies` DVAs for a block of `psize` physical bytes, each on a
     /// different vdev where there are several.
     pub fn alloc(&mut self, psize: u64, copies: usize) -> Result<Vec<Dva>> {
-        let n = self.vdevs.len();
+        // Positions walk the vdevs that take ordinary blocks (log devices
+        // are the log class's, `log_space.rs`).
+        let normal: Vec<usize> = (0..self.vdevs.len())
+            .filter(|&v| !self.vdevs[v].log)
+            .collect();
+        let n = normal.len();
         if n == 0 {
             return Err(Error::NoSpace);
         }
+        let pos = |v: usize| normal.iter().position(|&x| x >= v).unwrap_or(0);
         let mut out: Vec<(Dva, usize)> = Vec::with_capacity(copies);
         for copy in 0..copies {
             let start = match out.last() {
-                None => self.rotor,
-                Some((d, _)) => (d.vdev as usize + 1) % n,
+                None => pos(self.rotor),
+                Some((d, _)) => (pos(d.vdev as usize) + 1) % n,
             };
             let mut got = None;
             for k in 0..n {
-                let v = (start + k) % n;
+                let v = normal[(start + k) % n];
                 // Prefer a vdev no earlier copy uses; fall back to any.
                 let prev_same = out.iter().find(|(d, _)| d.vdev as usize == v);
                 if prev_same.is_some() && k + 1 < n && out.len() < n {
@@ -392,7 +407,7 @@ impl Allocator {
                     if copy == 0 {
                         self.rotor_bytes += g.0.asize;
                         if self.rotor_bytes >= self.quota(self.rotor) {
-                            self.rotor = (self.rotor + 1) % n;
+                            self.rotor = normal[(pos(self.rotor) + 1) % n];
                             self.rotor_bytes = 0;
                         } else if g.0.vdev as usize != self.rotor {
                             self.rotor = g.0.vdev as usize;

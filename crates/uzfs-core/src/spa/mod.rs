@@ -344,6 +344,7 @@ pub(crate) fn build_top(
             .iter()
             .map(|c| LeafConfig::new(c.guid, c.path.clone()))
             .collect(),
+        log: false,
     };
     let top = Arc::new(TopVdev {
         id,
@@ -726,6 +727,17 @@ impl Pool {
         lock(&self.txg).synced
     }
 
+    /// Ids of the top-level vdevs that are separate log devices.
+    pub fn log_vdevs(&self) -> Vec<u32> {
+        self.published()
+            .config
+            .vdev_tree
+            .iter()
+            .filter(|t| t.log)
+            .map(|t| t.id)
+            .collect()
+    }
+
     /// What the import's intent-log replay did.
     pub fn replay_report(&self) -> crate::zil::ReplayReport {
         *lock(&self.replay_report)
@@ -778,6 +790,21 @@ impl Pool {
 
     /// `zpool add`: a new top-level vdev, committed before returning.
     pub fn add_vdev(&self, spec: TopSpec, ashift: Option<u8>, force: bool) -> Result<()> {
+        self.add_top(spec, ashift, force, false)
+    }
+
+    /// `zpool add POOL log ...`: a separate intent-log device. Its space is
+    /// the log class's alone (`log_space.rs`) and not in the pool's size.
+    pub fn add_log_vdev(&self, spec: TopSpec, ashift: Option<u8>, force: bool) -> Result<()> {
+        if spec.kind.is_raidz() {
+            return Err(Error::invalid(
+                "a log device is a disk or a mirror, not raidz",
+            ));
+        }
+        self.add_top(spec, ashift, force, true)
+    }
+
+    fn add_top(&self, spec: TopSpec, ashift: Option<u8>, force: bool, log: bool) -> Result<()> {
         let _g = self.sync_guard()?;
         if !force {
             for (path, dev) in &spec.leaves {
@@ -798,6 +825,7 @@ impl Pool {
             .map_or(FlushPolicy::Honor, |t| t.flush);
         let mut rng = st.guid_rng;
         let (top, mut cfg) = build_top(id, &spec, ashift, flush, &mut rng)?;
+        cfg.log = log;
         st.guid_rng = rng;
         for c in top.leaves() {
             label::clear(&*c.dev)?;

@@ -128,6 +128,9 @@ pub struct Tunables {
     /// past it the open txg is no longer logged and an fsync that needs it
     /// waits for it to commit. Default 64 MiB.
     pub zil_mem_max: u64,
+    /// `zpool import -m`: import even if a log device is missing (what
+    /// its intent log held is lost).
+    pub missing_log_ok: bool,
 }
 
 fn ram_bytes() -> u64 {
@@ -159,6 +162,7 @@ impl Default for Tunables {
             mmp_import_intervals: 10,
             readonly: false,
             zil_mem_max: 64 << 20,
+            missing_log_ok: false,
         }
     }
 }
@@ -290,7 +294,7 @@ impl SyncWriter<'_> {
         let n = self.alloc.vdevs.len();
         let mut d = [Dva::default(); 3];
         for c in 0..(copies as usize).min(3) {
-            let mut order: Vec<usize> = (0..n).collect();
+            let mut order: Vec<usize> = (0..n).filter(|&v| !self.alloc.vdevs[v].log).collect();
             order.sort_by_key(|v| d[..c].iter().any(|x| x.vdev as usize == *v));
             let mut got = None;
             for v in order {
@@ -634,6 +638,25 @@ impl BlockWriter for SyncWriter<'_> {
     }
 }
 
+/// Flush a top-level vdev for the txg being committed. A separate log
+/// device holds nothing of the txg (its labels and uberblocks are copies
+/// like any other): its failure must not fail the sync, only the log's own
+/// writes, which fall back to the pool (`zil/`).
+fn flush_unless_log(
+    t: &crate::vdev::TopVdev,
+    config: &super::config::PoolConfig,
+    txg: u64,
+) -> Result<()> {
+    let log = config.vdev_tree.get(t.id as usize).is_some_and(|c| c.log);
+    match t.flush(txg) {
+        Err(e) if log && !matches!(e, Error::PowerLost) => {
+            log::warn!("log device {}: flush failed: {e}", t.name());
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 /// Mark the features in `used` active in `config` (those enabled and not
 /// yet active); returns whether any changed.
 fn activate(config: &mut super::config::PoolConfig, used: BTreeSet<&'static str>) -> bool {
@@ -925,7 +948,9 @@ impl Pool {
         let t_flush0 = Instant::now();
         let sus = &self.io.suspension;
         for t in &tops {
-            sus.io(&self.name, "cache flush", wait, || t.flush(txg))?;
+            sus.io(&self.name, "cache flush", wait, || {
+                flush_unless_log(t, &st.config, txg)
+            })?;
         }
         log::debug!(
             "pool '{}' txg {txg}: {} MiB dirty, data {:?}, mos {:?}, flush {:?}",
@@ -971,11 +996,19 @@ impl Pool {
             Ok(())
         })?;
         for t in &tops {
-            sus.io(&self.name, "cache flush", wait, || t.flush(txg))?;
+            sus.io(&self.name, "cache flush", wait, || {
+                flush_unless_log(t, &st.config, txg)
+            })?;
         }
         // Committed.
         st.alloc.sync_done();
         self.log_space.rebalance(&mut st.alloc);
+        // A log device that came back (zpool clear, online) is used again.
+        for v in self.log_space.avoided() {
+            if self.io.top(v).is_ok_and(|t| t.is_functional()) {
+                self.log_space.set_avoid(v, false, None);
+            }
+        }
         self.snapshot_space(&st.alloc);
 
         st.config_dirty = false;
@@ -1127,7 +1160,7 @@ impl Pool {
                 let _ = sp.flush();
             }
             for t in tops {
-                t.flush(txg)?;
+                flush_unless_log(t, config, txg)?;
             }
         }
         Ok(())

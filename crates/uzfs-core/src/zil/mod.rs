@@ -461,6 +461,13 @@ impl Zil {
                         b.done = true;
                     }
                     if let Err(e) = r {
+                        // A log device that can no longer take writes is
+                        // passed over until it can (pool space serves).
+                        for (_, loc, _) in &batch.blocks {
+                            if pool.io.top(loc.vdev).is_ok_and(|t| !t.is_functional()) {
+                                pool.log_space.set_avoid(loc.vdev, true, None);
+                            }
+                        }
                         log::warn!(
                             "pool '{}': intent log write failed ({e}); committing the txg instead",
                             pool.name

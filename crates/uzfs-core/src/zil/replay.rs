@@ -22,6 +22,50 @@ impl Pool {
     /// counts what it leaves unreplayed.
     pub(crate) fn replay_logs(&self, committed: u64) -> Result<ReplayReport> {
         let mut report = ReplayReport::default();
+        // A log device that is not there: its part of the log cannot be
+        // read. OpenZFS refuses such an import unless `-m`. (One that was
+        // faulted before the last txg holds nothing needed: commits moved
+        // to the pool's space and a txg carried what it had.)
+        let logs = self.log_vdevs();
+        for t in self.io.tops().iter().filter(|t| logs.contains(&t.id)) {
+            if !t.is_functional() {
+                self.log_space.set_avoid(t.id, true, None);
+            }
+        }
+        let missing: Vec<(u32, String)> = self
+            .io
+            .tops()
+            .iter()
+            .filter(|t| logs.contains(&t.id) && t.leaves().iter().all(|l| l.is_missing()))
+            .map(|t| {
+                (
+                    t.id,
+                    t.leaves()
+                        .iter()
+                        .map(|l| l.path.clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+            })
+            .collect();
+        if !missing.is_empty() {
+            let list: Vec<&str> = missing.iter().map(|m| m.1.as_str()).collect();
+            if !self.tun.missing_log_ok && !self.tun.readonly {
+                return Err(Error::invalid(format!(
+                    "cannot import '{}': log device missing ({}): the last synchronous writes may be on it; 'zpool import -m' imports without it and discards what it held",
+                    self.name,
+                    list.join("; ")
+                )));
+            }
+            for (v, _) in &missing {
+                self.log_space.set_avoid(*v, true, None);
+            }
+            log::warn!(
+                "pool '{}': log device missing ({}): intent log records on it are discarded",
+                self.name,
+                list.join("; ")
+            );
+        }
         for ds in self.datasets() {
             let Some(h) = LogHeader::decode(ds.os.opened_log_header()) else {
                 continue;
