@@ -255,7 +255,7 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
             "log" => {
                 if args
                     .get(i + 1)
-                    .is_none_or(|n| is_keyword(n) && n != "mirror")
+                    .is_none_or(|n| is_keyword(n) && n != "mirror" && !n.starts_with("raidz"))
                 {
                     return Err("invalid vdev specification: log requires at least 1 device".into());
                 }

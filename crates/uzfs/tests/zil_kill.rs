@@ -167,3 +167,92 @@ fn committed_transactions_survive_daemon_kills() {
     assert!(cc >= 20 && cwc > 0, "zilstat shows no log writes:\n{z}");
     e.export_and_zdb("tank");
 }
+
+#[test]
+fn log_devices_from_the_command_line() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let (a, b, l1, l2, l3) = (
+        e.disk("a", 256),
+        e.disk("b", 256),
+        e.disk("l1", 128),
+        e.disk("l2", 128),
+        e.disk("l3", 128),
+    );
+    let dry = e.ok(&[
+        "zpool", "create", "-n", "tank", "mirror", &a, &b, "log", &l1,
+    ]);
+    assert!(dry.contains("\tlogs\n"), "{dry}");
+    e.fails(
+        &["zpool", "create", "tank", &a, "log", "raidz", &l1, &l2],
+        1,
+        "not raidz",
+    );
+    e.fails(&["zpool", "create", "tank", &a, "log"], 1, "log requires");
+    e.ok(&["zpool", "create", "tank", "mirror", &a, &b, "log", &l1]);
+    let size_before = e.ok(&["zpool", "list", "-Hp", "-o", "size", "tank"]);
+    e.ok(&["zpool", "add", "tank", "log", "mirror", &l2, &l3]);
+    // Log devices are not pool space.
+    assert_eq!(
+        e.ok(&["zpool", "list", "-Hp", "-o", "size", "tank"]),
+        size_before
+    );
+    let st = e.ok(&["zpool", "status", "tank"]);
+    let logs_at = st
+        .find("\tlogs")
+        .unwrap_or_else(|| panic!("no logs section:\n{st}"));
+    let tail = &st[logs_at..];
+    assert!(tail.contains(&l1) && tail.contains("mirror-2"), "{st}");
+    assert!(!st[..logs_at].contains(&l1), "{st}");
+    // fsyncs go to the log devices.
+    let m = e.dir.path().join("mnt/tank");
+    let py = "import os,sys\nfd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o644)\nfor i in range(50):\n    os.pwrite(fd,b'y'*4096,i*4096); os.fsync(fd)\n";
+    let o = Command::new("/usr/bin/python3")
+        .args(["-c", py])
+        .arg(m.join("f"))
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let io = e.ok(&["zpool", "iostat", "-vp", "tank"]);
+    let w = |dev: &str| -> u64 {
+        io.lines()
+            .find(|l| l.split_whitespace().next() == Some(dev))
+            .and_then(|l| l.split_whitespace().nth(4))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no write ops for {dev}:\n{io}"))
+    };
+    assert!(
+        w(&l1) + w(&l2) >= 40,
+        "the log devices took no writes:\n{io}"
+    );
+    // Killed, the daemon replays from the log devices.
+    e.kill_daemon();
+    e.ok(&["zpool", "status", "tank"]);
+    assert_eq!(std::fs::read(m.join("f")).expect("f").len(), 50 * 4096);
+    e.export_and_zdb("tank");
+    // A missing log device: import refuses, -m imports without it.
+    std::fs::remove_file(&l1).expect("rm l1");
+    e.fails(
+        &[
+            "zpool",
+            "import",
+            "-d",
+            &e.dir.path().display().to_string(),
+            "tank",
+        ],
+        1,
+        "log device missing",
+    );
+    e.ok(&[
+        "zpool",
+        "import",
+        "-m",
+        "-d",
+        &e.dir.path().display().to_string(),
+        "tank",
+    ]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(st.contains("state: DEGRADED"), "{st}");
+}
