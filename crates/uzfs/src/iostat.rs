@@ -121,7 +121,29 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
             c: Counters::default(),
         }];
         let mut total = Counters::default();
-        for (i, t) in p.io.tops().iter().enumerate() {
+        // Data vdevs, then the separate log devices under "logs".
+        let logs = p.log_vdevs();
+        let tops = p.io.tops();
+        let mut order: Vec<(usize, &std::sync::Arc<uzfs_core::vdev::TopVdev>)> = tops
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !logs.contains(&t.id))
+            .collect();
+        let first_log = order.len();
+        order.extend(
+            tops.iter()
+                .enumerate()
+                .filter(|(_, t)| logs.contains(&t.id)),
+        );
+        for (k, (i, t)) in order.into_iter().enumerate() {
+            if k == first_log {
+                nodes.push(Node {
+                    name: "logs".into(),
+                    depth: 0,
+                    space: None,
+                    c: Counters::default(),
+                });
+            }
             let leaves = t.leaves();
             let mut tc = Counters::default();
             let kids: Vec<Node> = leaves

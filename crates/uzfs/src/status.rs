@@ -488,6 +488,10 @@ pub fn render_with(p: &Pool, now: u64, show: Show) -> String {
         .max(10);
     // zpool status: "\t%-*s  %-8s %5s %5s %5s  %s" (-s: one more %5s)
     let line = |r: &[String]| -> String {
+        // A section heading ("logs"): the name alone.
+        if r[1..].iter().all(|c| c.is_empty()) {
+            return format!("\t{}\n", r[0]);
+        }
         let mut l = format!(
             "\t{:<namew$}  {:<8} {:>5} {:>5} {:>5}",
             r[0], r[1], r[2], r[3], r[4]

@@ -994,7 +994,34 @@ fn vdev_rows(
     let space = p.vdev_space();
     let grow = p.expand_sizes();
     let mut rows = Vec::new();
-    for (i, t) in p.io.tops().iter().enumerate() {
+    // Data vdevs, then the separate log devices under "logs".
+    let logs = p.log_vdevs();
+    let tops = p.io.tops();
+    let mut order: Vec<(usize, &Arc<uzfs_core::vdev::TopVdev>)> = tops
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !logs.contains(&t.id))
+        .collect();
+    let first_log = order.len();
+    order.extend(
+        tops.iter()
+            .enumerate()
+            .filter(|(_, t)| logs.contains(&t.id)),
+    );
+    for (k, (i, t)) in order.into_iter().enumerate() {
+        if k == first_log {
+            rows.push(
+                cols.iter()
+                    .map(|c| {
+                        if c == "name" {
+                            "logs".into()
+                        } else {
+                            "-".into()
+                        }
+                    })
+                    .collect(),
+            );
+        }
         let (alloc, free) = space.get(i).copied().unwrap_or((0, 0));
         let expandsz = match grow.get(i) {
             Some(&g) if g > 0 => n(g),
