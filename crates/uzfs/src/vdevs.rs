@@ -221,10 +221,24 @@ pub fn remove(d: &Daemon, args: &[String], full: &str) -> Response {
         Err(r) => return r,
     };
     for dev in devs {
-        if let Err(e) = p.remove_spare(dev) {
-            return err(format!(
-                "cannot remove {dev}: {e} (only hot spares can be removed; device removal is not supported)"
-            ));
+        let is_spare =
+            p.io.spares()
+                .iter()
+                .any(|s| s.path == *dev || s.guid.to_string() == *dev);
+        let r = if is_spare {
+            p.remove_spare(dev)
+        } else {
+            match p.remove_log(dev) {
+                Err(e) if e.to_string().contains("no such log device") => Err(
+                    uzfs_core::Error::invalid(format!(
+                        "{e} (only hot spares and log devices can be removed; removing data devices is not supported)"
+                    )),
+                ),
+                r => r,
+            }
+        };
+        if let Err(e) = r {
+            return err(format!("cannot remove {dev}: {e}"));
         }
     }
     let _ = p.txg_wait_synced();

@@ -256,3 +256,53 @@ fn log_devices_from_the_command_line() {
     let st = e.ok(&["zpool", "status", "tank"]);
     assert!(st.contains("state: DEGRADED"), "{st}");
 }
+
+#[test]
+fn log_devices_can_be_removed_under_load() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let (a, l1, l2, l3) = (
+        e.disk("a", 256),
+        e.disk("l1", 128),
+        e.disk("l2", 128),
+        e.disk("l3", 128),
+    );
+    e.ok(&[
+        "zpool", "create", "tank", &a, "log", &l1, "mirror", &l2, &l3,
+    ]);
+    let m = e.dir.path().join("mnt/tank");
+    // A writer fsyncing all along, its acknowledged records logged.
+    let log = e.dir.path().join("records.log");
+    let mut child = start("records", &m.join("r"), &log);
+    std::thread::sleep(Duration::from_millis(200));
+    e.fails(&["zpool", "remove", "tank", &l2], 1, "no such log device");
+    e.fails(
+        &["zpool", "remove", "tank", &l1],
+        1,
+        "vdevs were added after it",
+    );
+    e.ok(&["zpool", "remove", "tank", "mirror-2"]);
+    std::thread::sleep(Duration::from_millis(200));
+    e.ok(&["zpool", "remove", "tank", &l1]);
+    std::thread::sleep(Duration::from_millis(200));
+    let st = e.ok(&["zpool", "status", "tank"]);
+    assert!(!st.contains("logs") && !st.contains(&l1), "{st}");
+    // Kill with the writer still going: everything it saw fsynced is there.
+    e.kill_daemon();
+    let _ = child.wait();
+    e.ok(&["zpool", "status", "tank"]);
+    let last = last_logged(&log);
+    assert!(last > 0, "the writer committed nothing");
+    let data = std::fs::read(m.join("r")).unwrap_or_default();
+    for i in 0..=last {
+        let rec = format!("{i:016}").repeat(256);
+        let at = i as usize * 4096;
+        assert!(
+            data.get(at..at + 4096) == Some(rec.as_bytes()),
+            "record {i} of {last} is not there"
+        );
+    }
+    e.export_and_zdb("tank");
+}

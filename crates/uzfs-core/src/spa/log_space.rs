@@ -297,6 +297,15 @@ impl LogSpace {
         }
     }
 
+    /// A log device leaves the pool: every chunk on it is dropped (its
+    /// blocks are forgotten by the logs first, `Zil::forget_vdev`).
+    pub fn drop_vdev(&self, v: u32) {
+        let mut g = lock(&self.inner);
+        g.chunks.retain(|c| c.vdev != v);
+        g.claimed.retain(|c| c.vdev != v);
+        g.avoid.retain(|&x| x != v);
+    }
+
     /// The vdevs avoided now.
     pub fn avoided(&self) -> Vec<u32> {
         lock(&self.inner).avoid.clone()

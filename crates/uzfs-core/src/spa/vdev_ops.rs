@@ -444,6 +444,83 @@ impl Pool {
         self.txg_wait_synced().map(|_| ())
     }
 
+    /// `zpool remove POOL LOGDEV`: a separate log device leaves the pool
+    /// (a single-disk log by its path, a mirror by its name, `mirror-N`).
+    /// The logs move off it first: no more space is lent from it, every
+    /// dataset's chain starts over elsewhere, and a txg commits whatever
+    /// was only in the log. Only the last top-level vdev can go (vdev ids
+    /// are positions; a hole vdev would lift that).
+    pub fn remove_log(&self, name: &str) -> Result<()> {
+        let logs = self.log_vdevs();
+        let tops = self.io.tops();
+        let Some(t) = tops.iter().find(|t| {
+            logs.contains(&t.id)
+                && (t.name() == name
+                    || (t.kind == crate::vdev::TopKind::Disk
+                        && t.leaves().iter().any(|l| l.path == name)))
+        }) else {
+            return Err(Error::invalid(format!(
+                "no such log device in pool: '{name}'"
+            )));
+        };
+        if t.id as usize + 1 != tops.len() {
+            return Err(Error::invalid(format!(
+                "cannot remove {name}: vdevs were added after it (uzfs removes only the last top-level vdev)"
+            )));
+        }
+        let v = t.id;
+        {
+            let mut st = lock(&self.st);
+            self.log_space.set_avoid(v, true, Some(&mut st.alloc));
+        }
+        for ds in self.datasets() {
+            if let Some(z) = ds.zil.get() {
+                z.forget_vdev(v);
+            }
+        }
+        // What was only in the log is committed by the txg.
+        self.txg_wait_synced()?;
+        let _g = self.sync_guard()?;
+        let mut st = lock(&self.st);
+        if st.config.vdev_tree.len() != v as usize + 1 {
+            return Err(Error::invalid(format!(
+                "cannot remove {name}: the pool changed"
+            )));
+        }
+        let Some(cfg) = st.config.vdev_tree.pop() else {
+            return Err(Error::invalid("no vdev"));
+        };
+        let va = st.alloc.vdevs.pop();
+        self.log_space.drop_vdev(v);
+        // Its space maps (empty: nothing but log blocks ever lived there).
+        if let Some(va) = va {
+            for ms in &va.metaslabs {
+                if ms.sm_obj != 0 {
+                    let _ = self.mos.free_object(ms.sm_obj);
+                }
+            }
+        }
+        if cfg.ms_array != 0 {
+            let _ = self.mos.free_object(cfg.ms_array);
+        }
+        st.config_dirty = true;
+        let removed = self
+            .io
+            .vdevs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        drop(st);
+        drop(_g);
+        self.sync()?;
+        if let Some(top) = removed {
+            for l in top.leaves() {
+                let _ = label::clear(&*l.dev);
+            }
+        }
+        Ok(())
+    }
+
     /// `zpool remove POOL SPARE`: an unused spare leaves the pool.
     pub fn remove_spare(&self, name: &str) -> Result<()> {
         let _g = self.sync_guard()?;

@@ -663,6 +663,28 @@ impl Zil {
         Ok(())
     }
 
+    /// A log device leaves the pool: the chain starts over elsewhere (the
+    /// next commit waits for a txg, which writes a header naming the new
+    /// one) and blocks on vdev `v` are forgotten (the log class drops its
+    /// chunks there whole).
+    pub fn forget_vdev(&self, v: u32) {
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        let mut g = lock(&self.st);
+        let g = &mut *g;
+        g.retired.extend(g.chain.drain(..).map(|b| b.loc));
+        g.retired.extend(g.tail.take().map(|t| t.1));
+        g.guid = 0;
+        g.committed_head = None;
+        let (gone, keep): (Vec<LogLoc>, Vec<LogLoc>) =
+            g.retired.drain(..).partition(|l| l.vdev == v);
+        g.retired = keep;
+        drop(gone);
+        // Blocks elsewhere go back once the new chain's header commits.
+        let _ = &pool;
+    }
+
     /// The dataset goes away (destroy, export): its blocks go back.
     pub fn close(&self) {
         let Some(pool) = self.pool.upgrade() else {
