@@ -321,7 +321,18 @@ fn tree_rows(p: &Pool, health: &str, resilvering: bool) -> Vec<Vec<String>> {
         }
         rows.push(h);
         for t in tops.iter().filter(|t| logs.contains(&t.id)) {
+            let at = rows.len();
             top_rows(t, resilvering, &mut rows);
+            let volatile = t
+                .leaves()
+                .iter()
+                .any(|l| uzfs_core::vdev::device::is_volatile(std::path::Path::new(&l.path)));
+            if volatile {
+                if let Some(note) = rows.get_mut(at).and_then(|r| r.last_mut()) {
+                    *note = "volatile log device: synchronous writes can be lost on power failure"
+                        .into();
+                }
+            }
         }
     }
     rows

@@ -86,6 +86,8 @@ struct Inner {
     claimed: Vec<LogLoc>,
     /// Vdevs not to lend from or allocate on (a failed log device).
     avoid: Vec<u32>,
+    /// Log devices removed from the pool.
+    dropped: Vec<u32>,
 }
 
 #[derive(Default)]
@@ -134,7 +136,12 @@ impl LogSpace {
             debug_assert!(c.live > 0, "log block freed twice");
             c.live = c.live.saturating_sub(1);
         } else {
-            debug_assert!(false, "free of a log block outside every chunk");
+            // A block on a log device that left the pool is forgotten with
+            // it (`drop_vdev`): nothing to give back.
+            debug_assert!(
+                g.dropped.contains(&loc.vdev),
+                "free of a log block outside every chunk"
+            );
         }
     }
 
@@ -304,6 +311,7 @@ impl LogSpace {
         g.chunks.retain(|c| c.vdev != v);
         g.claimed.retain(|c| c.vdev != v);
         g.avoid.retain(|&x| x != v);
+        g.dropped.push(v);
     }
 
     /// The vdevs avoided now.

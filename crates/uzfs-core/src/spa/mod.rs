@@ -801,6 +801,17 @@ impl Pool {
                 "a log device is a disk or a mirror, not raidz",
             ));
         }
+        if !force {
+            if let Some((p, _)) = spec
+                .leaves
+                .iter()
+                .find(|(p, _)| vdev::device::is_volatile(std::path::Path::new(p)))
+            {
+                return Err(Error::invalid(format!(
+                    "{p} is in volatile memory (tmpfs or a RAM disk): synchronous writes acknowledged there are lost on power failure\nuse '-f' to override"
+                )));
+            }
+        }
         self.add_top(spec, ashift, force, true)
     }
 

@@ -49,6 +49,33 @@ pub trait BlockDevice: Send + Sync {
     }
 }
 
+/// Whether `path` lives in memory that a power failure empties: a file on
+/// tmpfs or ramfs, or a RAM disk (`/dev/ram*`, `/dev/zram*`, `/dev/pmem*`
+/// is persistent and not counted). A log device there acknowledges
+/// synchronous writes it cannot keep.
+pub fn is_volatile(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6_u32 as i64;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if path.starts_with("/dev") && (name.starts_with("ram") || name.starts_with("zram")) {
+        return true;
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs(2) reads the NUL-terminated path and writes only into
+    // `s`, a zeroed struct of the right type owned here.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
+        return false;
+    }
+    let t = s.f_type as i64;
+    t == TMPFS_MAGIC || t == RAMFS_MAGIC
+}
+
 /// Processes other than this one that have `path` open (from /proc), for
 /// the message when a device is held elsewhere.
 pub fn holders(path: &Path) -> Vec<u32> {

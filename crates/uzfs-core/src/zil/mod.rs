@@ -555,15 +555,12 @@ impl Zil {
         let cap = |bi: usize| locs[bi].psize as usize - BLOCK_HDR;
         let mut seq = tail_seq;
         let guid = g.guid;
-        let mut finish = |bi: usize, payload: &mut Vec<u8>, first: &mut u32, max_txg: &mut u64| {
-            let buf = encode_block(
-                guid,
-                seq + bi as u64,
-                &locs[bi + 1],
-                *first,
-                payload,
-                locs[bi].psize,
-            );
+        let mut finish = |bi: usize,
+                          next: &LogLoc,
+                          payload: &mut Vec<u8>,
+                          first: &mut u32,
+                          max_txg: &mut u64| {
+            let buf = encode_block(guid, seq + bi as u64, next, *first, payload, locs[bi].psize);
             blocks.push((seq + bi as u64, locs[bi], buf, *max_txg));
             payload.clear();
             *first = NO_FRAME;
@@ -577,7 +574,7 @@ impl Zil {
             for part in parts.iter_mut() {
                 while !part.is_empty() {
                     if payload.len() == cap(bi) {
-                        finish(bi, &mut payload, &mut first, &mut max_txg);
+                        finish(bi, &locs[bi + 1], &mut payload, &mut first, &mut max_txg);
                         bi += 1;
                         max_txg = 0;
                     }
@@ -594,16 +591,14 @@ impl Zil {
                 }
             }
         }
-        finish(bi, &mut payload, &mut first, &mut max_txg);
-        // Blocks planned but left empty go back.
+        // The last block written points at the new tail; blocks planned
+        // but left empty (none, unless the layout needed fewer than
+        // planned) go back.
+        finish(bi, &new_tail, &mut payload, &mut first, &mut max_txg);
         for l in &locs[bi + 1..locs.len() - 1] {
             pool.log_space.free(l);
         }
-        // The block after the last one written is the new tail.
-        let last_next = locs[bi + 1];
-        if bi + 1 != locs.len() - 1 {
-            pool.log_space.free(&new_tail);
-        }
+        let last_next = new_tail;
         seq += bi as u64 + 1;
         for (s, loc, _, mt) in &blocks {
             g.chain.push_back(LogBlk {
