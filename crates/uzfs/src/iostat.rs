@@ -122,20 +122,9 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
         }];
         let mut total = Counters::default();
         // Data vdevs, then the separate log devices under "logs".
-        let logs = p.log_vdevs();
-        let tops = p.io.tops();
-        let mut order: Vec<(usize, &std::sync::Arc<uzfs_core::vdev::TopVdev>)> = tops
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| !logs.contains(&t.id))
-            .collect();
-        let first_log = order.len();
-        order.extend(
-            tops.iter()
-                .enumerate()
-                .filter(|(_, t)| logs.contains(&t.id)),
-        );
-        for (k, (i, t)) in order.into_iter().enumerate() {
+        let (order, first_log) = p.tops_data_then_logs();
+        for (k, (i, t)) in order.iter().enumerate() {
+            let i = *i;
             if k == first_log {
                 nodes.push(Node {
                     name: "logs".into(),

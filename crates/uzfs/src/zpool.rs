@@ -995,20 +995,9 @@ fn vdev_rows(
     let grow = p.expand_sizes();
     let mut rows = Vec::new();
     // Data vdevs, then the separate log devices under "logs".
-    let logs = p.log_vdevs();
-    let tops = p.io.tops();
-    let mut order: Vec<(usize, &Arc<uzfs_core::vdev::TopVdev>)> = tops
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !logs.contains(&t.id))
-        .collect();
-    let first_log = order.len();
-    order.extend(
-        tops.iter()
-            .enumerate()
-            .filter(|(_, t)| logs.contains(&t.id)),
-    );
-    for (k, (i, t)) in order.into_iter().enumerate() {
+    let (order, first_log) = p.tops_data_then_logs();
+    for (k, (i, t)) in order.iter().enumerate() {
+        let i = *i;
         if k == first_log {
             rows.push(
                 cols.iter()

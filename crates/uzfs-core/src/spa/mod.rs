@@ -738,6 +738,21 @@ impl Pool {
             .collect()
     }
 
+    /// The top-level vdevs as listings show them: data vdevs first, then
+    /// the log devices (from the returned index on), each with its
+    /// position in the config.
+    pub fn tops_data_then_logs(&self) -> (Vec<(usize, Arc<TopVdev>)>, usize) {
+        let logs = self.log_vdevs();
+        let tops = self.io.tops();
+        let (mut order, rest): (Vec<_>, Vec<_>) = tops
+            .into_iter()
+            .enumerate()
+            .partition(|(_, t)| !logs.contains(&t.id));
+        let first_log = order.len();
+        order.extend(rest);
+        (order, first_log)
+    }
+
     /// What the import's intent-log replay did.
     pub fn replay_report(&self) -> crate::zil::ReplayReport {
         *lock(&self.replay_report)
