@@ -78,8 +78,6 @@ struct Chunk {
 #[derive(Default)]
 struct Inner {
     chunks: Vec<Chunk>,
-    /// Chunks borrowed since the last `rebalance`.
-    borrowed: usize,
     /// Bytes handed out since the last `rebalance`.
     handed: u64,
     /// Blocks of logs found at import, claimed until replay commits.
@@ -198,7 +196,6 @@ impl LogSpace {
             live: 0,
             on_log_dev,
         });
-        g.borrowed += 1;
         true
     }
 
@@ -208,7 +205,6 @@ impl LogSpace {
         let mut g = lock(&self.inner);
         let want = ((g.handed.div_ceil(CHUNK) as usize) * 2).clamp(1, 256);
         g.handed = 0;
-        g.borrowed = 0;
         let mut free = 0;
         let mut keep = Vec::with_capacity(g.chunks.len());
         // With a log device that takes writes, idle chunks of the pool's
@@ -317,13 +313,6 @@ impl LogSpace {
     /// The vdevs avoided now.
     pub fn avoided(&self) -> Vec<u32> {
         lock(&self.inner).avoid.clone()
-    }
-
-    /// Give every chunk back (export).
-    pub fn release_all(&self, alloc: &mut Allocator) {
-        for c in std::mem::take(&mut lock(&self.inner).chunks) {
-            alloc.give_back(c.vdev as usize, c.offset, c.size);
-        }
     }
 
     /// Bytes lent to the class.

@@ -72,6 +72,7 @@ mod replay;
 
 pub use replay::ReplayReport;
 
+use crate::dmu::blkptr::{le32, le64};
 use crate::dmu::changelog::{ChangeLog, LOG_HEADER_SIZE};
 use crate::dmu::checksum::fletcher4;
 use crate::error::{Error, Result};
@@ -143,6 +144,16 @@ impl ZilState {
         self.queue.front().is_some_and(|i| i.seq < target)
             || self.writing.is_some_and(|w| w < target)
     }
+
+    /// Give up the chain (a failed write, a log device leaving): its blocks
+    /// are retired and the next header starts a new chain, which commits
+    /// must wait for before they lean on it.
+    fn restart_chain(&mut self) {
+        self.retired.extend(self.chain.drain(..).map(|b| b.loc));
+        self.retired.extend(self.tail.take().map(|t| t.1));
+        self.guid = 0;
+        self.committed_head = None;
+    }
 }
 
 /// Counters `uzfs zilstat` shows (OpenZFS's zil kstats).
@@ -181,18 +192,6 @@ pub struct Zil {
 
 fn lock(m: &Mutex<ZilState>) -> MutexGuard<'_, ZilState> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 /// The log header of an object-set block: the chain's guid and its first
@@ -326,11 +325,20 @@ pub fn read_chain(
         if loc.psize as usize <= BLOCK_HDR || loc.psize > MAX_BLOCK {
             break;
         }
-        let verify = |b: &[u8]| check_block(b, h.guid, seq).is_some();
-        let Some(bytes) = read(&loc, &verify) else {
-            break;
+        // The copy that verified is the one read returns: keep its view
+        // rather than check it again.
+        let seen = std::cell::RefCell::new(None);
+        let verify = |b: &[u8]| match check_block(b, h.guid, seq) {
+            Some(v) => {
+                *seen.borrow_mut() = Some(v);
+                true
+            }
+            None => false,
         };
-        let Some(v) = check_block(&bytes, h.guid, seq) else {
+        if read(&loc, &verify).is_none() {
+            break;
+        }
+        let Some(v) = seen.into_inner() else {
             break;
         };
         if !claim(&loc) {
@@ -405,11 +413,6 @@ impl Zil {
         }
     }
 
-    /// Bytes of records held in memory.
-    pub fn queued_bytes(&self) -> u64 {
-        lock(&self.st).queue_bytes
-    }
-
     /// Make every change recorded before this call durable (see the module
     /// docs: the whole queue, in order, in one log write and one flush).
     pub fn commit(&self) -> Result<()> {
@@ -450,9 +453,9 @@ impl Zil {
                     g = lock(&self.st);
                     g.writing = None;
                     // Written or not, the batch's blocks are freed like any
-                    // other once a committed header is past them.
-                    // The batch's blocks are the newest of the chain (the
-                    // chain holds a few seconds of blocks: not a scan).
+                    // other once a committed header is past them. They are
+                    // the newest of the chain (which holds a few seconds of
+                    // blocks: no scan).
                     let first = batch.blocks.first().map_or(u64::MAX, |b| b.0);
                     for b in g.chain.iter_mut().rev() {
                         if b.seq < first {
@@ -482,11 +485,7 @@ impl Zil {
                             g.queue_bytes += itx.rec.len() as u64;
                             g.queue.push_front(itx);
                         }
-                        g.guid = 0;
-                        let g2 = &mut *g;
-                        g2.retired.extend(g2.chain.drain(..).map(|b| b.loc));
-                        g2.retired.extend(g2.tail.take().map(|t| t.1));
-                        g.committed_head = None;
+                        g.restart_chain();
                         g.want_chain = true;
                         drop(g);
                         self.cv.notify_all();
@@ -663,21 +662,10 @@ impl Zil {
     /// one) and blocks on vdev `v` are forgotten (the log class drops its
     /// chunks there whole).
     pub fn forget_vdev(&self, v: u32) {
-        let Some(pool) = self.pool.upgrade() else {
-            return;
-        };
         let mut g = lock(&self.st);
-        let g = &mut *g;
-        g.retired.extend(g.chain.drain(..).map(|b| b.loc));
-        g.retired.extend(g.tail.take().map(|t| t.1));
-        g.guid = 0;
-        g.committed_head = None;
-        let (gone, keep): (Vec<LogLoc>, Vec<LogLoc>) =
-            g.retired.drain(..).partition(|l| l.vdev == v);
-        g.retired = keep;
-        drop(gone);
+        g.restart_chain();
         // Blocks elsewhere go back once the new chain's header commits.
-        let _ = &pool;
+        g.retired.retain(|l| l.vdev != v);
     }
 
     /// The dataset goes away (destroy, export): its blocks go back.
