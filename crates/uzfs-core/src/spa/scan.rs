@@ -698,12 +698,18 @@ impl Pool {
         // `zpool replace`s did that).
         let h = {
             let mut c = lock(&self.scan);
-            let Some(h) = c.thread.take() else { return };
-            if h.thread().id() == std::thread::current().id() {
-                // The scan thread itself starting the next scan: it returns
-                // right after, so let it go.
+            // The scan thread itself starting the next scan: it returns
+            // right after. Its handle stays until `start_scan_thread`
+            // swaps in the next thread's under the same lock, so
+            // `wait_scan` never finds no thread between two scans of a
+            // chain (it once returned there, mid-chain).
+            if c.thread
+                .as_ref()
+                .is_some_and(|h| h.thread().id() == std::thread::current().id())
+            {
                 return;
             }
+            let Some(h) = c.thread.take() else { return };
             self.scan_sig.stop.store(true, Ordering::Relaxed);
             h
         };
@@ -725,8 +731,13 @@ impl Pool {
 
     pub(crate) fn start_scan_thread(self: &Arc<Self>) {
         let mut c = lock(&self.scan);
-        // A thread that ended by itself (an error) is replaced.
-        if c.thread.as_ref().is_some_and(|h| h.is_finished()) {
+        // A thread that ended by itself (an error) is replaced, and so is
+        // the scan thread starting the next scan of a chain (it returns
+        // right after; its handle is let go, see `stop_scan_thread`).
+        if c.thread
+            .as_ref()
+            .is_some_and(|h| h.is_finished() || h.thread().id() == std::thread::current().id())
+        {
             c.thread = None;
         }
         // A stop under way: whoever stops the thread starts the next one.

@@ -135,11 +135,60 @@ fn serve(
     // A bug that panics in a handler must not leave the request unanswered
     // (the application would hang in the kernel): it gets EIO.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.handle(h, op, &mut out)));
-    match r {
+    let res = match r {
         Ok(Ok(())) => (0, out.len()),
         Ok(Err(e)) => (e, 0),
         Err(_) => (libc::EIO, 0),
-    }
+    };
+    trace(h, ophdr, payload, res.0);
+    res
+}
+
+/// `UZFS_FUSE_TRACE=FILE`: one line per request answered (opcode, node,
+/// the payload's printable start, errno), for chasing what a client did
+/// just before a crash. Slow; a debugging aid, off by default.
+fn trace(h: &InHeader, ophdr: &[u8], payload: &[u8], errno: i32) {
+    static FILE: std::sync::OnceLock<Option<std::sync::Mutex<std::fs::File>>> =
+        std::sync::OnceLock::new();
+    let Some(f) = FILE.get_or_init(|| {
+        let p = std::env::var_os("UZFS_FUSE_TRACE")?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()?;
+        Some(std::sync::Mutex::new(f))
+    }) else {
+        return;
+    };
+    let text: String = payload
+        .iter()
+        .take(48)
+        .map(|&b| if b.is_ascii_graphic() { b as char } else { '.' })
+        .collect();
+    let head: String = ophdr
+        .chunks(8)
+        .take(3)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            format!("{:x} ", u64::from_le_bytes(w))
+        })
+        .collect();
+    let line = format!(
+        "{} {} node {} {}[{}] -> {}\n",
+        h.unique,
+        abi::name(h.opcode),
+        h.nodeid,
+        head,
+        text,
+        errno
+    );
+    use std::io::Write;
+    let _ = f
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .write_all(line.as_bytes());
 }
 
 /// Requests served by opcode, every session of this process
