@@ -259,8 +259,18 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
     let pool =
         Pool::create("cc", vec![top], o).unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     pool.format_root_fs().expect("format");
-    pool.create_dataset("cc/two", &[("recordsize".into(), "16K".into())], false)
-        .expect("dataset");
+    // logbias=throughput: its whole 16 KiB blocks are logged by pointer
+    // (written early and adopted by the txg), the other dataset's large
+    // blocks too, its small ones copied.
+    pool.create_dataset(
+        "cc/two",
+        &[
+            ("recordsize".into(), "16K".into()),
+            ("logbias".into(), "throughput".into()),
+        ],
+        false,
+    )
+    .expect("dataset");
     let names = ["cc", "cc/two"];
     let fss: Arc<Vec<Zpl>> = Arc::new(names.iter().map(|n| mount(&pool, n)).collect());
     for fs in fss.iter() {

@@ -280,8 +280,18 @@ fn run_seed(seed: u64) -> (usize, bool) {
     let pool = Pool::create("crash", vec![top], opts(seed))
         .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
     pool.format_root_fs().expect("format");
-    pool.create_dataset("crash/fs2", &[("recordsize".into(), "16K".into())], false)
-        .expect("dataset");
+    // logbias=throughput: its whole 16 KiB blocks are logged by pointer
+    // (written early and adopted by the txg), the other dataset's large
+    // blocks too, its small ones copied.
+    pool.create_dataset(
+        "crash/fs2",
+        &[
+            ("recordsize".into(), "16K".into()),
+            ("logbias".into(), "throughput".into()),
+        ],
+        false,
+    )
+    .expect("dataset");
     pool.sync().expect("sync");
     let names = ["crash", "crash/fs2"];
     let fss: Vec<(String, Zpl)> = names

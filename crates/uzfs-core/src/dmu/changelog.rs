@@ -32,12 +32,14 @@
 //! Records are tagged with the txg the operation held; the log drops them
 //! when that txg commits (`ChangeLog::synced`).
 
+use super::blkptr::{BlkPtr, BLKPTR_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
 use super::dnode::{ObjProps, BONUS_SIZE};
 use super::objset::Objset;
 use crate::error::{Error, Result};
 use std::cell::RefCell;
+use std::sync::Arc;
 
 /// Where the changes of an object set go (the dataset's intent log).
 pub trait ChangeLog: Send + Sync {
@@ -45,8 +47,9 @@ pub trait ChangeLog: Send + Sync {
     /// given up on a txg whose records outgrew its memory bound, or the
     /// dataset may have `sync=disabled`).
     fn recording(&self, txg: u64) -> bool;
-    /// One operation's changes, made while holding `txg`.
-    fn push(&self, txg: u64, record: Vec<u8>);
+    /// One operation's changes, made while holding `txg`. `blocks` are the
+    /// whole data blocks its `BLOCK_REF` changes name (see [`resolve`]).
+    fn push(&self, txg: u64, record: Vec<u8>, blocks: Vec<Arc<Vec<u8>>>);
     /// The log header to store in the object-set block written for `txg`.
     fn header(&self, txg: u64) -> [u8; LOG_HEADER_SIZE];
     /// `txg` has committed: its records are no longer needed.
@@ -63,6 +66,12 @@ const SET_BONUS: u8 = 4;
 const GROW: u8 = 5;
 const FREE_RANGE: u8 = 6;
 const WRITE: u8 = 7;
+/// A whole data block written once as an ordinary block: its block
+/// pointer (OpenZFS's `WR_INDIRECT`). On disk only.
+const WRITE_INDIRECT: u8 = 8;
+/// A whole data block by reference (the dirty buffer, shared): in memory
+/// only, turned into `WRITE` or `WRITE_INDIRECT` when the log is written.
+const BLOCK_REF: u8 = 9;
 
 /// One change, borrowed from the caller (encoded at once).
 pub(crate) enum Change<'a> {
@@ -96,6 +105,19 @@ pub(crate) enum Change<'a> {
         obj: u64,
         offset: u64,
         data: &'a [u8],
+    },
+    /// Block `offset / lsize` of `obj` is the block `bp` points at.
+    WriteIndirect {
+        obj: u64,
+        offset: u64,
+        bp: BlkPtr,
+    },
+    /// In memory only: block `blkid` of `obj` holds the record's
+    /// `blocks[idx]`.
+    BlockRef {
+        obj: u64,
+        blkid: u64,
+        idx: u32,
     },
 }
 
@@ -147,13 +169,31 @@ impl Change<'_> {
                 out.extend_from_slice(&(data.len() as u32).to_le_bytes());
                 out.extend_from_slice(data);
             }
+            Change::WriteIndirect { obj, offset, bp } => {
+                out.push(WRITE_INDIRECT);
+                u64s(out, &[obj, offset]);
+                out.extend_from_slice(&bp.to_bytes());
+            }
+            Change::BlockRef { obj, blkid, idx } => {
+                out.push(BLOCK_REF);
+                u64s(out, &[obj, blkid]);
+                out.extend_from_slice(&idx.to_le_bytes());
+            }
         }
     }
 }
 
 thread_local! {
     /// The op scope of this thread: (object set address, txg, changes).
-    static SCOPE: RefCell<Option<(usize, u64, Vec<u8>)>> = const { RefCell::new(None) };
+    static SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
+}
+
+/// One operation's changes being buffered.
+struct Scope {
+    os: usize,
+    txg: u64,
+    rec: Vec<u8>,
+    blocks: Vec<Arc<Vec<u8>>>,
 }
 
 /// An operation's changes are buffered while this lives and handed to the
@@ -173,7 +213,12 @@ impl<'a> OpScope<'a> {
             if s.is_some() {
                 return false;
             }
-            *s = Some((os.key(), 0, Vec::new()));
+            *s = Some(Scope {
+                os: os.key(),
+                txg: 0,
+                rec: Vec::new(),
+                blocks: Vec::new(),
+            });
             true
         });
         OpScope {
@@ -195,13 +240,15 @@ impl Drop for OpScope<'_> {
 pub(crate) fn flush(os: &Objset) {
     let Some(log) = os.change_log() else { return };
     let taken = SCOPE.with(|s| match &mut *s.borrow_mut() {
-        Some((k, txg, buf)) if *k == os.key() && !buf.is_empty() => {
-            Some((*txg, std::mem::take(buf)))
-        }
+        Some(sc) if sc.os == os.key() && !sc.rec.is_empty() => Some((
+            sc.txg,
+            std::mem::take(&mut sc.rec),
+            std::mem::take(&mut sc.blocks),
+        )),
         _ => None,
     });
-    if let Some((txg, rec)) = taken {
-        log.push(txg, rec);
+    if let Some((txg, rec, blocks)) = taken {
+        log.push(txg, rec, blocks);
     }
 }
 
@@ -213,10 +260,10 @@ pub(crate) fn note(os: &Objset, txg: u64, c: Change<'_>) {
         return;
     }
     let own = SCOPE.with(|s| match &mut *s.borrow_mut() {
-        Some((k, t, buf)) if *k == os.key() => {
-            debug_assert!(*t == 0 || *t == txg, "one op scope across two txgs");
-            *t = txg;
-            c.encode(buf);
+        Some(sc) if sc.os == os.key() => {
+            debug_assert!(sc.txg == 0 || sc.txg == txg, "one op scope across two txgs");
+            sc.txg = txg;
+            c.encode(&mut sc.rec);
             true
         }
         _ => false,
@@ -224,8 +271,81 @@ pub(crate) fn note(os: &Objset, txg: u64, c: Change<'_>) {
     if !own {
         let mut rec = Vec::new();
         c.encode(&mut rec);
-        log.push(txg, rec);
+        log.push(txg, rec, Vec::new());
     }
+}
+
+/// Record that block `blkid` of `obj` was written whole in `txg` and now
+/// holds `data` (the dirty buffer itself: a later write of the block in
+/// the same txg copies it first, so the record keeps what this write
+/// left). When the log is written the block is copied into the record or,
+/// if large, written once as an ordinary block and logged by its pointer
+/// ([`resolve`]).
+pub(crate) fn note_block(os: &Objset, txg: u64, obj: u64, blkid: u64, data: Arc<Vec<u8>>) {
+    let Some(log) = os.change_log() else { return };
+    if !log.recording(txg) {
+        return;
+    }
+    let mut data = Some(data);
+    SCOPE.with(|s| {
+        if let Some(sc) = &mut *s.borrow_mut() {
+            if sc.os == os.key() {
+                debug_assert!(sc.txg == 0 || sc.txg == txg, "one op scope across two txgs");
+                sc.txg = txg;
+                let idx = sc.blocks.len() as u32;
+                Change::BlockRef { obj, blkid, idx }.encode(&mut sc.rec);
+                sc.blocks.extend(data.take());
+            }
+        }
+    });
+    if let Some(d) = data {
+        let mut rec = Vec::new();
+        Change::BlockRef { obj, blkid, idx: 0 }.encode(&mut rec);
+        log.push(txg, rec, vec![d]);
+    }
+}
+
+/// How [`resolve`] logs one whole block: `Some(bp)` if it was written as
+/// an ordinary block, `None` to copy it into the record.
+pub type BlockPlacer<'a> = dyn FnMut(u64, u64, &Arc<Vec<u8>>) -> Option<BlkPtr> + 'a;
+
+/// The on-disk form of an in-memory record: each `BLOCK_REF` becomes a
+/// `WRITE_INDIRECT` (if `place(obj, blkid, data)` wrote the block) or a
+/// `WRITE` of its bytes. Returns (record, bytes logged by pointer).
+pub fn resolve(
+    rec: &[u8],
+    blocks: &[Arc<Vec<u8>>],
+    place: &mut BlockPlacer<'_>,
+) -> Result<(Vec<u8>, u64)> {
+    if blocks.is_empty() {
+        return Ok((rec.to_vec(), 0));
+    }
+    let mut out = Vec::with_capacity(rec.len());
+    let mut indirect = 0;
+    for c in decode_any(rec, true)? {
+        match c {
+            Change::BlockRef { obj, blkid, idx } => {
+                let data = blocks.get(idx as usize).ok_or_else(|| {
+                    Error::Internal(format!("record names block {idx} of {}", blocks.len()))
+                })?;
+                let offset = blkid * data.len() as u64;
+                match place(obj, blkid, data) {
+                    Some(bp) => {
+                        indirect += data.len() as u64;
+                        Change::WriteIndirect { obj, offset, bp }.encode(&mut out)
+                    }
+                    None => Change::Write {
+                        obj,
+                        offset,
+                        data: data.as_slice(),
+                    }
+                    .encode(&mut out),
+                }
+            }
+            c => c.encode(&mut out),
+        }
+    }
+    Ok((out, indirect))
 }
 
 struct Rd<'a> {
@@ -256,8 +376,14 @@ impl<'a> Rd<'a> {
     }
 }
 
-/// Decode a record into its changes (checked whole before any is applied).
+/// Decode an on-disk record into its changes (checked whole before any is
+/// applied).
 pub(crate) fn decode(rec: &[u8]) -> Result<Vec<Change<'_>>> {
+    decode_any(rec, false)
+}
+
+/// `in_memory`: `BLOCK_REF` is allowed (a record not yet resolved).
+fn decode_any(rec: &[u8], in_memory: bool) -> Result<Vec<Change<'_>>> {
     let mut r = Rd { b: rec, at: 0 };
     let mut out = Vec::new();
     while r.at < rec.len() {
@@ -309,6 +435,16 @@ pub(crate) fn decode(rec: &[u8]) -> Result<Vec<Change<'_>>> {
                     data: r.take(n)?,
                 }
             }
+            WRITE_INDIRECT => Change::WriteIndirect {
+                obj,
+                offset: r.u64()?,
+                bp: BlkPtr::decode(r.take(BLKPTR_SIZE)?)?,
+            },
+            BLOCK_REF if in_memory => Change::BlockRef {
+                obj,
+                blkid: r.u64()?,
+                idx: r.u32()?,
+            },
             t => {
                 return Err(Error::corrupt(
                     "intent log record",
@@ -341,9 +477,28 @@ pub fn apply(os: &Objset, rec: &[u8]) -> Result<()> {
             Change::Write { obj, offset, data } => {
                 os.write(obj, offset, data)?;
             }
+            Change::WriteIndirect { obj, offset, bp } => {
+                let data = os.read_logged_block(&bp)?;
+                os.write(obj, offset, &data)?;
+            }
+            Change::BlockRef { .. } => {
+                return Err(Error::corrupt("intent log record", "unresolved block"))
+            }
         }
     }
     Ok(())
+}
+
+/// The block pointers a record's `WRITE_INDIRECT` changes name (claimed at
+/// import before replay, like the log's own blocks).
+pub fn indirect_blocks(rec: &[u8]) -> Result<Vec<BlkPtr>> {
+    Ok(decode(rec)?
+        .into_iter()
+        .filter_map(|c| match c {
+            Change::WriteIndirect { bp, .. } => Some(bp),
+            _ => None,
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -74,6 +74,18 @@ pub trait BlockWriter {
     /// this txg and the new one fits.
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr>;
     fn free_bp(&mut self, bp: &BlkPtr);
+    /// `new`, already written (by the intent log, for this txg), replaces
+    /// `old` (a hole for a new block), which is freed.
+    fn adopt(&mut self, old: &BlkPtr, _new: &BlkPtr) {
+        if !old.is_hole() {
+            self.free_bp(old);
+        }
+    }
+    /// Free a block the intent log wrote early and the txg did not adopt
+    /// (never charged to the object set; deferred like every free).
+    fn free_unadopted(&mut self, bp: &BlkPtr) {
+        self.free_bp(bp);
+    }
     /// Something on disk now needs pool feature `name` (`spa/feature.rs`).
     fn note_feature(&mut self, _name: &'static str) {}
     /// What `bp` is charged to its object set's `used`: its allocated
@@ -201,6 +213,21 @@ pub struct Objset {
     log: std::sync::OnceLock<Arc<dyn ChangeLog>>,
     /// The log header of the object-set block this set was opened from.
     opened_log_header: [u8; LOG_HEADER_SIZE],
+    /// Dirty blocks the intent log already wrote as ordinary blocks, by
+    /// (txg, object, block id): the sync of that txg adopts them instead
+    /// of writing them again (OpenZFS's `dmu_sync` override).
+    overrides: Mutex<HashMap<(u64, u64, u64), Vec<Override>>>,
+}
+
+/// A dirty block written early by the intent log (see `Objset::overrides`).
+pub struct Override {
+    /// The buffer written: adopted only if it is still the block's dirty
+    /// buffer when the txg syncs (a later write replaces it).
+    data: Arc<Vec<u8>>,
+    bp: BlkPtr,
+    /// Set once the write is durable; a sync that finds it unset writes the
+    /// block itself.
+    written: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -331,6 +358,7 @@ impl Objset {
             create_lock: Mutex::new(BTreeSet::new()),
             log: std::sync::OnceLock::new(),
             opened_log_header: [0; LOG_HEADER_SIZE],
+            overrides: Mutex::new(HashMap::new()),
         }
     }
 
@@ -935,6 +963,8 @@ impl Objset {
             .filter(|e| e / bs < dn.capacity(8))
             .ok_or_else(|| Error::TooBig("write beyond the largest object size".into()))?;
         let mut added = 0;
+        let mut whole: Vec<(u64, Arc<Vec<u8>>)> = Vec::new();
+        let mut parts: Vec<(u64, &[u8])> = Vec::new();
         let mut pos = 0usize;
         while pos < data.len() {
             let off = offset + pos as u64;
@@ -976,15 +1006,148 @@ impl Objset {
                     }
                 }
             }
+            // The intent log keeps a whole block by reference (no copy
+            // now; written by pointer if large), a part by its bytes.
+            if self.log.get().is_some() {
+                if n == bs as usize {
+                    let st = lock(&self.st);
+                    if let Some(b) = st.open.objs.get(&obj).and_then(|d| d.blocks.get(&blkid)) {
+                        whole.push((blkid, Arc::clone(b)));
+                    }
+                } else {
+                    parts.push((off, src));
+                }
+            }
             pos += n;
         }
         let mut st = lock(&self.st);
+        let txg = st.open.txg;
         let d = st.open.objs.entry(obj).or_default();
         let cur = d.size.unwrap_or(dn.size);
         d.size = Some(cur.max(end));
         drop(st);
-        self.note(Change::Write { obj, offset, data });
+        if self.log.get().is_some() {
+            // The size first: replaying a block by pointer does not grow
+            // the object past the block's end (a write of its bytes does).
+            self.note(Change::SetSize {
+                obj,
+                size: cur.max(end),
+            });
+            for (off, src) in parts {
+                self.note(Change::Write {
+                    obj,
+                    offset: off,
+                    data: src,
+                });
+            }
+            for (blkid, b) in whole {
+                changelog::note_block(self, txg, obj, blkid, b);
+            }
+        }
         Ok(added)
+    }
+
+    /// The block `bp` a `WRITE_INDIRECT` log record names (replay).
+    pub fn read_logged_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        self.reader.read_bp(bp)
+    }
+
+    /// The intent log is about to write block `blkid` of `obj` early as an
+    /// ordinary block: is `data` still that block's dirty buffer in `txg`
+    /// (open, or frozen and not yet synced)? Returns the object's dnode
+    /// for the block's parameters. The caller holds the pool's allocator
+    /// lock, so no sync runs meanwhile.
+    pub fn prewrite_params(
+        &self,
+        txg: u64,
+        obj: u64,
+        blkid: u64,
+        data: &Arc<Vec<u8>>,
+    ) -> Option<DnodePhys> {
+        if !self.dirty_block_is(txg, obj, blkid, data) {
+            return None;
+        }
+        let dn = self.stat(obj).ok()?;
+        (dn.datablksz as usize == data.len()).then_some(dn)
+    }
+
+    fn dirty_block_is(&self, txg: u64, obj: u64, blkid: u64, data: &Arc<Vec<u8>>) -> bool {
+        let st = lock(&self.st);
+        let same = [Some(&st.open), st.syncing.as_deref()]
+            .into_iter()
+            .flatten()
+            .find(|d| d.txg == txg)
+            .and_then(|d| d.objs.get(&obj))
+            .filter(|o| !o.freed)
+            .and_then(|o| o.blocks.get(&blkid))
+            .is_some_and(|b| Arc::ptr_eq(b, data));
+        same
+    }
+
+    /// Register a block the intent log allocated for (`prewrite_params`,
+    /// same lock held): the sync of `txg` adopts it if `written` is set by
+    /// then and `data` is still the dirty buffer, and frees it otherwise.
+    pub fn add_override(
+        &self,
+        txg: u64,
+        obj: u64,
+        blkid: u64,
+        data: &Arc<Vec<u8>>,
+        bp: BlkPtr,
+        written: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let o = Override {
+            data: Arc::clone(data),
+            bp,
+            written,
+        };
+        // The same block written early twice in a txg (logged, rewritten,
+        // logged again): the sync adopts the one holding its last buffer
+        // and frees the others.
+        lock(&self.overrides)
+            .entry((txg, obj, blkid))
+            .or_default()
+            .push(o);
+    }
+
+    /// The sync of `txg`: the early-written blocks of `obj` it adopts, by
+    /// block id (each still the dirty buffer in `blocks`, and durable).
+    fn adoptable(
+        &self,
+        txg: u64,
+        obj: u64,
+        blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
+    ) -> BTreeMap<u64, BlkPtr> {
+        let mut ov = lock(&self.overrides);
+        if ov.is_empty() {
+            return BTreeMap::new();
+        }
+        let mut out = BTreeMap::new();
+        for (&blkid, data) in blocks {
+            if let Some(list) = ov.get_mut(&(txg, obj, blkid)) {
+                let hit = list.iter().position(|o| {
+                    Arc::ptr_eq(&o.data, data)
+                        && o.written.load(std::sync::atomic::Ordering::Acquire)
+                });
+                if let Some(i) = hit {
+                    out.insert(blkid, list.swap_remove(i).bp);
+                }
+            }
+        }
+        out
+    }
+
+    /// Early-written blocks of txgs up to `txg` that were not adopted: the
+    /// sync frees them (a log record may name them until `txg` commits, so
+    /// the frees are deferred like any other).
+    fn take_leftovers(&self, txg: u64) -> Vec<BlkPtr> {
+        let mut ov = lock(&self.overrides);
+        let keys: Vec<_> = ov.keys().filter(|k| k.0 <= txg).copied().collect();
+        keys.into_iter()
+            .filter_map(|k| ov.remove(&k))
+            .flatten()
+            .map(|o| o.bp)
+            .collect()
     }
 
     // ---- syncing --------------------------------------------------------
@@ -1009,8 +1172,12 @@ impl Objset {
         let mut changed = BTreeMap::new();
         for (&obj, d) in &dirty.objs {
             let old = self.synced_dnode(obj)?;
-            let new = sync_object(reader, w, old, d)?;
+            let adopt = self.adoptable(dirty.txg, obj, &d.blocks);
+            let new = sync_object(reader, w, old, d, &adopt)?;
             changed.insert(obj, new);
+        }
+        for bp in self.take_leftovers(dirty.txg) {
+            w.free_unadopted(&bp);
         }
         let mut blocks: BTreeMap<u64, Arc<Vec<u8>>> = BTreeMap::new();
         for (&obj, dn) in &changed {
@@ -1044,7 +1211,7 @@ impl Objset {
         if let Some((&last, _)) = blocks.last_key_value() {
             let end = (last + 1) * DNODE_BLOCK_SIZE as u64;
             meta.size = meta.size.max(end);
-            apply_blocks(reader, w, &mut meta, &blocks)?;
+            apply_blocks(reader, w, &mut meta, &blocks, &BTreeMap::new())?;
         }
         for k in empty {
             free_range_tree(reader, w, &mut meta, k, k + 1)?;
@@ -1201,6 +1368,13 @@ impl BlockWriter for Counting<'_> {
         self.logical -= bp.lsize as i64;
         self.inner.free_bp(bp)
     }
+    fn adopt(&mut self, old: &BlkPtr, new: &BlkPtr) {
+        self.charge(old, new);
+        self.inner.adopt(old, new)
+    }
+    fn free_unadopted(&mut self, bp: &BlkPtr) {
+        self.inner.free_unadopted(bp)
+    }
     fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         let new = self.inner.write_batch(items, wp)?;
         for ((old, _), n) in items.iter().zip(&new) {
@@ -1238,6 +1412,7 @@ fn sync_object(
     w: &mut dyn BlockWriter,
     old: DnodePhys,
     d: &DirtyObj,
+    adopt: &BTreeMap<u64, BlkPtr>,
 ) -> Result<DnodePhys> {
     let mut dn = old;
     if let Some(c) = &d.create {
@@ -1268,7 +1443,7 @@ fn sync_object(
         free_range_tree(reader, w, &mut dn, start, end)?;
     }
     if !d.blocks.is_empty() {
-        apply_blocks(reader, w, &mut dn, &d.blocks)?;
+        apply_blocks(reader, w, &mut dn, &d.blocks, adopt)?;
     }
     if let Some(s) = d.size {
         dn.size = s;
@@ -1285,6 +1460,7 @@ fn apply_blocks(
     w: &mut dyn BlockWriter,
     dn: &mut DnodePhys,
     blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
+    adopt: &BTreeMap<u64, BlkPtr>,
 ) -> Result<()> {
     let max = match blocks.last_key_value() {
         Some((&k, _)) => k,
@@ -1313,25 +1489,35 @@ fn apply_blocks(
         dn.blkptr = [bp, BlkPtr::HOLE, BlkPtr::HOLE];
         dn.nlevels += 1;
     }
-    // Level 0 first, as one batch through the I/O pipeline.
+    // Level 0 first, as one batch through the I/O pipeline; blocks the
+    // intent log already wrote are adopted as they are.
     let mut olds = Vec::with_capacity(blocks.len());
+    let mut items: Vec<(u64, BlkPtr)> = Vec::with_capacity(blocks.len());
     for (&blkid, data) in blocks {
         if data.len() != dn.datablksz as usize {
             return Err(Error::invalid("dirty block of the wrong size"));
         }
         let old = find_l0_bp(reader, dn, blkid)?.unwrap_or(BlkPtr::HOLE);
-        olds.push((old, data.as_slice()));
-    }
-    let new_l0 = w.write_batch(&olds, l0_params(dn))?;
-    for ((old, _), new) in olds.iter().zip(&new_l0) {
-        used += w.dsize(new) as i64 - w.dsize(old) as i64;
-    }
-    for (data, new) in blocks.values().zip(&new_l0) {
-        if !new.is_hole() {
-            reader.written(new, data);
+        match adopt.get(&blkid) {
+            Some(bp) if bp.lsize as usize == data.len() => {
+                w.adopt(&old, bp);
+                used += w.dsize(bp) as i64 - w.dsize(&old) as i64;
+                reader.written(bp, data);
+                items.push((blkid, *bp));
+            }
+            _ => olds.push((blkid, old, data)),
         }
     }
-    let items: Vec<(u64, BlkPtr)> = blocks.keys().copied().zip(new_l0).collect();
+    let batch: Vec<(BlkPtr, &[u8])> = olds.iter().map(|(_, o, d)| (*o, d.as_slice())).collect();
+    let new_l0 = w.write_batch(&batch, l0_params(dn))?;
+    for ((blkid, old, data), new) in olds.iter().zip(new_l0) {
+        used += w.dsize(&new) as i64 - w.dsize(old) as i64;
+        if !new.is_hole() {
+            reader.written(&new, data);
+        }
+        items.push((*blkid, new));
+    }
+    items.sort_by_key(|i| i.0);
     let span = dn.capacity(dn.nlevels) / 3;
     let top_level = dn.nlevels - 1;
     let snapshot = dn.clone();

@@ -637,7 +637,7 @@ pub struct DsCtx {
 /// Whether commits go through the intent log (else they return at once,
 /// `sync=disabled`, or wait for the txg, `logbias=throughput`).
 fn logs(p: &ZplProps) -> bool {
-    p.sync != zpl::fs::SyncMode::Disabled && !p.throughput
+    p.sync != zpl::fs::SyncMode::Disabled
 }
 
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
@@ -652,6 +652,7 @@ impl DsCtx {
         let q = under_quota(&pool, &ds);
         if let Some(z) = ds.zil.get() {
             z.set_recording(logs(&p));
+            z.set_throughput(p.throughput);
         }
         Arc::new(DsCtx {
             pool,
@@ -675,6 +676,7 @@ impl DsCtx {
         let p = self.pool.zpl_props(&self.ds);
         if let Some(z) = self.ds.zil.get() {
             z.set_recording(logs(&p));
+            z.set_throughput(p.throughput);
         }
         *wlock(&self.props) = p;
         self.quota.store(

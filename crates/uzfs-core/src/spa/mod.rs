@@ -783,7 +783,11 @@ impl Pool {
             return Ok(());
         }
         let me = self.me.get().cloned().unwrap_or_default();
-        let zil = Arc::new(crate::zil::Zil::new(me, self.tun.zil_mem_max));
+        let zil = Arc::new(crate::zil::Zil::new(
+            me,
+            Arc::downgrade(&ds.os),
+            self.tun.zil_mem_max,
+        ));
         ds.os.attach_log(zil.clone())?;
         ds.zil
             .set(zil)

@@ -630,6 +630,22 @@ impl BlockWriter for SyncWriter<'_> {
         Ok(bp)
     }
 
+    fn adopt(&mut self, old: &BlkPtr, new: &BlkPtr) {
+        self.note_features(new.compress, new.checksum_type);
+        if !old.is_hole() {
+            self.free_bp(old);
+        }
+    }
+
+    /// Written early by the intent log for this txg and not adopted: a
+    /// log record may name it until this txg commits, so its space is not
+    /// reused before (the free is deferred, although born in this txg).
+    fn free_unadopted(&mut self, bp: &BlkPtr) {
+        for d in bp.dva.iter().filter(|d| d.is_valid()) {
+            self.alloc.free(d, false);
+        }
+    }
+
     fn free_bp(&mut self, bp: &BlkPtr) {
         let immediate = bp.birth == self.txg;
         for d in bp.dva.iter().filter(|d| d.is_valid()) {

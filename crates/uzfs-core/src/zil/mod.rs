@@ -72,15 +72,16 @@ mod replay;
 
 pub use replay::ReplayReport;
 
-use crate::dmu::blkptr::{le32, le64};
-use crate::dmu::changelog::{ChangeLog, LOG_HEADER_SIZE};
+use crate::dmu::blkptr::{le32, le64, BlkPtr, Dva};
+use crate::dmu::changelog::{self, ChangeLog, LOG_HEADER_SIZE};
 use crate::dmu::checksum::fletcher4;
+use crate::dmu::objset::Objset;
 use crate::error::{Error, Result};
 use crate::spa::log_space::{LogLoc, MAX_BLOCK};
 use crate::spa::Pool;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 /// "UZFSZIL1" little-endian.
@@ -97,7 +98,32 @@ const NO_FRAME: u32 = u32::MAX;
 struct Itx {
     seq: u64,
     txg: u64,
+    /// In memory form: may name whole blocks of `blocks` (`BLOCK_REF`),
+    /// turned into copies or pointers when written (`changelog::resolve`).
     rec: Vec<u8>,
+    blocks: Vec<Arc<Vec<u8>>>,
+}
+
+impl Itx {
+    /// Memory the record holds (the blocks are shared with the dirty data,
+    /// but a later write of one in the same txg copies it).
+    fn bytes(&self) -> u64 {
+        self.rec.len() as u64 + self.blocks.iter().map(|b| b.len() as u64).sum::<u64>()
+    }
+}
+
+/// Whole blocks at least this large are written once as ordinary blocks
+/// and logged by pointer (OpenZFS's `zfs_immediate_write_sz`), unless the
+/// pool has log devices (then they are copied to the log device, which
+/// exists to take them) or `logbias=throughput` (then every whole block is).
+pub const INDIRECT_MIN: usize = 32 << 10;
+
+/// A data block the log writes early, as an ordinary block of its txg.
+struct Prewrite {
+    bp: BlkPtr,
+    phys: Vec<u8>,
+    /// Set once durable: the txg's sync adopts it then (`Objset::overrides`).
+    written: Arc<AtomicBool>,
 }
 
 /// A block of the chain: written (or being written), not yet freed.
@@ -165,6 +191,10 @@ pub struct ZilStats {
     pub writes: AtomicU64,
     pub records: AtomicU64,
     pub record_bytes: AtomicU64,
+    /// Whole blocks logged by pointer (written once, where the txg adopts
+    /// them) and their bytes.
+    pub indirect: AtomicU64,
+    pub indirect_bytes: AtomicU64,
     pub blocks: AtomicU64,
     pub block_bytes: AtomicU64,
     pub flushes: AtomicU64,
@@ -183,6 +213,10 @@ impl ZilStats {
 /// One dataset's intent log.
 pub struct Zil {
     pool: Weak<Pool>,
+    /// The object set it logs (whose sync adopts the blocks written early).
+    os: Weak<Objset>,
+    /// `logbias=throughput`: every whole block is logged by pointer.
+    throughput: AtomicBool,
     st: Mutex<ZilState>,
     cv: Condvar,
     mem_max: u64,
@@ -380,9 +414,11 @@ fn round_block(bytes: usize) -> u32 {
 }
 
 impl Zil {
-    pub fn new(pool: Weak<Pool>, mem_max: u64) -> Zil {
+    pub fn new(pool: Weak<Pool>, os: Weak<Objset>, mem_max: u64) -> Zil {
         Zil {
             pool,
+            os,
+            throughput: AtomicBool::new(false),
             st: Mutex::new(ZilState {
                 next_itx: 1,
                 next_blk: 1,
@@ -396,8 +432,13 @@ impl Zil {
         }
     }
 
-    /// `sync=disabled` and `logbias=throughput` stop recording (commits do
-    /// not use the log). Recording that starts again cannot use the log for
+    /// `logbias`: with `throughput`, every whole-block write is logged by
+    /// pointer (written once as an ordinary block), not only large ones.
+    pub fn set_throughput(&self, on: bool) {
+        self.throughput.store(on, Ordering::Relaxed);
+    }
+
+    /// `sync=disabled` stops recording (commits do not use the log). Recording that starts again cannot use the log for
     /// the open txg, whose earlier changes it missed: a commit that needs
     /// that txg waits for it (as after a memory overflow).
     pub fn set_recording(&self, on: bool) {
@@ -446,8 +487,26 @@ impl Zil {
                 g = lock(&self.st);
                 continue;
             }
-            match self.plan(&pool, &mut g) {
-                Some(batch) => {
+            // Take the queue; turn its block references into copies or
+            // early-written blocks without holding the log's lock (that
+            // compresses and allocates; operations keep queueing).
+            let itxs: Vec<Itx> = g.queue.drain(..).collect();
+            g.queue_bytes = 0;
+            g.writing = itxs.first().map(|i| i.seq);
+            drop(g);
+            let resolved = self.resolve(&pool, &itxs);
+            g = lock(&self.st);
+            let (recs, prewrites) = match resolved {
+                Ok(r) => r,
+                Err(e) => {
+                    self.requeue(&mut g, itxs);
+                    drop(g);
+                    self.cv.notify_all();
+                    return Err(e);
+                }
+            };
+            match self.plan(&pool, &mut g, itxs, recs, prewrites) {
+                Ok(batch) => {
                     drop(g);
                     let r = self.write_batch(&pool, &batch);
                     g = lock(&self.st);
@@ -480,11 +539,7 @@ impl Zil {
                         // txg) and let the txg carry this batch: its records
                         // go back to the queue, so no waiter takes them for
                         // durable until that txg commits.
-                        let mut batch = batch;
-                        for itx in batch.itxs.drain(..).rev() {
-                            g.queue_bytes += itx.rec.len() as u64;
-                            g.queue.push_front(itx);
-                        }
+                        self.requeue(&mut g, batch.itxs);
                         g.restart_chain();
                         g.want_chain = true;
                         drop(g);
@@ -495,9 +550,12 @@ impl Zil {
                     }
                     self.cv.notify_all();
                 }
-                None => {
-                    // No log space: the txg carries it.
+                Err(itxs) => {
+                    // No log space: the txg carries it (blocks written
+                    // early are adopted or freed by its sync as usual).
+                    self.requeue(&mut g, itxs);
                     drop(g);
+                    self.cv.notify_all();
                     self.fallback(&pool)?;
                     g = lock(&self.st);
                 }
@@ -508,17 +566,117 @@ impl Zil {
         Ok(())
     }
 
+    /// Records taken for a write that did not happen go back to the front
+    /// of the queue, in their in-memory form.
+    fn requeue(&self, g: &mut ZilState, itxs: Vec<Itx>) {
+        for itx in itxs.into_iter().rev() {
+            g.queue_bytes += itx.bytes();
+            g.queue.push_front(itx);
+        }
+        g.writing = None;
+    }
+
+    /// The on-disk form of each record. Whole blocks of at least the
+    /// indirect size are written early as ordinary blocks of their txg and
+    /// logged by pointer, when that txg is the next to sync and the
+    /// allocator is free (not held by a running sync); all else is copied.
+    fn resolve(&self, pool: &Pool, itxs: &[Itx]) -> Result<(Vec<Vec<u8>>, Vec<Prewrite>)> {
+        let min = if self.throughput.load(Ordering::Relaxed) {
+            0
+        } else if pool.log_vdevs().is_empty() {
+            INDIRECT_MIN
+        } else {
+            usize::MAX
+        };
+        let os = self.os.upgrade();
+        let wanted = os.is_some()
+            && itxs
+                .iter()
+                .any(|i| i.blocks.iter().any(|b| b.len() >= min.max(1)));
+        // One allocator hold for the batch, or none: a running sync holds
+        // it for its whole length, and a copy is always correct.
+        let mut st = if wanted {
+            pool.st.try_lock().ok()
+        } else {
+            None
+        };
+        let next_txg = pool.last_txg() + 1;
+        let mut prewrites = Vec::new();
+        let mut recs = Vec::with_capacity(itxs.len());
+        for itx in itxs {
+            let mut place = |obj: u64, blkid: u64, data: &Arc<Vec<u8>>| -> Option<BlkPtr> {
+                if data.len() < min || itx.txg != next_txg {
+                    return None;
+                }
+                let (os, st) = (os.as_ref()?, st.as_mut()?);
+                let dn = os.prewrite_params(itx.txg, obj, blkid, data)?;
+                let (comp, phys) = crate::dmu::compress::compress(dn.compress, data);
+                let checksum = dn.checksum.compute(&phys);
+                let got = st
+                    .alloc
+                    .alloc(phys.len() as u64, dn.copies.max(1) as usize)
+                    .ok()?;
+                let mut dva = [Dva::default(); 3];
+                for (i, d) in got.into_iter().enumerate().take(3) {
+                    dva[i] = d;
+                }
+                let bp = BlkPtr {
+                    dva,
+                    lsize: data.len() as u32,
+                    psize: phys.len() as u32,
+                    compress: comp,
+                    checksum_type: dn.checksum,
+                    obj_type: dn.obj_type,
+                    level: 0,
+                    birth: itx.txg,
+                    phys_birth: itx.txg,
+                    fill: 1,
+                    checksum,
+                };
+                let written = Arc::new(AtomicBool::new(false));
+                os.add_override(itx.txg, obj, blkid, data, bp, written.clone());
+                prewrites.push(Prewrite {
+                    bp,
+                    phys: phys.into_owned(),
+                    written,
+                });
+                Some(bp)
+            };
+            let (rec, indirect) = changelog::resolve(&itx.rec, &itx.blocks, &mut place)?;
+            if indirect > 0 {
+                self.stats
+                    .indirect_bytes
+                    .fetch_add(indirect, Ordering::Relaxed);
+            }
+            recs.push(rec);
+        }
+        drop(st);
+        self.stats
+            .indirect
+            .fetch_add(prewrites.len() as u64, Ordering::Relaxed);
+        Ok((recs, prewrites))
+    }
+
     fn fallback(&self, pool: &Pool) -> Result<()> {
         self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         pool.txg_wait_synced_data().map(|_| ())
     }
 
-    /// Take the queue as the next batch and lay it out in blocks: the tail
-    /// first, more if it does not fit, and a new tail. `None` (queue left
-    /// alone) if log space ran out.
-    fn plan(&self, pool: &Pool, g: &mut ZilState) -> Option<Batch> {
-        let total: usize = g.queue.iter().map(|i| FRAME_HDR + i.rec.len()).sum();
-        let (tail_seq, tail) = g.tail?;
+    /// Lay the taken records out in blocks: the tail first, more if they do
+    /// not fit, and a new tail. The records back (to requeue) if log space
+    /// ran out or the chain went away meanwhile.
+    fn plan(
+        &self,
+        pool: &Pool,
+        g: &mut ZilState,
+        itxs: Vec<Itx>,
+        recs: Vec<Vec<u8>>,
+        prewrites: Vec<Prewrite>,
+    ) -> std::result::Result<Batch, Vec<Itx>> {
+        let total: usize = recs.iter().map(|r| FRAME_HDR + r.len()).sum();
+        let Some((tail_seq, tail)) = g.tail else {
+            return Err(itxs);
+        };
         let mut locs = vec![tail];
         let mut room = tail.psize as usize - BLOCK_HDR;
         let mut got = Vec::new();
@@ -528,7 +686,7 @@ impl Zil {
                 for l in &got {
                     pool.log_space.free(l);
                 }
-                return None;
+                return Err(itxs);
             };
             got.push(l);
             locs.push(l);
@@ -539,13 +697,10 @@ impl Zil {
             for l in &got {
                 pool.log_space.free(l);
             }
-            return None;
+            return Err(itxs);
         };
         locs.push(new_tail);
         // Lay the records out as one stream over the blocks.
-        let itxs: Vec<Itx> = g.queue.drain(..).collect();
-        g.queue_bytes = 0;
-        g.writing = itxs.first().map(|i| i.seq);
         let mut blocks = Vec::new();
         let mut bi = 0;
         let mut payload: Vec<u8> = Vec::new();
@@ -564,11 +719,11 @@ impl Zil {
             payload.clear();
             *first = NO_FRAME;
         };
-        for itx in &itxs {
+        for (itx, rec) in itxs.iter().zip(&recs) {
             let mut frame = Vec::with_capacity(FRAME_HDR);
-            frame.extend_from_slice(&(itx.rec.len() as u32).to_le_bytes());
+            frame.extend_from_slice(&(rec.len() as u32).to_le_bytes());
             frame.extend_from_slice(&itx.txg.to_le_bytes());
-            let mut parts: [&[u8]; 2] = [&frame, &itx.rec];
+            let mut parts: [&[u8]; 2] = [&frame, rec];
             let mut started = false;
             for part in parts.iter_mut() {
                 while !part.is_empty() {
@@ -613,13 +768,13 @@ impl Zil {
         self.stats
             .records
             .fetch_add(itxs.len() as u64, Ordering::Relaxed);
-        self.stats.record_bytes.fetch_add(
-            itxs.iter().map(|i| i.rec.len() as u64).sum(),
-            Ordering::Relaxed,
-        );
-        Some(Batch {
+        self.stats
+            .record_bytes
+            .fetch_add(recs.iter().map(|r| r.len() as u64).sum(), Ordering::Relaxed);
+        Ok(Batch {
             blocks: blocks.into_iter().map(|(s, l, b, _)| (s, l, b)).collect(),
             itxs,
+            prewrites,
         })
     }
 
@@ -631,15 +786,28 @@ impl Zil {
             let top = pool.io.top(loc.vdev)?;
             top.write_durable(loc.offset, buf, loc.asize, birth)
         };
-        if batch.blocks.len() == 1 {
+        // A block written early goes to every copy's vdev, durably; the
+        // log block naming it is written at the same time (replay stops at
+        // a block that does not verify, and a commit returns only when
+        // both are done).
+        let prewrite = |p: &Prewrite| -> Result<()> {
+            for d in p.bp.dva.iter().filter(|d| d.is_valid()) {
+                let top = pool.io.top(d.vdev)?;
+                top.write_durable(d.offset, &p.phys, d.asize, p.bp.birth)?;
+            }
+            p.written.store(true, Ordering::Release);
+            Ok(())
+        };
+        if batch.blocks.len() == 1 && batch.prewrites.is_empty() {
             write(&batch.blocks[0])?;
         } else {
             std::thread::scope(|s| {
-                let hs: Vec<_> = batch
+                let mut hs: Vec<_> = batch
                     .blocks
                     .iter()
                     .map(|b| s.spawn(move || write(b)))
                     .collect();
+                hs.extend(batch.prewrites.iter().map(|p| s.spawn(move || prewrite(p))));
                 hs.into_iter().try_for_each(|h| {
                     h.join()
                         .unwrap_or_else(|_| Err(Error::Internal("log writer panicked".into())))
@@ -693,6 +861,8 @@ struct Batch {
     blocks: Vec<(u64, LogLoc, Vec<u8>)>,
     /// The records the blocks carry (back to the queue if the write fails).
     itxs: Vec<Itx>,
+    /// Data blocks written early that the records name by pointer.
+    prewrites: Vec<Prewrite>,
 }
 
 impl ChangeLog for Zil {
@@ -700,22 +870,28 @@ impl ChangeLog for Zil {
         self.recording.load(Ordering::Relaxed) && txg > lock(&self.st).overflow_txg
     }
 
-    fn push(&self, txg: u64, rec: Vec<u8>) {
+    fn push(&self, txg: u64, rec: Vec<u8>, blocks: Vec<Arc<Vec<u8>>>) {
         let mut g = lock(&self.st);
         if txg <= g.overflow_txg {
             return;
         }
-        if g.queue_bytes + rec.len() as u64 > self.mem_max {
+        let seq = g.next_itx;
+        let itx = Itx {
+            seq,
+            txg,
+            rec,
+            blocks,
+        };
+        if g.queue_bytes + itx.bytes() > self.mem_max {
             // Give up on this txg: an fsync that needs it waits for it.
             g.overflow_txg = txg;
             g.queue.clear();
             g.queue_bytes = 0;
             return;
         }
-        let seq = g.next_itx;
         g.next_itx += 1;
-        g.queue_bytes += rec.len() as u64;
-        g.queue.push_back(Itx { seq, txg, rec });
+        g.queue_bytes += itx.bytes();
+        g.queue.push_back(itx);
     }
 
     fn header(&self, txg: u64) -> [u8; LOG_HEADER_SIZE] {
@@ -758,7 +934,7 @@ impl ChangeLog for Zil {
         let mut g = lock(&self.st);
         while g.queue.front().is_some_and(|i| i.txg <= txg) {
             if let Some(i) = g.queue.pop_front() {
-                g.queue_bytes -= (i.rec.len() as u64).min(g.queue_bytes);
+                g.queue_bytes -= i.bytes().min(g.queue_bytes);
             }
         }
         if let Some(&(_, guid, head)) = g.pending_heads.iter().rev().find(|(t, _, _)| *t <= txg) {
