@@ -273,7 +273,7 @@ fn of_fs(m: &Model, fname: &str) -> Model {
 /// Returns how many files the imported state held (the test checks the
 /// seeds are not all trivially empty) and whether import replayed intent
 /// log records (the test checks enough seeds do).
-fn run_seed(seed: u64) -> (usize, bool) {
+fn run_seed(seed: u64) -> (usize, bool, bool) {
     let mut rng = SimRng::new(seed);
     let world = SimWorld::new();
     let (_disks, top) = disk_or_mirror(&world, &mut rng);
@@ -375,6 +375,7 @@ fn run_seed(seed: u64) -> (usize, bool) {
     };
     let (disks2, pool) = import_images(images, seed);
     let replayed = replayed_once || pool.replay_report().records > 0;
+    let by_pointer = pool.replay_report().indirect > 0;
     let fss: Vec<(String, Zpl)> = names
         .iter()
         .map(|n| (n.to_string(), mount(&pool, n)))
@@ -417,7 +418,7 @@ fn run_seed(seed: u64) -> (usize, bool) {
         "seed {seed}: zdb after crash:\n{}",
         zdb::format_report(&report)
     );
-    (files, replayed)
+    (files, replayed, by_pointer)
 }
 
 #[test]
@@ -430,13 +431,20 @@ fn zpl_survives_power_cuts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let (mut nontrivial, mut replayed) = (0, 0);
+    let (mut nontrivial, mut replayed, mut by_pointer) = (0, 0, 0);
     for seed in base..base + n {
-        let (files, r) = run_seed(seed);
+        let (files, r, p) = run_seed(seed);
         nontrivial += (files > 0) as u64;
         replayed += r as u64;
+        by_pointer += p as u64;
     }
-    eprintln!("{replayed} of {n} seeds replayed intent log records at import");
+    eprintln!(
+        "{replayed} of {n} seeds replayed intent log records at import, {by_pointer} of them blocks logged by pointer"
+    );
+    assert!(
+        n < 20 || by_pointer > 0,
+        "no seed of {n} replayed a block logged by pointer"
+    );
     assert!(
         replayed * 4 >= n,
         "only {replayed} of {n} seeds replayed intent log records at import"

@@ -6,9 +6,10 @@
 //! Columns: `cc` commits (fsync, O_SYNC writes, sync=always changes),
 //! `cwc` commits that wrote the log (the rest shared another's write:
 //! group commit), `cfc` commits a txg carried instead (first commit of a
-//! chain, no log space, `logbias=throughput` does not count), `ic` records
-//! written, `icb` their bytes (all copied into the log: uzfs logs no block
-//! pointers yet), `lwb`/`lwbb` log blocks and their bytes, `flush` device
+//! chain, no log space), `ic` records written, `icb` their bytes in the
+//! log, `iic`/`iib` whole data blocks logged by pointer and their bytes
+//! (written once as ordinary blocks, which the txg adopts: OpenZFS's
+//! `itx_indirect_count`/`_bytes`), `lwb`/`lwbb` log blocks and their bytes, `flush` device
 //! flushes, `p50`/`p99` commit latency (upper bound of the histogram
 //! bucket, microseconds).
 
@@ -26,6 +27,10 @@ pub struct ZilSnap {
     pub fallbacks: u64,
     pub records: u64,
     pub record_bytes: u64,
+    #[serde(default)]
+    pub indirect: u64,
+    #[serde(default)]
+    pub indirect_bytes: u64,
     pub blocks: u64,
     pub block_bytes: u64,
     pub flushes: u64,
@@ -41,6 +46,8 @@ impl ZilSnap {
             fallbacks: self.fallbacks.saturating_sub(o.fallbacks),
             records: self.records.saturating_sub(o.records),
             record_bytes: self.record_bytes.saturating_sub(o.record_bytes),
+            indirect: self.indirect.saturating_sub(o.indirect),
+            indirect_bytes: self.indirect_bytes.saturating_sub(o.indirect_bytes),
             blocks: self.blocks.saturating_sub(o.blocks),
             block_bytes: self.block_bytes.saturating_sub(o.block_bytes),
             flushes: self.flushes.saturating_sub(o.flushes),
@@ -95,6 +102,8 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
                 fallbacks: ld(&s.fallbacks),
                 records: ld(&s.records),
                 record_bytes: ld(&s.record_bytes),
+                indirect: ld(&s.indirect),
+                indirect_bytes: ld(&s.indirect_bytes),
                 blocks: ld(&s.blocks),
                 block_bytes: ld(&s.block_bytes),
                 flushes: ld(&s.flushes),
@@ -117,7 +126,7 @@ fn size(n: u64) -> String {
 
 fn render(rows: &[ZilSnap]) -> String {
     let mut s = format!(
-        "{:<8} {:<24} {:>6} {:>6} {:>5} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}\n",
+        "{:<8} {:<24} {:>6} {:>6} {:>5} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}\n",
         "time",
         "dataset",
         "cc",
@@ -125,6 +134,8 @@ fn render(rows: &[ZilSnap]) -> String {
         "cfc",
         "ic",
         "icb",
+        "iic",
+        "iib",
         "lwb",
         "lwbb",
         "flush",
@@ -135,7 +146,7 @@ fn render(rows: &[ZilSnap]) -> String {
     for r in rows {
         let q = |x: Option<u64>| x.map_or("-".to_string(), |v| v.to_string());
         s.push_str(&format!(
-            "{:<8} {:<24} {:>6} {:>6} {:>5} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}\n",
+            "{:<8} {:<24} {:>6} {:>6} {:>5} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}\n",
             now,
             r.dataset,
             r.commits,
@@ -143,6 +154,8 @@ fn render(rows: &[ZilSnap]) -> String {
             r.fallbacks,
             r.records,
             size(r.record_bytes),
+            r.indirect,
+            size(r.indirect_bytes),
             r.blocks,
             size(r.block_bytes),
             r.flushes,

@@ -177,7 +177,7 @@ fn kill_rounds(modes: &[&str]) {
     }
     // The log does the work: commits write log blocks (counters since the
     // daemon started, which the last kill restarted).
-    let py = "import os,sys\nfd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o644)\nfor i in range(20):\n    os.pwrite(fd,b'x'*4096,i*4096); os.fsync(fd)\n";
+    let py = "import os,sys\nfd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o644)\nfor i in range(20):\n    os.pwrite(fd,b'x'*4096,i*4096); os.fsync(fd)\nfd=os.open(sys.argv[1]+'big',os.O_RDWR|os.O_CREAT,0o644)\nos.pwrite(fd,os.urandom(1<<20),0); os.fsync(fd)\n";
     let o = Command::new("/usr/bin/python3")
         .args(["-c", py])
         .arg(db.join("z"))
@@ -193,6 +193,9 @@ fn kill_rounds(modes: &[&str]) {
     let cc: u64 = cols[2].parse().expect("cc");
     let cwc: u64 = cols[3].parse().expect("cwc");
     assert!(cc >= 20 && cwc > 0, "zilstat shows no log writes:\n{z}");
+    // The 1 MiB write went by pointer: eight 128 KiB blocks written once.
+    let iic: u64 = cols[7].parse().expect("iic");
+    assert!(iic >= 8, "zilstat shows no block logged by pointer:\n{z}");
     e.export_and_zdb("tank");
 }
 

@@ -456,9 +456,12 @@ fn decode_any(rec: &[u8], in_memory: bool) -> Result<Vec<Change<'_>>> {
     Ok(out)
 }
 
+/// Reads the data block a `WRITE_INDIRECT` change names (logical bytes).
+pub type LoggedBlockReader<'a> = dyn Fn(&BlkPtr) -> Result<Vec<u8>> + 'a;
+
 /// Apply a record's changes to `os` (replay; the log is not attached yet,
 /// so nothing is recorded again).
-pub fn apply(os: &Objset, rec: &[u8]) -> Result<()> {
+pub fn apply(os: &Objset, rec: &[u8], read: &LoggedBlockReader<'_>) -> Result<()> {
     let changes = decode(rec)?;
     let _tx = os.tx();
     for c in changes {
@@ -478,7 +481,7 @@ pub fn apply(os: &Objset, rec: &[u8]) -> Result<()> {
                 os.write(obj, offset, data)?;
             }
             Change::WriteIndirect { obj, offset, bp } => {
-                let data = os.read_logged_block(&bp)?;
+                let data = read(&bp)?;
                 os.write(obj, offset, &data)?;
             }
             Change::BlockRef { .. } => {

@@ -1047,11 +1047,6 @@ impl Objset {
         Ok(added)
     }
 
-    /// The block `bp` a `WRITE_INDIRECT` log record names (replay).
-    pub fn read_logged_block(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
-        self.reader.read_bp(bp)
-    }
-
     /// The intent log is about to write block `blkid` of `obj` early as an
     /// ordinary block: is `data` still that block's dirty buffer in `txg`
     /// (open, or frozen and not yet synced)? Returns the object's dnode

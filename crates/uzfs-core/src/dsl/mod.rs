@@ -634,8 +634,8 @@ pub struct DsCtx {
     temp_readonly: std::sync::Mutex<Option<bool>>,
 }
 
-/// Whether commits go through the intent log (else they return at once,
-/// `sync=disabled`, or wait for the txg, `logbias=throughput`).
+/// Whether commits go through the intent log (else they return at once:
+/// `sync=disabled`).
 fn logs(p: &ZplProps) -> bool {
     p.sync != zpl::fs::SyncMode::Disabled
 }

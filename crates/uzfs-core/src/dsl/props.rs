@@ -186,8 +186,8 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             "standard" | "always" | "disabled" => Ok(v.into()),
             _ => bad("must be 'standard', 'always' or 'disabled'"),
         },
-        // `throughput`: fsync waits for the txg (data written once) instead
-        // of the intent log (uzfs logs no block pointers yet).
+        // `throughput`: every whole block is logged by pointer (written
+        // once), not only large ones (`zil/mod.rs`).
         "logbias" => match v {
             "latency" | "throughput" => Ok(v.into()),
             _ => bad("must be 'latency' or 'throughput'"),

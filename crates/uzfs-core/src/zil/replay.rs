@@ -1,6 +1,7 @@
 //! Claim and replay at import (see the theory comment in `zil/mod.rs`).
 
 use super::{read_chain, LogHeader};
+use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::changelog;
 use crate::error::{Error, Result};
 use crate::spa::log_space::LogLoc;
@@ -12,9 +13,73 @@ pub struct ReplayReport {
     pub datasets: usize,
     pub blocks: usize,
     pub records: usize,
+    /// Data blocks the replayed records named by pointer.
+    pub indirect: usize,
 }
 
 impl Pool {
+    /// Claim the data blocks the records name by pointer (written early
+    /// for a txg that never committed, so in no space map) and check that
+    /// each verifies. Returns how many records lead the log with all
+    /// theirs in place: a block not written whole belongs to a commit that
+    /// never returned (its log block and data were written together), so
+    /// the log ends before that record.
+    fn claim_indirect(&self, todo: &[(u64, Vec<u8>)]) -> usize {
+        let mut st = crate::spa::lock(&self.st);
+        for (i, (_, rec)) in todo.iter().enumerate() {
+            // A record that does not decode fails replay with its error.
+            let Ok(bps) = changelog::indirect_blocks(rec) else {
+                return todo.len();
+            };
+            for bp in &bps {
+                let dvas: Vec<_> = bp.dva.iter().filter(|d| d.is_valid()).collect();
+                let claimed = !dvas.is_empty()
+                    && dvas.iter().all(|d| {
+                        self.log_space.claim(
+                            &mut st.alloc,
+                            &LogLoc {
+                                vdev: d.vdev,
+                                offset: d.offset,
+                                asize: d.asize,
+                                psize: bp.psize,
+                            },
+                        )
+                    });
+                if !claimed || self.read_logged_phys(bp).is_none() {
+                    return i;
+                }
+            }
+        }
+        todo.len()
+    }
+
+    /// The stored bytes of a block a log record names, from the first copy
+    /// that verifies. Read quietly (a block never written is expected at
+    /// the end of a log) and from every leaf: the block's birth is a txg
+    /// that never committed, which a leaf's DTL knows nothing about.
+    fn read_logged_phys(&self, bp: &BlkPtr) -> Option<Vec<u8>> {
+        let psize = bp.psize as usize;
+        let verify =
+            |b: &[u8]| b.len() >= psize && bp.checksum_type.compute(&b[..psize]) == bp.checksum;
+        bp.dva.iter().filter(|d| d.is_valid()).find_map(|d| {
+            let top = self.io.top(d.vdev).ok()?;
+            if d.offset.checked_add(d.asize).is_none_or(|e| e > top.asize) {
+                return None;
+            }
+            let mut b = top.read_quiet(d.offset, psize as u64, 0, &verify).ok()?;
+            b.truncate(psize);
+            Some(b)
+        })
+    }
+
+    /// A `WRITE_INDIRECT` block's logical bytes (replay).
+    fn read_logged_block(&self, bp: &BlkPtr) -> Result<Vec<u8>> {
+        let phys = self.read_logged_phys(bp).ok_or_else(|| {
+            Error::corrupt("intent log", "a data block the log names does not verify")
+        })?;
+        crate::dmu::compress::decompress_owned(bp.compress, phys, bp.lsize as usize)
+    }
+
     /// Walk every dataset's log chain, claiming its blocks; apply the
     /// records of txgs after `committed` to the object sets; attach the
     /// intent logs; commit the replay (its txg writes headers that name no
@@ -92,11 +157,22 @@ impl Pool {
                 })
             };
             let name = self.ds_name(&ds.rel());
-            let todo: Vec<_> = chain
+            let mut todo: Vec<_> = chain
                 .records
                 .into_iter()
                 .filter(|(txg, _)| *txg > committed)
                 .collect();
+            if !self.tun.readonly {
+                let ok = self.claim_indirect(&todo);
+                if ok < todo.len() {
+                    log::warn!(
+                        "'{name}': intent log record {} of {} names a data block that was never written whole; the log ends there",
+                        ok + 1,
+                        todo.len()
+                    );
+                    todo.truncate(ok);
+                }
+            }
             if todo.is_empty() {
                 continue;
             }
@@ -109,7 +185,7 @@ impl Pool {
             }
             let n = todo.len();
             for (i, (txg, rec)) in todo.iter().enumerate() {
-                changelog::apply(&ds.os, rec).map_err(|e| {
+                changelog::apply(&ds.os, rec, &|bp| self.read_logged_block(bp)).map_err(|e| {
                     Error::corrupt(
                         "intent log",
                         format!(
@@ -126,6 +202,10 @@ impl Pool {
             report.datasets += 1;
             report.blocks += chain.blocks.len();
             report.records += n;
+            report.indirect += todo
+                .iter()
+                .map(|(_, r)| changelog::indirect_blocks(r).map_or(0, |b| b.len()))
+                .sum::<usize>();
         }
         if self.tun.readonly {
             return Ok(report);

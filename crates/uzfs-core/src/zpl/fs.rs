@@ -55,7 +55,7 @@ pub struct ZplProps {
     pub atime: bool,
     pub readonly: bool,
     pub sync: SyncMode,
-    /// `logbias=throughput`: commits wait for the txg, not the intent log.
+    /// `logbias=throughput`: the intent log logs whole blocks by pointer.
     pub throughput: bool,
 }
 
