@@ -7,8 +7,14 @@
 # speed from minute to minute; the table gives medians, the spread
 # (min-max) and, for uzfs, daemon CPU seconds per GiB written and peak RSS.
 #
+# Full runs add: uzfs pools with a separate log device (a file on the same
+# disk: `slog`; a file on tmpfs, forced: `tmpslog`) and zfs-fuse (Debian's
+# userspace ZFS, a mirror, its daemon in a private mount namespace as
+# ../shared/peers/peers.sh runs it; installed with apt if missing).
+#
 # Also, on sync=standard and ext4 only: 1 MiB writes with an fsync after
-# each (MiB/s: the log copies them, so they are written twice) and sqlite3
+# each (MiB/s: whole blocks go by pointer, written once) beside uzfs's own
+# 1 MiB sequential write without fsyncs (one at the end), and sqlite3
 # inserts, one transaction each, journal_mode=WAL, synchronous=FULL
 # (transactions/s). The uzfs daemon's `zilstat` totals follow the table
 # (commits against log writes: group commit).
@@ -40,8 +46,17 @@ else
   U=$(pwd)/target/release/uzfs
 fi
 export UZFS_RUNDIR=$DATA/run
+ZPID=""
 cleanup() {
   $U zpool destroy -f sb >/dev/null 2>&1 || true
+  $U zpool destroy -f sl >/dev/null 2>&1 || true
+  $U zpool destroy -f st >/dev/null 2>&1 || true
+  rm -f /dev/shm/uzfs-syncbench-slog
+  if [ -n "$ZPID" ] && kill -0 "$ZPID" 2>/dev/null; then
+    nsenter -t "$ZPID" -m -- zpool destroy -f zf >/dev/null 2>&1 || true
+    kill "$ZPID" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$ZPID" 2>/dev/null || break; sleep 0.25; done
+  fi
   $U daemon --stop >/dev/null 2>&1 || true
   if mountpoint -q "$DATA/ext4" 2>/dev/null; then umount "$DATA/ext4"; fi
   if [ -n "${LOOP:-}" ]; then losetup -d "$LOOP" 2>/dev/null || true; fi
@@ -61,6 +76,32 @@ for s in standard always disabled; do
   $U zfs set sync=$s sb/$s >/dev/null
 done
 if [ $SMOKE = 0 ]; then
+  # Separate log devices: a file on the same disk, and one on tmpfs.
+  truncate -s $DISK "$DATA/d2" "$DATA/d3" "$DATA/d4" "$DATA/d5"
+  truncate -s 1G "$DATA/l0" /dev/shm/uzfs-syncbench-slog
+  $U zpool create -f -m "$DATA/mnt-sl" sl mirror "$DATA/d2" "$DATA/d3" log "$DATA/l0" >/dev/null
+  $U zpool create -f -m "$DATA/mnt-st" st mirror "$DATA/d4" "$DATA/d5" \
+    log /dev/shm/uzfs-syncbench-slog >/dev/null
+  for p in sl st; do
+    fio --name=w --directory="$DATA/mnt-$p" --rw=write --bs=1M --size=$SIZE \
+        --numjobs=8 --create_only=1 --output=/dev/null >/dev/null 2>&1
+  done
+  # zfs-fuse, as peers.sh runs it: its own daemon in a private mount
+  # namespace (private /run/zfs, /var/lib/zfs), a mirror of two files.
+  command -v zfs-fuse >/dev/null || apt-get install -y -q zfs-fuse >/dev/null
+  truncate -s $DISK "$DATA/z0" "$DATA/z1"
+  ns="$DATA/zfsns"; mkdir -p "$ns/run" "$ns/lock" "$ns/lib" /run/zfs /run/lock/zfs /var/lib/zfs
+  unshare -m --propagation private bash -c "
+    mount --bind '$ns/run' /run/zfs && mount --bind '$ns/lock' /run/lock/zfs &&
+    mount --bind '$ns/lib' /var/lib/zfs &&
+    exec zfs-fuse -p '$ns/zfs-fuse.pid' --no-kstat-mount"
+  for _ in $(seq 50); do [ -s "$ns/zfs-fuse.pid" ] && [ -S "$ns/run/zfs_socket" ] && break; sleep 0.2; done
+  ZPID=$(cat "$ns/zfs-fuse.pid")
+  for _ in $(seq 50); do nsenter -t "$ZPID" -m -- zpool list >/dev/null 2>&1 && break; sleep 0.2; done
+  nsenter -t "$ZPID" -m -- zpool create -f -o cachefile=none -m "$DATA/zf" zf \
+    mirror "$DATA/z0" "$DATA/z1"
+  nsenter -t "$ZPID" -m -- fio --name=w --directory="$DATA/zf" --rw=write --bs=1M \
+    --size=$SIZE --numjobs=8 --create_only=1 --output=/dev/null >/dev/null 2>&1
   LOOP=$(losetup -f --show "$DATA/e0")
   mkfs.ext4 -q -F "$LOOP"
   mount "$LOOP" "$DATA/ext4"
@@ -69,24 +110,26 @@ if [ $SMOKE = 0 ]; then
 fi
 PID=$(cat "$UZFS_RUNDIR/uzfsd.pid")
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$PID}/stat"; }
 
 # run DIR NAME JOBS ROUND: one fio job set; writes $DATA/out/NAME-jJOBS-ROUND.json
 # (and .cpu: daemon CPU ticks used, for uzfs).
 run() {
   local dir=$1 name=$2 jobs=$3 round=$4 out="$DATA/out/$2-j$3-$4"
-  local fsync=1
+  local fsync=1 ns=()
   # sync=always commits every write by itself: no fsync asked.
   [ "$name" = always ] && fsync=0
-  fio --name=w --directory="$dir" --ioengine=psync --rw=randwrite --bs=4k \
+  [ "$name" = zfsfuse ] && ns=(nsenter -t "$ZPID" -m --)
+  "${ns[@]}" fio --name=w --directory="$dir" --ioengine=psync --rw=randwrite --bs=4k \
       --size=$SIZE --numjobs=$jobs --runtime=$RUNTIME --time_based=1 \
       --fsync=$fsync --overwrite=1 --group_reporting=1 \
       --output-format=json --output="$out.json.tmp" >/dev/null 2>&1 &
-  local f=$! c0=0
-  [ "$name" != ext4 ] && c0=$(cpu_ticks)
+  local f=$! c0=0 pid=$PID
+  [ "$name" = zfsfuse ] && pid=$ZPID
+  [ "$name" != ext4 ] && c0=$(cpu_ticks $pid)
   wait $f
   mv "$out.json.tmp" "$out.json"
-  [ "$name" != ext4 ] && echo $(( $(cpu_ticks) - c0 )) > "$out.cpu"
+  [ "$name" != ext4 ] && echo $(( $(cpu_ticks $pid) - c0 )) > "$out.cpu"
   return 0
 }
 
@@ -95,6 +138,14 @@ seq1m() {
   local out="$DATA/out/$2-seq-$3"
   fio --name=s --directory="$1" --ioengine=psync --rw=write --bs=1M \
       --size=$SIZE --runtime=$RUNTIME --time_based=1 --fsync=1 \
+      --overwrite=1 --output-format=json --output="$out.json" >/dev/null 2>&1
+}
+
+# seqw DIR NAME ROUND: 1 MiB writes, one fsync at the end -> NAME-seqw-ROUND.json
+seqw() {
+  local out="$DATA/out/$2-seqw-$3"
+  fio --name=s --directory="$1" --ioengine=psync --rw=write --bs=1M \
+      --size=$SIZE --runtime=$RUNTIME --time_based=1 --end_fsync=1 \
       --overwrite=1 --output-format=json --output="$out.json" >/dev/null 2>&1
 }
 
@@ -114,18 +165,27 @@ PY
 }
 
 STACKS="standard always disabled"
-[ $SMOKE = 0 ] && STACKS="$STACKS ext4"
+[ $SMOKE = 0 ] && STACKS="$STACKS slog tmpslog ext4 zfsfuse"
+dir_of() {
+  case $1 in
+    ext4) echo "$DATA/ext4" ;;
+    slog) echo "$DATA/mnt-sl" ;;
+    tmpslog) echo "$DATA/mnt-st" ;;
+    zfsfuse) echo "$DATA/zf" ;;
+    *) echo "$DATA/mnt/$1" ;;
+  esac
+}
 for r in $(seq 1 $ROUNDS); do
   for jobs in 1 8; do
     for s in $STACKS; do
-      if [ $s = ext4 ]; then d="$DATA/ext4"; else d="$DATA/mnt/$s"; fi
-      run "$d" $s $jobs $r
+      run "$(dir_of $s)" $s $jobs $r
     done
   done
   for s in standard ext4; do
     [ $s = ext4 ] && [ $SMOKE = 1 ] && continue
-    if [ $s = ext4 ]; then d="$DATA/ext4"; else d="$DATA/mnt/$s"; fi
+    d=$(dir_of $s)
     seq1m "$d" $s $r
+    [ $s = standard ] && seqw "$d" $s $r
     sqlite "$d" $s $r
   done
 done
@@ -157,11 +217,17 @@ for s in stacks:
         rs = [load(s, j, r) for r in range(1, rounds + 1)]
         iops = [x[0] for x in rs]; p99 = [x[1] for x in rs]
         cpu = [x[2] for x in rs if x[2] is not None]
-        label = "ext4 on loop" if s == "ext4" else f"uzfs sync={s}"
+        label = {"ext4": "ext4 on loop", "zfsfuse": "zfs-fuse mirror", "slog": "uzfs, log device (file)",
+                 "tmpslog": "uzfs, log device (tmpfs)"}.get(s, f"uzfs sync={s}")
         ratio = f"{med(iops) / ext[j]:.2f}" if ext.get(j) else "-"
         c = f"{med(cpu):.1f}" if cpu else "-"
         print(f"| {label} | {j} | {med(iops):.0f} ({min(iops):.0f}-{max(iops):.0f}) | {med(p99):.0f} ({min(p99):.0f}-{max(p99):.0f}) | {c} | {ratio} |")
 print(f"\nuzfs daemon peak RSS: {hwm // 1024} MiB. sync=always runs without fsync (each write is committed); its latency column is the write's.")
+if "zfsfuse" in stacks:
+    for j in (1, 8):
+        z = med([load("zfsfuse", j, r)[0] for r in range(1, rounds + 1)])
+        u = med([load("standard", j, r)[0] for r in range(1, rounds + 1)])
+        print(f"uzfs sync=standard / zfs-fuse, {j} job(s): {u / z:.1f}x" if z else "")
 print()
 print("| sync workload | uzfs sync=standard median (min-max) | ext4 median (min-max) | uzfs / ext4 |")
 print("|---|---|---|---|")
@@ -180,6 +246,19 @@ for kind, label in (("seq", "1 MiB write + fsync each (MiB/s)"), ("sql", "sqlite
     fmt = lambda v: f"{med(v):.0f} ({min(v):.0f}-{max(v):.0f})" if v else "-"
     ratio = f"{med(u) / med(e):.2f}" if u and e and med(e) else "-"
     print(f"| {label} | {fmt(u)} | {fmt(e)} | {ratio} |")
+w = []
+for r in range(1, rounds + 1):
+    f = f"{out}/standard-seqw-{r}.json"
+    if os.path.exists(f):
+        w.append(json.load(open(f))["jobs"][0]["write"]["bw_bytes"] / 2**20)
+s1 = []
+for r in range(1, rounds + 1):
+    f = f"{out}/standard-seq-{r}.json"
+    if os.path.exists(f):
+        s1.append(json.load(open(f))["jobs"][0]["write"]["bw_bytes"] / 2**20)
+if w and s1:
+    print(f"\nuzfs 1 MiB writes without fsync (one at the end): {med(w):.0f} MiB/s ({min(w):.0f}-{max(w):.0f});"
+          f" with an fsync after each: {med(s1) / med(w):.2f}x of that")
 PY
 echo
 echo "uzfs zilstat totals (cc commits, cwc log writes: cc/cwc is the group commit):"

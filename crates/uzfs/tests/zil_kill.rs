@@ -199,6 +199,67 @@ fn kill_rounds(modes: &[&str]) {
     e.export_and_zdb("tank");
 }
 
+/// `zpool attach`/`detach` on a log device: a log mirror is made and
+/// unmade under fsyncs, and what was fsynced before either (whose log
+/// blocks are on the old side only) survives a kill right after.
+#[test]
+fn a_log_mirror_is_attached_and_detached() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let (a, l1, l2) = (e.disk("a", 256), e.disk("l1", 128), e.disk("l2", 128));
+    e.ok(&["zpool", "create", "tank", &a, "log", &l1]);
+    let m = e.dir.path().join("mnt/tank");
+    let records = |name: &str, n: usize| {
+        let py = "import os,sys\nfd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o644)\nfor i in range(int(sys.argv[2])):\n    os.pwrite(fd,b'%08d'%i*512,i*4096); os.fsync(fd)\n";
+        let o = Command::new("/usr/bin/python3")
+            .args(["-c", py])
+            .arg(m.join(name))
+            .arg(n.to_string())
+            .output()
+            .expect("python3");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let check = |name: &str, n: usize| {
+        let d = std::fs::read(m.join(name)).expect("read");
+        for i in 0..n {
+            let want = format!("{i:08}").repeat(512);
+            assert!(
+                d.get(i * 4096..(i + 1) * 4096) == Some(want.as_bytes()),
+                "{name}: record {i} of {n} lost"
+            );
+        }
+    };
+    records("f", 30);
+    e.ok(&["zpool", "attach", "tank", &l1, &l2]);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    let logs = &st[st
+        .find("\tlogs")
+        .unwrap_or_else(|| panic!("no logs:\n{st}"))..];
+    assert!(
+        logs.contains("mirror-1") && logs.contains(&l1) && logs.contains(&l2),
+        "{st}"
+    );
+    records("g", 30);
+    e.ok(&["zpool", "detach", "tank", &l1]);
+    e.kill_daemon();
+    e.ok(&["zpool", "status", "tank"]);
+    check("f", 30);
+    check("g", 30);
+    let st = e.ok(&["zpool", "status", "tank"]);
+    let logs = &st[st
+        .find("\tlogs")
+        .unwrap_or_else(|| panic!("no logs:\n{st}"))..];
+    assert!(logs.contains(&l2) && !logs.contains(&l1), "{st}");
+    // The remaining side takes the log: fsync, kill, replay.
+    records("h", 30);
+    e.kill_daemon();
+    e.ok(&["zpool", "status", "tank"]);
+    check("h", 30);
+    e.export_and_zdb("tank");
+}
+
 #[test]
 fn log_devices_from_the_command_line() {
     if !can_mount() {

@@ -323,6 +323,7 @@ impl Pool {
             st.config_dirty = true;
         }
         self.log_internal(&format!("attach {existing} {new_path}"));
+        self.restart_logs_on(pos.top as u32);
         self.txg_wait_synced()?;
         self.resilver_unhalt();
         self.restart_resilver()
@@ -397,6 +398,7 @@ impl Pool {
             let _ = label::clear(&*pos.leaf.dev);
         }
         self.log_internal(&format!("detach {name}"));
+        self.restart_logs_on(pos.top as u32);
         self.txg_wait_synced().map(|_| ())
     }
 
@@ -450,6 +452,21 @@ impl Pool {
     /// dataset's chain starts over elsewhere, and a txg commits whatever
     /// was only in the log. Only the last top-level vdev can go (vdev ids
     /// are positions; a hole vdev would lift that).
+    /// A log device's mirror gained or lost a side: blocks of the logs'
+    /// current chains may be on the old sides only (a resilver copies no
+    /// log blocks), so every chain starts over, on the new set of sides,
+    /// and the caller's txg commits what only the old chains held.
+    fn restart_logs_on(&self, top: u32) {
+        if !self.log_vdevs().contains(&top) {
+            return;
+        }
+        for ds in self.datasets() {
+            if let Some(z) = ds.zil.get() {
+                z.restart();
+            }
+        }
+    }
+
     pub fn remove_log(&self, name: &str) -> Result<()> {
         let logs = self.log_vdevs();
         let tops = self.io.tops();

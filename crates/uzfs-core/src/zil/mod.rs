@@ -836,6 +836,13 @@ impl Zil {
         g.retired.retain(|l| l.vdev != v);
     }
 
+    /// Start a new chain (a log device's mirror changed): the next commit
+    /// waits for a txg, whose header names the new chain; the old chain's
+    /// blocks go back once that header has committed.
+    pub fn restart(&self) {
+        lock(&self.st).restart_chain();
+    }
+
     /// The dataset goes away (destroy, export): its blocks go back.
     pub fn close(&self) {
         let Some(pool) = self.pool.upgrade() else {
