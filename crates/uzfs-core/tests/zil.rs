@@ -34,29 +34,44 @@ fn read_all(fs: &Zpl, name: &[u8]) -> Option<Vec<u8>> {
     Some(b)
 }
 
+/// A pool "z" on a mirror of two simulated disks, its root filesystem
+/// mounted and its log's chain started: the first commit of a chain waits
+/// for a txg, which writes the header naming it.
+#[allow(clippy::type_complexity)]
+fn mirror_with_a_chain(
+    world: &SimWorld,
+    seed: u64,
+) -> (
+    Vec<uzfs_core::vdev::sim::SimDevice>,
+    Arc<Pool>,
+    Zpl,
+    Arc<DsCtx>,
+    Arc<uzfs_core::zil::Zil>,
+) {
+    let disks: Vec<_> = (0..2)
+        .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+        .collect();
+    let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
+    pool.format_root_fs().expect("format");
+    let (fs, ctx) = mount_with(&pool, "z");
+    let f = create(&fs, b"first");
+    fs.fsync(f).expect("fsync");
+    pool.sync().expect("sync");
+    let zil = pool
+        .dataset("z")
+        .expect("ds")
+        .zil
+        .get()
+        .cloned()
+        .expect("zil");
+    (disks, pool, fs, ctx, zil)
+}
+
 #[test]
 fn fsync_writes_the_log_not_a_txg_and_a_power_cut_replays_it() {
     for seed in 0..6u64 {
         let world = SimWorld::new();
-        let disks: Vec<_> = (0..2)
-            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-            .collect();
-        let pool =
-            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        let (fs, _ctx) = mount_with(&pool, "z");
-        // The first commit starts the chain: it waits for a txg, which
-        // writes the header naming it.
-        let f = create(&fs, b"first");
-        fs.fsync(f).expect("fsync");
-        pool.sync().expect("sync");
-        let zil = pool
-            .dataset("z")
-            .expect("ds")
-            .zil
-            .get()
-            .cloned()
-            .expect("zil");
+        let (_disks, pool, fs, _ctx, zil) = mirror_with_a_chain(&world, seed);
         let t0 = pool.last_txg();
         let w0 = zil.stats.writes.load(Ordering::Relaxed);
         let mut want = Vec::new();
@@ -129,23 +144,7 @@ fn device_bytes(pool: &Pool) -> u64 {
 fn large_writes_are_written_once_and_logged_by_pointer() {
     for seed in 0..4u64 {
         let world = SimWorld::new();
-        let disks: Vec<_> = (0..2)
-            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-            .collect();
-        let pool =
-            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        let (fs, _ctx) = mount_with(&pool, "z");
-        let first = create(&fs, b"first");
-        fs.fsync(first).expect("fsync");
-        pool.sync().expect("sync");
-        let zil = pool
-            .dataset("z")
-            .expect("ds")
-            .zil
-            .get()
-            .cloned()
-            .expect("zil");
+        let (disks, pool, fs, _ctx, zil) = mirror_with_a_chain(&world, seed);
         // 1 MiB in eight whole 128 KiB blocks, fsynced: eight pointers.
         let a = create(&fs, b"a");
         let da = pattern(seed, MIB as usize);
