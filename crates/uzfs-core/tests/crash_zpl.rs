@@ -292,8 +292,14 @@ fn run_seed(seed: u64) -> (usize, bool, bool) {
         false,
     )
     .expect("dataset");
+    // sync=disabled: fsync acknowledges nothing, so any state of it from
+    // the start is allowed after the crash (consistent, the tail lost),
+    // but only whole operations.
+    pool.create_dataset("crash/fs3", &[("sync".into(), "disabled".into())], false)
+        .expect("dataset");
     pool.sync().expect("sync");
-    let names = ["crash", "crash/fs2"];
+    let names = ["crash", "crash/fs2", "crash/fs3"];
+    const DISABLED: usize = 2;
     let fss: Vec<(String, Zpl)> = names
         .iter()
         .map(|n| (n.to_string(), mount(&pool, n)))
@@ -304,7 +310,7 @@ fn run_seed(seed: u64) -> (usize, bool, bool) {
     // (`snaps[0]`), and for each filesystem the index in `snaps` of its
     // last acknowledged state: its fsync returned there.
     let mut snaps: Vec<State> = vec![model.clone()];
-    let mut acked = [0usize; 2];
+    let mut acked = [0usize; 3];
     if rng.chance(1, 3) {
         world.cut_power_at_flush(rng.below(20));
     } else {
@@ -314,15 +320,18 @@ fn run_seed(seed: u64) -> (usize, bool, bool) {
         let r = if rng.chance(1, 6) {
             // fsync of any file of a filesystem: its intent log (or a txg)
             // makes every change to that filesystem durable.
-            let i = rng.below(2) as usize;
+            let i = rng.below(fss.len() as u64) as usize;
             let (_, fs) = &fss[i];
             match fs.fsync(fs.root) {
                 Ok(()) => {
-                    acked[i] = snaps.len() - 1;
-                    let low = acked[0].min(acked[1]);
+                    if i != DISABLED {
+                        acked[i] = snaps.len() - 1;
+                    }
+                    let low = acked.iter().copied().min().unwrap_or(0);
                     snaps.drain(..low);
-                    acked[0] -= low;
-                    acked[1] -= low;
+                    for a in acked.iter_mut() {
+                        *a -= low;
+                    }
                     Ok(())
                 }
                 Err(e) => Err(e),

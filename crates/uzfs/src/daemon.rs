@@ -259,6 +259,12 @@ impl Daemon {
         {
             t.zil_mem_max = m;
         }
+        if let Some(m) = std::env::var("UZFS_ZIL_IMMEDIATE_WRITE_SZ")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            t.zil_indirect_min = m;
+        }
         if let Some(us) = std::env::var("UZFS_SCAN_DELAY_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

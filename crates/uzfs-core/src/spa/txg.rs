@@ -128,6 +128,11 @@ pub struct Tunables {
     /// past it the open txg is no longer logged and an fsync that needs it
     /// waits for it to commit. Default 64 MiB.
     pub zil_mem_max: u64,
+    /// Whole blocks at least this large are logged by pointer (written
+    /// once) rather than copied into the intent log, on pools without log
+    /// devices and with `logbias=latency` (OpenZFS's
+    /// `zfs_immediate_write_sz`). Default 32 KiB.
+    pub zil_indirect_min: u64,
     /// `zpool import -m`: import even if a log device is missing (what
     /// its intent log held is lost).
     pub missing_log_ok: bool,
@@ -162,6 +167,7 @@ impl Default for Tunables {
             mmp_import_intervals: 10,
             readonly: false,
             zil_mem_max: 64 << 20,
+            zil_indirect_min: crate::zil::INDIRECT_MIN as u64,
             missing_log_ok: false,
         }
     }

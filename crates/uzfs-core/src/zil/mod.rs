@@ -584,7 +584,7 @@ impl Zil {
         let min = if self.throughput.load(Ordering::Relaxed) {
             0
         } else if pool.log_vdevs().is_empty() {
-            INDIRECT_MIN
+            usize::try_from(pool.tun.zil_indirect_min).unwrap_or(usize::MAX)
         } else {
             usize::MAX
         };
@@ -786,19 +786,34 @@ impl Zil {
             let top = pool.io.top(loc.vdev)?;
             top.write_durable(loc.offset, buf, loc.asize, birth)
         };
-        // A block written early goes to every copy's vdev, durably; the
-        // log block naming it is written at the same time (replay stops at
-        // a block that does not verify, and a commit returns only when
-        // both are done).
-        let prewrite = |p: &Prewrite| -> Result<()> {
-            for d in p.bp.dva.iter().filter(|d| d.is_valid()) {
-                let top = pool.io.top(d.vdev)?;
-                top.write_durable(d.offset, &p.phys, d.asize, p.bp.birth)?;
-            }
-            p.written.store(true, Ordering::Release);
-            Ok(())
-        };
-        if batch.blocks.len() == 1 && batch.prewrites.is_empty() {
+        // Blocks written early go first, all in one batch and unflushed;
+        // then the log blocks, each written and flushed on its own leaves,
+        // which also makes durable the data written before to those
+        // leaves; a vdev holding data but no log block is flushed beside
+        // them. One flush per leaf per commit: a flush per data block (16
+        // fdatasyncs for a 1 MiB write on a mirror) ran 1 MiB fsyncs at
+        // 0.09x the pool's write rate.
+        if !batch.prewrites.is_empty() {
+            let items: Vec<([Dva; 3], &[u8])> = batch
+                .prewrites
+                .iter()
+                .map(|p| (p.bp.dva, p.phys.as_slice()))
+                .collect();
+            // All of the batch's early blocks belong to the next txg.
+            pool.io
+                .write_phys_batch(&items, batch.prewrites[0].bp.birth)?;
+        }
+        let log_tops: Vec<u32> = batch.blocks.iter().map(|b| b.1.vdev).collect();
+        let mut data_tops: Vec<u32> = batch
+            .prewrites
+            .iter()
+            .flat_map(|p| p.bp.dva.iter().filter(|d| d.is_valid()).map(|d| d.vdev))
+            .filter(|v| !log_tops.contains(v))
+            .collect();
+        data_tops.sort_unstable();
+        data_tops.dedup();
+        let flush = |v: u32| -> Result<()> { pool.io.top(v)?.flush(birth) };
+        if batch.blocks.len() == 1 && data_tops.is_empty() {
             write(&batch.blocks[0])?;
         } else {
             std::thread::scope(|s| {
@@ -807,12 +822,15 @@ impl Zil {
                     .iter()
                     .map(|b| s.spawn(move || write(b)))
                     .collect();
-                hs.extend(batch.prewrites.iter().map(|p| s.spawn(move || prewrite(p))));
+                hs.extend(data_tops.iter().map(|&v| s.spawn(move || flush(v))));
                 hs.into_iter().try_for_each(|h| {
                     h.join()
                         .unwrap_or_else(|_| Err(Error::Internal("log writer panicked".into())))
                 })
             })?;
+        }
+        for p in &batch.prewrites {
+            p.written.store(true, Ordering::Release);
         }
         for (_, _, buf) in &batch.blocks {
             self.stats.blocks.fetch_add(1, Ordering::Relaxed);
