@@ -65,6 +65,23 @@ trap cleanup EXIT
 cleanup
 rm -rf "$DATA"; mkdir -p "$DATA/out" "$DATA/ext4"
 truncate -s $DISK "$DATA/d0" "$DATA/d1" "$DATA/e0"
+if [ $SMOKE = 0 ]; then
+  # First, so that its private mount namespace holds no copy of the uzfs
+  # mounts made below (a copy keeps a FUSE connection alive after uzfs
+  # unmounts it, and the pool's destroy waits for it forever).
+  # zfs-fuse, as peers.sh runs it: its own daemon in a private mount
+  # namespace (private /run/zfs, /var/lib/zfs), a mirror of two files.
+  command -v zfs-fuse >/dev/null || apt-get install -y -q zfs-fuse >/dev/null
+  truncate -s $DISK "$DATA/z0" "$DATA/z1"
+  ns="$DATA/zfsns"; mkdir -p "$ns/run" "$ns/lock" "$ns/lib" /run/zfs /run/lock/zfs /var/lib/zfs
+  unshare -m --propagation private bash -c "
+    mount --bind '$ns/run' /run/zfs && mount --bind '$ns/lock' /run/lock/zfs &&
+    mount --bind '$ns/lib' /var/lib/zfs &&
+    exec zfs-fuse -p '$ns/zfs-fuse.pid' --no-kstat-mount"
+  for _ in $(seq 50); do [ -s "$ns/zfs-fuse.pid" ] && [ -S "$ns/run/zfs_socket" ] && break; sleep 0.2; done
+  ZPID=$(cat "$ns/zfs-fuse.pid")
+  for _ in $(seq 50); do nsenter -t "$ZPID" -m -- zpool list >/dev/null 2>&1 && break; sleep 0.2; done
+fi
 $U zpool create -f -m "$DATA/mnt" sb mirror "$DATA/d0" "$DATA/d1" >/dev/null
 # The files are laid out once, in 1 MiB writes, before the datasets get
 # their sync setting (fio would lay them out in 4 KiB writes, each a txg
@@ -86,18 +103,6 @@ if [ $SMOKE = 0 ]; then
     fio --name=w --directory="$DATA/mnt-$p" --rw=write --bs=1M --size=$SIZE \
         --numjobs=8 --create_only=1 --output=/dev/null >/dev/null 2>&1
   done
-  # zfs-fuse, as peers.sh runs it: its own daemon in a private mount
-  # namespace (private /run/zfs, /var/lib/zfs), a mirror of two files.
-  command -v zfs-fuse >/dev/null || apt-get install -y -q zfs-fuse >/dev/null
-  truncate -s $DISK "$DATA/z0" "$DATA/z1"
-  ns="$DATA/zfsns"; mkdir -p "$ns/run" "$ns/lock" "$ns/lib" /run/zfs /run/lock/zfs /var/lib/zfs
-  unshare -m --propagation private bash -c "
-    mount --bind '$ns/run' /run/zfs && mount --bind '$ns/lock' /run/lock/zfs &&
-    mount --bind '$ns/lib' /var/lib/zfs &&
-    exec zfs-fuse -p '$ns/zfs-fuse.pid' --no-kstat-mount"
-  for _ in $(seq 50); do [ -s "$ns/zfs-fuse.pid" ] && [ -S "$ns/run/zfs_socket" ] && break; sleep 0.2; done
-  ZPID=$(cat "$ns/zfs-fuse.pid")
-  for _ in $(seq 50); do nsenter -t "$ZPID" -m -- zpool list >/dev/null 2>&1 && break; sleep 0.2; done
   nsenter -t "$ZPID" -m -- zpool create -f -o cachefile=none -m "$DATA/zf" zf \
     mirror "$DATA/z0" "$DATA/z1"
   nsenter -t "$ZPID" -m -- fio --name=w --directory="$DATA/zf" --rw=write --bs=1M \
