@@ -175,6 +175,12 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
         None => return Err(format!("cannot unmount '{name}': not currently mounted")),
     };
     let flags = if force { libc::MNT_DETACH } else { 0 };
+    // The FUSE connection's name in the control filesystem: the mount's
+    // device minor (major 0, an anonymous device).
+    let conn = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&path).ok().map(|m| libc::minor(m.dev()))
+    };
     if let Err(e) = umount2(&path, flags) {
         if e.raw_os_error() == Some(libc::EBUSY) {
             return Err(format!(
@@ -203,7 +209,7 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
                     .name("fuse-reaper".into())
                     .spawn(move || s.join());
             } else {
-                s.join();
+                s.join_or_abort(conn, std::time::Duration::from_secs(5));
             }
         }
     }

@@ -1071,3 +1071,41 @@ fn zfs_set_u_leaves_mounts_as_they_are() {
     assert_eq!(std::fs::read(new.join("f")).expect("moved"), b"here");
     e.export_and_zdb("tank");
 }
+
+/// A copy of a mount in another mount namespace (`unshare -m`, as a
+/// container or zfs-fuse's benchmark setup makes) keeps the FUSE
+/// connection alive after uzfs unmounts: export must still finish (the
+/// daemon aborts the connection after a grace period) instead of waiting
+/// forever.
+#[test]
+fn export_finishes_while_another_namespace_holds_a_copy_of_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    std::fs::write(m.join("x"), b"data").expect("write");
+    let mut holder = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .expect("unshare");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    let out = std::process::Command::new("timeout")
+        .arg("40")
+        .arg(env!("CARGO_BIN_EXE_uzfs"))
+        .args(["zpool", "export", "tank"])
+        .env("UZFS_RUNDIR", &e.rundir)
+        .env("UZFS_ALTROOT", e.dir.path().join("mnt"))
+        .output()
+        .expect("export");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        out.status.success(),
+        "export with the mount held elsewhere: {:?} after {:?}\n{}",
+        out.status.code(),
+        t0.elapsed(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -209,6 +209,20 @@ pub fn opcode_counts() -> String {
         .collect()
 }
 
+/// Mount FUSE's control filesystem where it belongs, if it is not (a
+/// system without systemd, a container): it is how a connection is aborted.
+fn mount_fusectl() {
+    let (src, dir, fs) = (c"fusectl", c"/sys/fs/fuse/connections", c"fusectl");
+    // SAFETY: mount(2) with NUL-terminated constant strings and no data.
+    let r = unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) };
+    if r != 0 {
+        log::warn!(
+            "cannot mount fusectl on /sys/fs/fuse/connections: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// The running session of one mount. Dropping the fuser session unmounts
 /// (if nobody did); [`Session::join`] waits for the request threads, which
 /// end when the kernel tears the connection down at unmount.
@@ -220,6 +234,39 @@ pub struct Session {
 }
 
 impl Session {
+    /// After the unmount: the connection normally ends at once. A copy of
+    /// the mount in another mount namespace (a container, `unshare -m`,
+    /// made while it was mounted) keeps it alive, and the request threads
+    /// with it; after `grace`, abort the connection (FUSE's control
+    /// filesystem, `conn`: the mount's device minor) so the unmount ends.
+    /// The copy then answers ENOTCONN, as after a daemon crash.
+    pub fn join_or_abort(self, conn: Option<u32>, grace: std::time::Duration) {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < grace && !self.threads.iter().all(|t| t.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if !self.threads.iter().all(|t| t.is_finished()) {
+            match conn {
+                Some(c) => {
+                    let p = format!("/sys/fs/fuse/connections/{c}/abort");
+                    if !std::path::Path::new(&p).exists() {
+                        mount_fusectl();
+                    }
+                    log::warn!(
+                        "a FUSE mount still held after unmount (a copy in another mount namespace?): aborting connection {c}"
+                    );
+                    if let Err(e) = std::fs::write(&p, "1") {
+                        log::warn!("cannot abort FUSE connection {c} ({p}: {e}); waiting for it");
+                    }
+                }
+                None => log::warn!(
+                    "a FUSE mount still held after unmount (a copy in another mount namespace?); waiting for it"
+                ),
+            }
+        }
+        self.join();
+    }
+
     pub fn join(mut self) {
         for t in self.threads.drain(..) {
             let _ = t.join();
