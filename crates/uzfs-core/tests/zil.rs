@@ -84,6 +84,30 @@ fn pool_with_a_chain(
     (disks, pool, fs, ctx, zil)
 }
 
+/// Cut the power, import (which must replay something) and mount "z".
+fn cut_power_and_replay(
+    world: &SimWorld,
+    fs: Zpl,
+    pool: Arc<Pool>,
+    seed: u64,
+) -> (
+    Vec<uzfs_core::vdev::sim::SimDevice>,
+    Arc<Pool>,
+    Zpl,
+    Arc<DsCtx>,
+) {
+    let images = world.crash(&mut SimRng::new(seed));
+    drop(fs);
+    drop(pool);
+    let (disks, pool) = import_images(images, seed);
+    assert!(
+        pool.replay_report().records > 0,
+        "seed {seed}: nothing replayed"
+    );
+    let (fs, ctx) = mount_with(&pool, "z");
+    (disks, pool, fs, ctx)
+}
+
 #[test]
 fn fsync_writes_the_log_not_a_txg_and_a_power_cut_replays_it() {
     for seed in 0..6u64 {
@@ -114,15 +138,7 @@ fn fsync_writes_the_log_not_a_txg_and_a_power_cut_replays_it() {
             "seed {seed}: fsyncs did not write the log"
         );
         // Power cut: nothing of the 40 files was committed by a txg.
-        let images = world.crash(&mut SimRng::new(seed));
-        drop(fs);
-        drop(pool);
-        let (disks, pool) = import_images(images, seed);
-        assert!(
-            pool.replay_report().records > 0,
-            "seed {seed}: nothing replayed"
-        );
-        let (fs, _ctx) = mount_with(&pool, "z");
+        let (disks, pool, fs, _ctx) = cut_power_and_replay(&world, fs, pool, seed);
         for (name, data) in &want {
             assert_eq!(
                 read_all(&fs, name.as_bytes()).as_deref(),
@@ -202,15 +218,7 @@ fn large_writes_are_written_once_and_logged_by_pointer() {
         if seed % 2 == 0 {
             // Power cut before the txg: the fsynced data comes back through
             // the pointers (b as fsynced, without the later patch).
-            let images = world.crash(&mut SimRng::new(seed));
-            drop(fs);
-            drop(pool);
-            let (disks, pool) = import_images(images, seed);
-            assert!(
-                pool.replay_report().records > 0,
-                "seed {seed}: nothing replayed"
-            );
-            let (fs, _ctx) = mount_with(&pool, "z");
+            let (disks, pool, fs, _ctx) = cut_power_and_replay(&world, fs, pool, seed);
             assert_eq!(
                 read_all(&fs, b"a").as_deref(),
                 Some(&da[..]),
