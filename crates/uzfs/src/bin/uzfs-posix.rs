@@ -1027,6 +1027,9 @@ fn statfs(s: &mut Suite) {
         // once the data is committed. As on ZFS, that is at the next txg:
         // an fsync answered by the intent log does not allocate the file's
         // blocks (free space counts what is on disk, `dsl_dataset_space`).
+        // The same txg may give back idle intent-log space lent earlier in
+        // the suite (`spa/log_space.rs`, up to 1/64 of the pool), so the
+        // bound is loose: 4 MiB, where a fake statfs would move by 0.
         let before = st.f_bavail * st.f_frsize;
         let f = s.p("space");
         write_file(&f, &noise(8 << 20, 1))?;
@@ -1037,13 +1040,13 @@ fn statfs(s: &mut Suite) {
         for _ in 0..300 {
             let st2 = statvfs(&s.dir)?;
             used = before.saturating_sub(st2.f_bavail * st2.f_frsize);
-            if used >= 6 << 20 {
+            if used >= 4 << 20 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         ensure(
-            (6 << 20..=40 << 20).contains(&used),
+            (4 << 20..=40 << 20).contains(&used),
             format!("8 MiB write moved free space by {used}"),
         )?;
         Ok(())
