@@ -163,6 +163,9 @@ struct ZilState {
     /// Blocks of a chain given up after a failed write: freed once a
     /// header of the new chain has committed.
     retired: Vec<LogLoc>,
+    /// The newest txg `synced` was told of: records of it and before are
+    /// dropped, including ones taken for a write that then put them back.
+    synced_txg: u64,
 }
 
 impl ZilState {
@@ -567,9 +570,14 @@ impl Zil {
     }
 
     /// Records taken for a write that did not happen go back to the front
-    /// of the queue, in their in-memory form.
+    /// of the queue, in their in-memory form, except those of txgs that
+    /// committed meanwhile: `synced` could not drop them while they were
+    /// out, and nothing else would (on a full pool no later txg comes, and
+    /// every commit spun on a record only a txg could retire: found by the
+    /// fill test in CI, the daemon at 100% CPU).
     fn requeue(&self, g: &mut ZilState, itxs: Vec<Itx>) {
-        for itx in itxs.into_iter().rev() {
+        let done = g.synced_txg;
+        for itx in itxs.into_iter().rev().filter(|i| i.txg > done) {
             g.queue_bytes += itx.bytes();
             g.queue.push_front(itx);
         }
@@ -957,6 +965,7 @@ impl ChangeLog for Zil {
             return;
         };
         let mut g = lock(&self.st);
+        g.synced_txg = g.synced_txg.max(txg);
         while g.queue.front().is_some_and(|i| i.txg <= txg) {
             if let Some(i) = g.queue.pop_front() {
                 g.queue_bytes -= i.bytes().min(g.queue_bytes);
