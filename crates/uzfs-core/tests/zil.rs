@@ -34,24 +34,9 @@ fn read_all(fs: &Zpl, name: &[u8]) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// A pool "z" on a mirror of two simulated disks, its root filesystem
+/// A pool "z" on `n` simulated disks of kind `kind`, its root filesystem
 /// mounted and its log's chain started: the first commit of a chain waits
 /// for a txg, which writes the header naming it.
-#[allow(clippy::type_complexity)]
-fn mirror_with_a_chain(
-    world: &SimWorld,
-    seed: u64,
-) -> (
-    Vec<uzfs_core::vdev::sim::SimDevice>,
-    Arc<Pool>,
-    Zpl,
-    Arc<DsCtx>,
-    Arc<uzfs_core::zil::Zil>,
-) {
-    pool_with_a_chain(world, seed, TopKind::Mirror, 2)
-}
-
-/// The same on `n` disks of kind `kind`.
 #[allow(clippy::type_complexity)]
 fn pool_with_a_chain(
     world: &SimWorld,
@@ -112,7 +97,7 @@ fn cut_power_and_replay(
 fn fsync_writes_the_log_not_a_txg_and_a_power_cut_replays_it() {
     for seed in 0..6u64 {
         let world = SimWorld::new();
-        let (_disks, pool, fs, _ctx, zil) = mirror_with_a_chain(&world, seed);
+        let (_disks, pool, fs, _ctx, zil) = pool_with_a_chain(&world, seed, TopKind::Mirror, 2);
         let t0 = pool.last_txg();
         let w0 = zil.stats.writes.load(Ordering::Relaxed);
         let mut want = Vec::new();

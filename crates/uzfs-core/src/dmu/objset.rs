@@ -66,6 +66,33 @@ pub struct WriteParams {
     pub fill: u64,
 }
 
+impl WriteParams {
+    /// The pointer to a block written with these parameters in `txg`.
+    pub fn bp(
+        &self,
+        dva: [crate::dmu::blkptr::Dva; 3],
+        lsize: usize,
+        psize: usize,
+        comp: Compression,
+        checksum: [u8; 32],
+        txg: u64,
+    ) -> BlkPtr {
+        BlkPtr {
+            dva,
+            lsize: lsize as u32,
+            psize: psize as u32,
+            compress: comp,
+            checksum_type: self.checksum,
+            obj_type: self.obj_type,
+            level: self.level,
+            birth: txg,
+            phys_birth: txg,
+            fill: self.fill,
+            checksum,
+        }
+    }
+}
+
 /// Allocates and writes blocks during sync. Implemented by the SPA.
 pub trait BlockWriter {
     fn txg(&self) -> u64;
@@ -963,6 +990,10 @@ impl Objset {
             .filter(|e| e / bs < dn.capacity(8))
             .ok_or_else(|| Error::TooBig("write beyond the largest object size".into()))?;
         let mut added = 0;
+        // The intent log keeps a whole block by reference (no copy now;
+        // written by pointer if large), a part by its bytes. Replaying
+        // either grows the object to the write's end, as this write does.
+        let logging = self.log.get().is_some();
         let mut whole: Vec<(u64, Arc<Vec<u8>>)> = Vec::new();
         let mut parts: Vec<(u64, &[u8])> = Vec::new();
         let mut pos = 0usize;
@@ -971,12 +1002,17 @@ impl Objset {
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(data.len() - pos);
             let src = &data[pos..pos + n];
+            let keep = logging && n == bs as usize;
+            let mut kept = None;
             // Patch in place when the open txg already holds the block.
             let patched = {
                 let mut st = lock(&self.st);
                 let d = st.open.objs.entry(obj).or_default();
                 if let Some(b) = d.blocks.get_mut(&blkid) {
                     Arc::make_mut(b)[boff..boff + n].copy_from_slice(src);
+                    if keep {
+                        kept = Some(Arc::clone(b));
+                    }
                     true
                 } else {
                     false
@@ -998,25 +1034,24 @@ impl Objset {
                     // write on top of its version, not over it.
                     std::collections::btree_map::Entry::Occupied(mut e) => {
                         Arc::make_mut(e.get_mut())[boff..boff + n].copy_from_slice(src);
+                        if keep {
+                            kept = Some(Arc::clone(e.get()));
+                        }
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
-                        e.insert(Arc::new(block));
+                        let b = e.insert(Arc::new(block));
+                        if keep {
+                            kept = Some(Arc::clone(b));
+                        }
                         st.open.bytes += bs;
                         added += bs;
                     }
                 }
             }
-            // The intent log keeps a whole block by reference (no copy
-            // now; written by pointer if large), a part by its bytes.
-            if self.log.get().is_some() {
-                if n == bs as usize {
-                    let st = lock(&self.st);
-                    if let Some(b) = st.open.objs.get(&obj).and_then(|d| d.blocks.get(&blkid)) {
-                        whole.push((blkid, Arc::clone(b)));
-                    }
-                } else {
-                    parts.push((off, src));
-                }
+            if let Some(b) = kept {
+                whole.push((blkid, b));
+            } else if logging {
+                parts.push((off, src));
             }
             pos += n;
         }
@@ -1026,44 +1061,37 @@ impl Objset {
         let cur = d.size.unwrap_or(dn.size);
         d.size = Some(cur.max(end));
         drop(st);
-        if self.log.get().is_some() {
-            // The size first: replaying a block by pointer does not grow
-            // the object past the block's end (a write of its bytes does).
-            self.note(Change::SetSize {
+        for (off, src) in parts {
+            self.note(Change::Write {
                 obj,
-                size: cur.max(end),
+                offset: off,
+                data: src,
             });
-            for (off, src) in parts {
-                self.note(Change::Write {
-                    obj,
-                    offset: off,
-                    data: src,
-                });
-            }
-            for (blkid, b) in whole {
-                changelog::note_block(self, txg, obj, blkid, b);
-            }
+        }
+        for (blkid, b) in whole {
+            changelog::note_block(self, txg, obj, blkid, b);
         }
         Ok(added)
     }
 
     /// The intent log is about to write block `blkid` of `obj` early as an
     /// ordinary block: is `data` still that block's dirty buffer in `txg`
-    /// (open, or frozen and not yet synced)? Returns the object's dnode
-    /// for the block's parameters. The caller holds the pool's allocator
-    /// lock, so no sync runs meanwhile.
+    /// (open, or frozen and not yet synced)? Returns the parameters the
+    /// sync would write it with (so the block it adopts is the one it
+    /// would have written). The caller holds the pool's allocator lock, so
+    /// no sync runs meanwhile.
     pub fn prewrite_params(
         &self,
         txg: u64,
         obj: u64,
         blkid: u64,
         data: &Arc<Vec<u8>>,
-    ) -> Option<DnodePhys> {
+    ) -> Option<WriteParams> {
         if !self.dirty_block_is(txg, obj, blkid, data) {
             return None;
         }
         let dn = self.stat(obj).ok()?;
-        (dn.datablksz as usize == data.len()).then_some(dn)
+        (dn.datablksz as usize == data.len()).then(|| l0_params(&dn))
     }
 
     fn dirty_block_is(&self, txg: u64, obj: u64, blkid: u64, data: &Arc<Vec<u8>>) -> bool {

@@ -506,19 +506,7 @@ impl SyncWriter<'_> {
         checksum: [u8; 32],
         wp: &WriteParams,
     ) -> BlkPtr {
-        BlkPtr {
-            dva,
-            lsize: lsize as u32,
-            psize: psize as u32,
-            compress: comp,
-            checksum_type: wp.checksum,
-            obj_type: wp.obj_type,
-            level: wp.level,
-            birth: self.txg,
-            phys_birth: self.txg,
-            fill: wp.fill,
-            checksum,
-        }
+        wp.bp(dva, lsize, psize, comp, checksum, self.txg)
     }
 }
 
@@ -648,7 +636,7 @@ impl BlockWriter for SyncWriter<'_> {
     /// reused before (the free is deferred, although born in this txg).
     fn free_unadopted(&mut self, bp: &BlkPtr) {
         for d in bp.dva.iter().filter(|d| d.is_valid()) {
-            self.alloc.free(d, false);
+            self.free_dva(d, false, bp.phys_birth);
         }
     }
 

@@ -617,30 +617,18 @@ impl Zil {
                     return None;
                 }
                 let (os, st) = (os.as_ref()?, st.as_mut()?);
-                let dn = os.prewrite_params(itx.txg, obj, blkid, data)?;
-                let (comp, phys) = crate::dmu::compress::compress(dn.compress, data);
-                let checksum = dn.checksum.compute(&phys);
+                let wp = os.prewrite_params(itx.txg, obj, blkid, data)?;
+                let (comp, phys) = crate::dmu::compress::compress(wp.compress, data);
+                let checksum = wp.checksum.compute(&phys);
                 let got = st
                     .alloc
-                    .alloc(phys.len() as u64, dn.copies.max(1) as usize)
+                    .alloc(phys.len() as u64, wp.copies.max(1) as usize)
                     .ok()?;
                 let mut dva = [Dva::default(); 3];
                 for (i, d) in got.into_iter().enumerate().take(3) {
                     dva[i] = d;
                 }
-                let bp = BlkPtr {
-                    dva,
-                    lsize: data.len() as u32,
-                    psize: phys.len() as u32,
-                    compress: comp,
-                    checksum_type: dn.checksum,
-                    obj_type: dn.obj_type,
-                    level: 0,
-                    birth: itx.txg,
-                    phys_birth: itx.txg,
-                    fill: 1,
-                    checksum,
-                };
+                let bp = wp.bp(dva, data.len(), phys.len(), comp, checksum, itx.txg);
                 let written = Arc::new(AtomicBool::new(false));
                 os.add_override(itx.txg, obj, blkid, data, bp, written.clone());
                 prewrites.push(Prewrite {
