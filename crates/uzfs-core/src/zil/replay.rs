@@ -6,6 +6,8 @@ use crate::dmu::changelog;
 use crate::error::{Error, Result};
 use crate::spa::log_space::LogLoc;
 use crate::spa::Pool;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// What replay found and did, per pool.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -17,19 +19,29 @@ pub struct ReplayReport {
     pub indirect: usize,
 }
 
+/// Blocks named by pointer, read and verified at claim: by (vdev, offset
+/// of the first copy, checksum).
+type LoggedBlocks = HashMap<(u32, u64, [u8; 32]), Vec<u8>>;
+
+fn logged_key(bp: &BlkPtr) -> (u32, u64, [u8; 32]) {
+    (bp.dva[0].vdev, bp.dva[0].offset, bp.checksum)
+}
+
 impl Pool {
     /// Claim the data blocks the records name by pointer (written early
-    /// for a txg that never committed, so in no space map) and check that
-    /// each verifies. Returns how many records lead the log with all
-    /// theirs in place: a block not written whole belongs to a commit that
-    /// never returned (its log block and data were written together), so
-    /// the log ends before that record.
-    fn claim_indirect(&self, todo: &[(u64, Vec<u8>)]) -> usize {
+    /// for a txg that never committed, so in no space map) and read each
+    /// back (verified; replay uses these bytes, so each is read once).
+    /// Returns how many records lead the log with all theirs in place: a
+    /// block not written whole belongs to a commit that never returned
+    /// (its log block and data were written together), so the log ends
+    /// before that record.
+    fn claim_indirect(&self, todo: &[(u64, Vec<u8>)]) -> (usize, LoggedBlocks) {
         let mut st = crate::spa::lock(&self.st);
+        let mut got = LoggedBlocks::new();
         for (i, (_, rec)) in todo.iter().enumerate() {
             // A record that does not decode fails replay with its error.
             let Ok(bps) = changelog::indirect_blocks(rec) else {
-                return todo.len();
+                return (todo.len(), got);
             };
             for bp in &bps {
                 let dvas: Vec<_> = bp.dva.iter().filter(|d| d.is_valid()).collect();
@@ -45,12 +57,18 @@ impl Pool {
                             },
                         )
                     });
-                if !claimed || self.read_logged_phys(bp).is_none() {
-                    return i;
-                }
+                let phys = if claimed {
+                    self.read_logged_phys(bp)
+                } else {
+                    None
+                };
+                let Some(phys) = phys else {
+                    return (i, got);
+                };
+                got.insert(logged_key(bp), phys);
             }
         }
-        todo.len()
+        (todo.len(), got)
     }
 
     /// The stored bytes of a block a log record names, from the first copy
@@ -72,9 +90,14 @@ impl Pool {
         })
     }
 
-    /// A `WRITE_INDIRECT` block's logical bytes (replay).
-    fn read_logged_block(&self, bp: &BlkPtr) -> Result<Vec<u8>> {
-        let phys = self.read_logged_phys(bp).ok_or_else(|| {
+    /// A `WRITE_INDIRECT` block's logical bytes (replay): as
+    /// `claim_indirect` read them.
+    fn read_logged_block(&self, bp: &BlkPtr, got: &RefCell<LoggedBlocks>) -> Result<Vec<u8>> {
+        let phys = match got.borrow_mut().remove(&logged_key(bp)) {
+            Some(p) => Some(p),
+            None => self.read_logged_phys(bp),
+        };
+        let phys = phys.ok_or_else(|| {
             Error::corrupt("intent log", "a data block the log names does not verify")
         })?;
         crate::dmu::compress::decompress_owned(bp.compress, phys, bp.lsize as usize)
@@ -162,8 +185,10 @@ impl Pool {
                 .into_iter()
                 .filter(|(txg, _)| *txg > committed)
                 .collect();
+            let mut got = LoggedBlocks::new();
             if !self.tun.readonly {
-                let ok = self.claim_indirect(&todo);
+                let ok;
+                (ok, got) = self.claim_indirect(&todo);
                 if ok < todo.len() {
                     log::warn!(
                         "'{name}': intent log record {} of {} names a data block that was never written whole; the log ends there",
@@ -184,16 +209,19 @@ impl Pool {
                 continue;
             }
             let n = todo.len();
+            let got = RefCell::new(got);
             for (i, (txg, rec)) in todo.iter().enumerate() {
-                changelog::apply(&ds.os, rec, &|bp| self.read_logged_block(bp)).map_err(|e| {
-                    Error::corrupt(
-                        "intent log",
-                        format!(
-                            "'{name}': record {} of {n} (txg {txg}) does not apply: {e}",
-                            i + 1
-                        ),
-                    )
-                })?;
+                changelog::apply(&ds.os, rec, &|bp| self.read_logged_block(bp, &got)).map_err(
+                    |e| {
+                        Error::corrupt(
+                            "intent log",
+                            format!(
+                                "'{name}': record {} of {n} (txg {txg}) does not apply: {e}",
+                                i + 1
+                            ),
+                        )
+                    },
+                )?;
             }
             log::info!(
                 "'{name}': replayed {n} intent log records from {} log blocks",
