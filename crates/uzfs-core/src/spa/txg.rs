@@ -247,6 +247,9 @@ impl SyncWriter<'_> {
         if !old.is_hole() {
             self.free_bp(old);
         }
+        if self.log_space.wanted() {
+            self.log_space.serve(self.alloc);
+        }
         match self.alloc.alloc(psize, copies as usize) {
             Ok(got) => {
                 let mut d = [Dva::default(); 3];

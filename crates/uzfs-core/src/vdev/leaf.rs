@@ -485,6 +485,28 @@ impl Leaf {
         r
     }
 
+    /// Write and make durable in one step (an intent-log block): a file
+    /// makes only this range durable (`BlockDevice::write_sync`).
+    pub fn write_sync(&self, buf: &[u8], offset: u64) -> Result<()> {
+        if SCAN_IO.with(|c| c.borrow().is_some()) {
+            self.write(buf, offset)?;
+            return self.flush();
+        }
+        let at = super::LABEL_START_SIZE + offset;
+        let t = Instant::now();
+        VdevStats::bump(&self.stats.writes, 1);
+        VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
+        let r = self
+            .injected(true, at, buf.len() as u64)
+            .and_then(|_| self.dev.write_sync(buf, at));
+        self.stats
+            .record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
+        if let Err(e) = &r {
+            self.note_error(e, &self.stats.write_errors);
+        }
+        r
+    }
+
     pub fn flush(&self) -> Result<()> {
         if self.inject.vanished.load(Ordering::Relaxed)
             || self.inject.write_errors.load(Ordering::Relaxed)

@@ -10,6 +10,7 @@
 //! is being replaced or stood in for by a spare (`leaf::column_source`).
 
 pub mod device;
+pub mod fanout;
 pub mod label;
 pub mod leaf;
 pub mod raidz;

@@ -26,6 +26,7 @@ pub type BlockWrite<'a> = (u64, &'a [u8], u64);
 /// One write of a child in `write_blocks`: the blocks it covers, its
 /// device offset and its bytes.
 type ColumnWrite<'a> = (std::ops::Range<usize>, u64, &'a [u8]);
+use super::fanout;
 use super::leaf::{column_leaves, column_source, Leaf, LeafState};
 use super::raidz;
 use super::{FlushPolicy, VdevStats};
@@ -648,26 +649,17 @@ impl TopVdev {
         let flush = self.flush != FlushPolicy::Ignore;
         let run = |(child, off, bytes): &(usize, u64, Cow<'_, [u8]>)| {
             on_column(&usable_leaves(&self.children[*child]), |l: &Leaf| {
-                l.write(bytes, *off)?;
                 if flush {
-                    l.flush()?;
+                    l.write_sync(bytes, *off)
+                } else {
+                    l.write(bytes, *off)
                 }
-                Ok(())
             })
         };
-        let outcomes: Vec<Result<ColumnOutcome>> = if cols.len() == 1 {
-            vec![run(&cols[0])]
-        } else {
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = cols[1..].iter().map(|c| sc.spawn(move || run(c))).collect();
-                let mut v = vec![run(&cols[0])];
-                v.extend(hs.into_iter().map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Internal("column writer panicked".into())))
-                }));
-                v
-            })
-        };
+        let outcomes: Vec<Result<ColumnOutcome>> = fanout::fan_out(&cols, run)
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|()| Err(Error::Internal("column writer panicked".into()))))
+            .collect();
         self.settle(
             outcomes.into_iter(),
             txg,
@@ -821,24 +813,22 @@ impl TopVdev {
             }
             (res, None)
         };
-        let results: Vec<Outcome> = std::thread::scope(|s| {
-            let handles: Vec<_> = per_child
-                .iter()
-                .enumerate()
-                .skip(1)
-                .map(|(c, list)| s.spawn(move || write_column(c, list)))
-                .collect();
-            let mut out = vec![write_column(0, &per_child[0])];
-            for h in handles {
-                out.push(h.join().unwrap_or_else(|_| {
+        let children: Vec<(usize, &[ColumnWrite])> = per_child
+            .iter()
+            .enumerate()
+            .map(|(c, l)| (c, l.as_slice()))
+            .collect();
+        let results: Vec<Outcome> = fanout::fan_out(&children, |&(c, list)| write_column(c, list))
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|()| {
                     (
                         Vec::new(),
                         Some(Error::invalid("vdev writer thread panicked")),
                     )
-                }));
-            }
-            out
-        });
+                })
+            })
+            .collect();
         let mut failed = vec![0usize; nblocks];
         let mut first_err: Vec<Option<Error>> = (0..nblocks).map(|_| None).collect();
         let mut missed = Vec::new();

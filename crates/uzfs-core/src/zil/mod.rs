@@ -78,6 +78,10 @@ use crate::dmu::checksum::fletcher4;
 use crate::dmu::objset::Objset;
 use crate::error::{Error, Result};
 use crate::spa::log_space::{LogLoc, MAX_BLOCK};
+
+/// How long a commit that found no log space waits for a running sync to
+/// lend some (`LogSpace::request`) before it waits for the txg instead.
+const LEND_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::spa::Pool;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -554,12 +558,18 @@ impl Zil {
                     self.cv.notify_all();
                 }
                 Err(itxs) => {
-                    // No log space: the txg carries it (blocks written
-                    // early are adopted or freed by its sync as usual).
+                    // No log space. While a sync holds the allocator, ask
+                    // its thread to lend some (without the log's lock: the
+                    // sync takes it to write the log header) and try
+                    // again; else the txg carries it (blocks written early
+                    // are adopted or freed by its sync as usual).
                     self.requeue(&mut g, itxs);
                     drop(g);
                     self.cv.notify_all();
-                    self.fallback(&pool)?;
+                    let asked = pool.st.try_lock().is_err();
+                    if !(asked && pool.log_space.request(LEND_WAIT)) {
+                        self.fallback(&pool)?;
+                    }
                     g = lock(&self.st);
                 }
             }
@@ -808,23 +818,25 @@ impl Zil {
             .collect();
         data_tops.sort_unstable();
         data_tops.dedup();
-        let flush = |v: u32| -> Result<()> { pool.io.top(v)?.flush(birth) };
-        if batch.blocks.len() == 1 && data_tops.is_empty() {
-            write(&batch.blocks[0])?;
-        } else {
-            std::thread::scope(|s| {
-                let mut hs: Vec<_> = batch
-                    .blocks
-                    .iter()
-                    .map(|b| s.spawn(move || write(b)))
-                    .collect();
-                hs.extend(data_tops.iter().map(|&v| s.spawn(move || flush(v))));
-                hs.into_iter().try_for_each(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Internal("log writer panicked".into())))
-                })
-            })?;
+        // Each job: a log block to write durably, or a vdev to flush.
+        enum Job<'b> {
+            Write(&'b (u64, LogLoc, Vec<u8>)),
+            Flush(u32),
         }
+        let jobs: Vec<Job<'_>> = batch
+            .blocks
+            .iter()
+            .map(Job::Write)
+            .chain(data_tops.iter().map(|&v| Job::Flush(v)))
+            .collect();
+        crate::vdev::fanout::fan_out(&jobs, |job| match job {
+            Job::Write(b) => write(b),
+            Job::Flush(v) => pool.io.top(*v)?.flush(birth),
+        })
+        .into_iter()
+        .try_for_each(|r| {
+            r.unwrap_or_else(|()| Err(Error::Internal("log writer panicked".into())))
+        })?;
         for p in &batch.prewrites {
             p.written.store(true, Ordering::Release);
         }
