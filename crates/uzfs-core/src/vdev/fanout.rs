@@ -12,11 +12,17 @@
 //! of the same load), so the workers here sleep on a condvar instead.
 //!
 //! Jobs block in `pwrite` and `fdatasync`, so threads are added while every
-//! existing one is busy, up to [`MAX_THREADS`] (beyond that a job queues;
-//! it cannot deadlock, because a job never waits for another job), and they
-//! live as long as the process. A job that panics yields `Err` for its
-//! slot (the caller maps it to an I/O error), as a panicking scoped thread
-//! did.
+//! existing one is busy, up to [`MAX_THREADS`] (beyond that a job queues),
+//! and they live as long as the process. A job never waits for a queued
+//! job: a fan-out made by a job (a commit's per-vdev job writing a
+//! mirror's sides) runs its items in turn on that thread. Without that
+//! rule a commit of 16 log blocks took all 16 threads, each waiting for
+//! its mirror's second side queued behind them (found by CI: the POSIX
+//! suite hung). Jobs must not take locks their callers may hold while
+//! they wait (callers resolve vdevs before fanning out).
+//!
+//! A job that panics yields `Err` for its slot (the caller maps it to an
+//! I/O error), as a panicking scoped thread did.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -41,6 +47,11 @@ struct State {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// This thread is one of the pool's: its fan-outs run inline.
+    static WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn workers() -> &'static Workers {
@@ -84,6 +95,7 @@ impl Workers {
     }
 
     fn serve(&self) {
+        WORKER.with(|w| w.set(true));
         let mut st = lock(&self.st);
         loop {
             if let Some(job) = st.queue.pop_front() {
@@ -132,7 +144,7 @@ pub fn fan_out<T: Sync, R: Send>(
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<std::result::Result<R, ()>> {
     let run = |item: &T| catch_unwind(AssertUnwindSafe(|| f(item))).map_err(|_| ());
-    if items.len() <= 1 {
+    if items.len() <= 1 || WORKER.with(|w| w.get()) {
         return items.iter().map(run).collect();
     }
     let slots: Vec<Mutex<Option<std::result::Result<R, ()>>>> =
@@ -195,6 +207,23 @@ mod tests {
             } else {
                 assert_eq!(*r, Ok(i as u32 * 2));
             }
+        }
+    }
+
+    /// Jobs that fan out themselves, more of them than the pool has
+    /// threads: the nested fan-outs run inline, so all finish.
+    #[test]
+    fn nested_fan_outs_wider_than_the_pool_finish() {
+        let outer: Vec<usize> = (0..3 * MAX_THREADS).collect();
+        let out = fan_out(&outer, |&i| {
+            let inner = [i, i + 1, i + 2];
+            fan_out(&inner, |&j| j * 2)
+                .into_iter()
+                .map(|r| r.unwrap_or(0))
+                .sum::<usize>()
+        });
+        for (i, r) in out.into_iter().enumerate() {
+            assert_eq!(r, Ok(6 * i + 6));
         }
     }
 

@@ -325,6 +325,39 @@ impl BlockDevice for SimDevice {
         }
         Ok(())
     }
+    /// A file's `pwritev2(RWF_DSYNC)` at its weakest: this write becomes
+    /// durable, other pending writes stay pending (a range-only sync does
+    /// not write back the file's other dirty pages). So the simulation
+    /// catches a commit that leans on such a write to make earlier writes
+    /// durable. If an earlier pending write overlaps this one, everything
+    /// up to it is folded, so reads keep their order.
+    fn write_sync(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.write_at(buf, offset)?;
+        self.world.tick()?;
+        self.world.tick_flush()?;
+        let mut st = lock(&self.disk.inner);
+        let st = &mut *st;
+        let Some(at) = st
+            .pending
+            .iter()
+            .rposition(|(o, d)| *o == offset && d.as_slice() == buf)
+        else {
+            return Ok(());
+        };
+        let (s, e) = (offset, offset + buf.len() as u64);
+        let overlaps = st.pending[..at]
+            .iter()
+            .any(|(o, d)| *o < e && s < *o + d.len() as u64);
+        let folded: Vec<(u64, Vec<u8>)> = if overlaps {
+            st.pending.drain(..=at).collect()
+        } else {
+            vec![st.pending.remove(at)]
+        };
+        for (off, d) in folded {
+            st.durable[off as usize..off as usize + d.len()].copy_from_slice(&d);
+        }
+        Ok(())
+    }
     fn size(&self) -> u64 {
         lock(&self.disk.inner).size
     }

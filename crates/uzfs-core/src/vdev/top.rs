@@ -873,11 +873,15 @@ impl TopVdev {
         if self.flush == FlushPolicy::Ignore {
             return Ok(());
         }
-        self.on_columns(
-            (0..self.children.len()).map(|c| (c, |l: &Leaf| l.flush())),
-            txg,
-            "no device to flush",
-        )
+        // The columns' leaves flush in parallel (a mirror's intent-log
+        // commit waits for the slower side, not the sum).
+        let cols: Vec<usize> = (0..self.children.len()).collect();
+        let outcomes = fanout::fan_out(&cols, |&c| {
+            on_column(&usable_leaves(&self.children[c]), |l: &Leaf| l.flush())
+        })
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|()| Err(Error::Internal("device flush panicked".into()))));
+        self.settle(outcomes, txg, "no device to flush")
     }
 
     /// Run `op` on every usable leaf of the given columns. A leaf that fails
