@@ -379,9 +379,20 @@ fn handle(d: &Daemon, stream: UnixStream) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let mut r = BufReader::new((&stream).take(MAX_REQUEST));
     let mut line = String::new();
+    // Only the thread that served `shutdown` ends the process, once its
+    // unmounts and exports are done. Any thread used to, as soon as the
+    // flag was up: `daemon --stop` probes the socket with a connection
+    // that sends nothing, and that connection's thread exited the process
+    // while the shutdown's unmount waited on a FUSE request of its own
+    // mount, which left the daemon a zombie stuck in the kernel (the CLI
+    // test `cache_keeps_a_pool_whose_devices_are_away` hung 1 run in 5).
+    let mut stopping = false;
     let resp = match r.read_line(&mut line) {
         Ok(_) => match serde_json::from_str::<Request>(&line) {
-            Ok(req) => dispatch(d, &req),
+            Ok(req) => {
+                stopping = req.argv.first().map(String::as_str) == Some("shutdown");
+                dispatch(d, &req)
+            }
             Err(e) => Response::err(2, format!("bad request: {e}")),
         },
         Err(e) => Response::err(2, format!("bad request: {e}")),
@@ -390,7 +401,7 @@ fn handle(d: &Daemon, stream: UnixStream) {
         b.push(b'\n');
         let _ = (&stream).write_all(&b);
     }
-    if *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) {
+    if stopping && *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) {
         let _ = std::fs::remove_file(socket_path(&d.rundir));
         let _ = std::fs::remove_file(d.rundir.join("uzfsd.pid"));
         std::process::exit(0);
