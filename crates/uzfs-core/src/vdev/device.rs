@@ -523,17 +523,24 @@ impl BlockDevice for ReadOnlyDevice {
 mod tests {
     use super::*;
 
+    /// A device file of `size` bytes in a fresh directory (kept alive by
+    /// the first half), opened with direct I/O where allowed.
+    fn scratch(size: u64) -> (tempfile::TempDir, FileDevice) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("disk.img");
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_len(size))
+            .expect("create");
+        let dev = FileDevice::open_with(&path, true).expect("open");
+        (dir, dev)
+    }
+
     /// One `pwritev2(RWF_DSYNC)` per durable write: the bytes land where
     /// asked, whatever the alignment, and a write past the end is refused
     /// before anything is written.
     #[test]
     fn a_durable_write_lands_and_stays_inside_the_device() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("disk.img");
-        std::fs::File::create(&path)
-            .and_then(|f| f.set_len(1 << 20))
-            .expect("create");
-        let dev = FileDevice::open_with(&path, true).expect("open");
+        let (_dir, dev) = scratch(1 << 20);
         let data: Vec<u8> = (0..12_345u32).map(|i| (i % 253) as u8).collect();
         dev.write_sync(&data, 4096 + 7).expect("durable write");
         assert!(dev.dsync_ok.load(std::sync::atomic::Ordering::Relaxed));
@@ -554,12 +561,7 @@ mod tests {
     /// bytes of the same range; unaligned writes stay buffered.
     #[test]
     fn direct_writes_stay_coherent_with_buffered_reads() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("disk.img");
-        std::fs::File::create(&path)
-            .and_then(|f| f.set_len(8 << 20))
-            .expect("create");
-        let dev = FileDevice::open_with(&path, true).expect("open");
+        let (dir, dev) = scratch(8 << 20);
         // Older bytes, cached in the page cache.
         dev.write_at(&vec![1u8; 1 << 20], 1 << 20)
             .expect("buffered write");
@@ -587,7 +589,7 @@ mod tests {
         dev.flush().expect("flush");
         drop(dev);
         // And a fresh open (no shared cache state in the process) agrees.
-        let dev = FileDevice::open_with(&path, false).expect("reopen");
+        let dev = FileDevice::open_with(&dir.path().join("disk.img"), false).expect("reopen");
         let mut again = vec![0u8; 1 << 20];
         dev.read_at(&mut again, 1 << 20).expect("read");
         assert_eq!(again, back);

@@ -471,12 +471,22 @@ impl Leaf {
     }
 
     pub fn write_raw(&self, buf: &[u8], at: u64) -> Result<()> {
+        self.write_counted(buf, at, false)
+    }
+
+    /// A write at an absolute offset, counted, timed and fault-injected;
+    /// durable on return if `sync`.
+    fn write_counted(&self, buf: &[u8], at: u64, sync: bool) -> Result<()> {
         let t = Instant::now();
         VdevStats::bump(&self.stats.writes, 1);
         VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
-        let r = self
-            .injected(true, at, buf.len() as u64)
-            .and_then(|_| self.dev.write_at(buf, at));
+        let r = self.injected(true, at, buf.len() as u64).and_then(|_| {
+            if sync {
+                self.dev.write_sync(buf, at)
+            } else {
+                self.dev.write_at(buf, at)
+            }
+        });
         self.stats
             .record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
         if let Err(e) = &r {
@@ -492,19 +502,7 @@ impl Leaf {
             self.write(buf, offset)?;
             return self.flush();
         }
-        let at = super::LABEL_START_SIZE + offset;
-        let t = Instant::now();
-        VdevStats::bump(&self.stats.writes, 1);
-        VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
-        let r = self
-            .injected(true, at, buf.len() as u64)
-            .and_then(|_| self.dev.write_sync(buf, at));
-        self.stats
-            .record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
-        if let Err(e) = &r {
-            self.note_error(e, &self.stats.write_errors);
-        }
-        r
+        self.write_counted(buf, super::LABEL_START_SIZE + offset, true)
     }
 
     pub fn flush(&self) -> Result<()> {
