@@ -37,7 +37,6 @@ pub struct Daemon {
     /// Held by commands that change the set of imported pools (create,
     /// import, export, destroy), so two of them cannot both claim a name.
     pub admin: Mutex<()>,
-    pub shutdown: Mutex<bool>,
     /// Mounted datasets (see `mounts.rs`).
     pub mounts: Mutex<crate::mounts::Mounts>,
     /// The `cachefile` property of imported pools.
@@ -401,7 +400,7 @@ fn handle(d: &Daemon, stream: UnixStream) {
         b.push(b'\n');
         let _ = (&stream).write_all(&b);
     }
-    if stopping && *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) {
+    if stopping {
         let _ = std::fs::remove_file(socket_path(&d.rundir));
         let _ = std::fs::remove_file(d.rundir.join("uzfsd.pid"));
         std::process::exit(0);
@@ -418,7 +417,6 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
         Some("zilstat") => crate::zilstat::snapshot_cmd(d, &req.argv[1..]),
         Some("object") => crate::zpool::object_cmd(d, &req.argv[1..], cwd),
         Some("shutdown") => {
-            *d.shutdown.lock().unwrap_or_else(|e| e.into_inner()) = true;
             d.close_all();
             Response::ok("uzfs daemon stopped\n".into())
         }
@@ -525,7 +523,6 @@ pub fn run(rundir: &Path) -> i32 {
         rundir: rundir.to_path_buf(),
         pools: Mutex::new(BTreeMap::new()),
         admin: Mutex::new(()),
-        shutdown: Mutex::new(false),
         mounts: Mutex::new(Default::default()),
         cachefiles: Mutex::new(Default::default()),
     });

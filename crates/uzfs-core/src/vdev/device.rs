@@ -263,6 +263,17 @@ impl FileDevice {
         }
     }
 
+    /// A write of `len` bytes at `offset` must end inside the device.
+    fn check_inside(&self, offset: u64, len: usize) -> Result<()> {
+        if offset + len as u64 > self.len() {
+            return Err(Error::invalid(format!(
+                "{}: write past end of device",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
     fn io_err(&self, source: std::io::Error) -> Error {
         Error::Io {
             path: self.path.display().to_string(),
@@ -320,12 +331,7 @@ impl BlockDevice for FileDevice {
             .map_err(|e| self.io_err(e))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        if offset + buf.len() as u64 > self.len() {
-            return Err(Error::invalid(format!(
-                "{}: write past end of device",
-                self.path.display()
-            )));
-        }
+        self.check_inside(offset, buf.len())?;
         let len = buf.len() as u64;
         if len >= WRITEBACK_HINT_MIN as u64
             && (buf.as_ptr() as usize | offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN)
@@ -375,12 +381,7 @@ impl BlockDevice for FileDevice {
     }
     fn write_sync(&self, buf: &[u8], offset: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
-        if offset + buf.len() as u64 > self.len() {
-            return Err(Error::invalid(format!(
-                "{}: write past end of device",
-                self.path.display()
-            )));
-        }
+        self.check_inside(offset, buf.len())?;
         if !self.dsync_ok.load(std::sync::atomic::Ordering::Relaxed) {
             self.write_at(buf, offset)?;
             return self.flush();

@@ -72,6 +72,7 @@ impl Workers {
     fn submit(&'static self, jobs: Vec<Job>) -> Vec<Job> {
         let mut st = lock(&self.st);
         let mut back = Vec::new();
+        let mut queued = 0;
         for job in jobs {
             if st.idle <= st.queue.len() && st.threads < MAX_THREADS {
                 let spawned = std::thread::Builder::new()
@@ -88,9 +89,14 @@ impl Workers {
                 }
             }
             st.queue.push_back(job);
+            queued += 1;
         }
         drop(st);
-        self.cv.notify_all();
+        // One thread per job: waking every idle thread for each commit's
+        // two writes would make the rest find nothing and sleep again.
+        for _ in 0..queued {
+            self.cv.notify_one();
+        }
         back
     }
 
@@ -185,6 +191,21 @@ pub fn fan_out<T: Sync, R: Send>(
             m.into_inner()
                 .unwrap_or_else(|e| e.into_inner())
                 .unwrap_or(Err(()))
+        })
+        .collect()
+}
+
+/// [`fan_out`] for jobs that return a `Result`: a job that panicked is an
+/// internal error naming `what`.
+pub fn try_fan_out<T: Sync, R: Send>(
+    items: &[T],
+    what: &str,
+    f: impl Fn(&T) -> crate::error::Result<R> + Sync,
+) -> Vec<crate::error::Result<R>> {
+    fan_out(items, f)
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|()| Err(crate::error::Error::Internal(format!("{what} panicked"))))
         })
         .collect()
 }

@@ -656,10 +656,7 @@ impl TopVdev {
                 }
             })
         };
-        let outcomes: Vec<Result<ColumnOutcome>> = fanout::fan_out(&cols, run)
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|()| Err(Error::Internal("column writer panicked".into()))))
-            .collect();
+        let outcomes = fanout::try_fan_out(&cols, "column writer", run);
         self.settle(
             outcomes.into_iter(),
             txg,
@@ -876,12 +873,10 @@ impl TopVdev {
         // The columns' leaves flush in parallel (a mirror's intent-log
         // commit waits for the slower side, not the sum).
         let cols: Vec<usize> = (0..self.children.len()).collect();
-        let outcomes = fanout::fan_out(&cols, |&c| {
+        let outcomes = fanout::try_fan_out(&cols, "device flush", |&c| {
             on_column(&usable_leaves(&self.children[c]), |l: &Leaf| l.flush())
-        })
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|()| Err(Error::Internal("device flush panicked".into()))));
-        self.settle(outcomes, txg, "no device to flush")
+        });
+        self.settle(outcomes.into_iter(), txg, "no device to flush")
     }
 
     /// Run `op` on every usable leaf of the given columns. A leaf that fails

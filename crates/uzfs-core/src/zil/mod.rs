@@ -808,37 +808,30 @@ impl Zil {
             pool.io
                 .write_phys_batch(&items, batch.prewrites[0].bp.birth)?;
         }
-        let mut tops: Vec<u32> = batch
-            .blocks
+        // Vdevs holding early blocks, then every vdev the commit touched.
+        let mut data_tops: Vec<u32> = batch
+            .prewrites
             .iter()
-            .map(|b| b.1.vdev)
-            .chain(
-                batch
-                    .prewrites
-                    .iter()
-                    .flat_map(|p| p.bp.dva.iter().filter(|d| d.is_valid()).map(|d| d.vdev)),
-            )
+            .flat_map(|p| p.bp.dva.iter().filter(|d| d.is_valid()).map(|d| d.vdev))
             .collect();
+        data_tops.sort_unstable();
+        data_tops.dedup();
+        let mut tops: Vec<u32> = batch.blocks.iter().map(|b| b.1.vdev).collect();
+        tops.extend(&data_tops);
         tops.sort_unstable();
         tops.dedup();
-        let data_on = |v: u32| {
-            batch
-                .prewrites
-                .iter()
-                .any(|p| p.bp.dva.iter().any(|d| d.is_valid() && d.vdev == v))
-        };
         // Vdevs are looked up here, not in the jobs (a job must not take a
         // lock a caller may hold while it waits: `vdev/fanout.rs`).
         let tops: Vec<(u32, Arc<crate::vdev::TopVdev>)> = tops
             .into_iter()
             .map(|v| pool.io.top(v).map(|t| (v, t)))
             .collect::<Result<_>>()?;
-        crate::vdev::fanout::fan_out(&tops, |(v, top)| -> Result<()> {
+        crate::vdev::fanout::try_fan_out(&tops, "log writer", |(v, top)| -> Result<()> {
             let v = *v;
             let mine: Vec<&(u64, LogLoc, Vec<u8>)> =
                 batch.blocks.iter().filter(|b| b.1.vdev == v).collect();
             if let [(_, loc, buf)] = mine.as_slice() {
-                if !data_on(v) {
+                if !data_tops.contains(&v) {
                     return top.write_durable(loc.offset, buf, loc.asize, birth);
                 }
             }
@@ -848,9 +841,7 @@ impl Zil {
             top.flush(birth)
         })
         .into_iter()
-        .try_for_each(|r| {
-            r.unwrap_or_else(|()| Err(Error::Internal("log writer panicked".into())))
-        })?;
+        .collect::<Result<()>>()?;
         for p in &batch.prewrites {
             p.written.store(true, Ordering::Release);
         }
