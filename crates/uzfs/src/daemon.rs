@@ -264,6 +264,12 @@ impl Daemon {
         {
             t.zil_indirect_min = m;
         }
+        if let Some(n) = std::env::var("UZFS_ZIL_INFLIGHT")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            t.zil_inflight = n.clamp(1, 16);
+        }
         if let Some(us) = std::env::var("UZFS_SCAN_DELAY_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

@@ -133,6 +133,11 @@ pub struct Tunables {
     /// devices and with `logbias=latency` (OpenZFS's
     /// `zfs_immediate_write_sz`). Default 32 KiB.
     pub zil_indirect_min: u64,
+    /// Log writes a dataset keeps in flight at once (`zil/`, default 4;
+    /// 1 writes one batch at a time). A commit that arrives while a batch
+    /// is being written starts the next one instead of waiting for it;
+    /// batches complete in chain order.
+    pub zil_inflight: usize,
     /// `zpool import -m`: import even if a log device is missing (what
     /// its intent log held is lost).
     pub missing_log_ok: bool,
@@ -168,6 +173,7 @@ impl Default for Tunables {
             readonly: false,
             zil_mem_max: 64 << 20,
             zil_indirect_min: crate::zil::INDIRECT_MIN as u64,
+            zil_inflight: 4,
             missing_log_ok: false,
         }
     }
@@ -742,8 +748,11 @@ impl Pool {
             + self.mos.dirty_bytes()
     }
 
+    /// A txg should start now: dirty data past its threshold, or the
+    /// intent log short of space (`LogSpace::pressed`).
     fn over_sync_threshold(&self) -> bool {
         self.dirty_bytes() > self.tun.dirty_max * self.tun.dirty_sync_pct / 100
+            || self.log_space.pressed()
     }
 
     fn has_pending_changes(&self) -> bool {
@@ -792,6 +801,10 @@ impl Pool {
             t.synced == 0 || t.wanted > t.synced
         };
         if !wanted && !self.has_pending_changes() {
+            // Nothing to commit frees log space either: without this a
+            // refused borrow kept `LogSpace::pressed` up and the sync
+            // thread spinning on an idle pool.
+            self.log_space.forget_refusal();
             let mut t = lock(&self.txg);
             t.want_sync = false;
             t.last_sync = Instant::now();

@@ -29,10 +29,16 @@
 //!   data, so it does not, and bounds the cost instead with the memory
 //!   bound above.
 //!
-//! * **Group commit.** One committer writes at a time. Commits that arrive
-//!   while it writes wait; the next one to run takes everything queued by
-//!   then, so one log write and one flush serve every waiter whose records
-//!   it carries. The next block's size is the size the last batch needed.
+//! * **Group commit**, pipelined. One commit at a time lays a batch out:
+//!   it takes everything queued by then and places it in the chain's next
+//!   blocks, so one log write and one flush serve every waiter whose
+//!   records it carries. It then writes the batch while the next commit
+//!   lays out the next one (up to `Tunables::zil_inflight` batches in
+//!   flight). Writes end in any order; a batch counts as durable only once
+//!   every older one is written (replay stops at the first missing
+//!   block), and a failed one sends itself and every later batch back to
+//!   the queue (`ZilState::settle`). The next block's size is the size the
+//!   last batch needed.
 //!
 //! * **On disk** (docs/ON_DISK_FORMAT.md, "Intent log"). A dataset's log is
 //!   a chain of blocks. Each block carries the chain's guid, its sequence
@@ -81,7 +87,7 @@ use crate::spa::log_space::{LogLoc, MAX_BLOCK};
 use crate::spa::Pool;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// How long a commit that found no log space waits for a running sync to
@@ -139,6 +145,33 @@ struct LogBlk {
     done: bool,
 }
 
+/// A batch of records laid out in log blocks, in flight.
+struct Flight {
+    id: u64,
+    /// Sequence number of its first record.
+    first: u64,
+    /// Its records (back to the queue if it or an older batch fails).
+    itxs: Vec<Itx>,
+    /// Sequence numbers of its first and last log block.
+    blocks: (u64, u64),
+    state: Flying,
+}
+
+/// A commit waiting for its records (`ZilState::wake`).
+struct Sleeper {
+    id: u64,
+    /// It waits until every record before this one is durable.
+    target: u64,
+    thread: std::thread::Thread,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flying {
+    Writing,
+    Written,
+    Failed,
+}
+
 #[derive(Default)]
 struct ZilState {
     /// Sequence number of the next record.
@@ -147,8 +180,22 @@ struct ZilState {
     queue_bytes: u64,
     /// Records of txgs up to this one were given up (memory bound).
     overflow_txg: u64,
-    /// Lowest record sequence number of the batch being written.
-    writing: Option<u64>,
+    /// Lowest record sequence number of the batch being laid out. One at
+    /// a time: the chain holds records in the order they were made.
+    preparing: Option<u64>,
+    /// Batches laid out and being written (or written, waiting for an
+    /// older one), oldest first. A batch's records are durable once it and
+    /// every batch before it are written: replay stops at the first block
+    /// that is missing.
+    inflight: VecDeque<Flight>,
+    next_batch: u64,
+    /// Writes still out for batches dropped with a chain given up: the
+    /// chain's blocks are not freed before they end.
+    stale_writes: usize,
+    /// Commits waiting (parked), and the pipeline depth they were given.
+    sleepers: Vec<Sleeper>,
+    next_sleeper: u64,
+    max_inflight: usize,
     /// The chain's guid (0: no chain yet).
     guid: u64,
     /// A commit asked for a chain: the next header starts one.
@@ -175,13 +222,124 @@ struct ZilState {
 impl ZilState {
     fn pending_below(&self, target: u64) -> bool {
         self.queue.front().is_some_and(|i| i.seq < target)
-            || self.writing.is_some_and(|w| w < target)
+            || self.preparing.is_some_and(|w| w < target)
+            || self.inflight.front().is_some_and(|f| f.first < target)
+    }
+
+    /// Wake the commits that have something to do now, and only those:
+    /// every one whose records are all durable (or dropped by a txg), and
+    /// one whose records are queued if the pipeline can take a batch (it
+    /// lays the batch out). A condvar's `notify_all` woke every waiting
+    /// commit twice per batch, to find most of them still waiting: with 8
+    /// jobs of 4 KiB fsyncs, about half of the machine's context switches.
+    fn wake(&mut self) {
+        let low = [
+            self.queue.front().map(|i| i.seq),
+            self.preparing,
+            self.inflight.front().map(|f| f.first),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(u64::MAX);
+        let mut lead = match self.queue.front() {
+            Some(i) if self.preparing.is_none() && self.inflight.len() < self.max_inflight => {
+                Some(i.seq)
+            }
+            _ => None,
+        };
+        self.sleepers.retain(|s| {
+            let go = if s.target <= low {
+                true
+            } else if lead.is_some_and(|q| s.target > q) {
+                lead = None;
+                true
+            } else {
+                false
+            };
+            if go {
+                s.thread.unpark();
+            }
+            !go
+        });
+    }
+
+    /// Records taken for a write that did not happen go back to the queue,
+    /// in their in-memory form and in sequence order (batches given up
+    /// together, or a batch being laid out while older ones are put back,
+    /// return out of order), except those of txgs that committed
+    /// meanwhile: `synced` could not drop them while they were out, and
+    /// nothing else would (on a full pool no later txg comes, and every
+    /// commit spun on a record only a txg could retire: found by the fill
+    /// test in CI, the daemon at 100% CPU).
+    fn requeue(&mut self, itxs: Vec<Itx>) {
+        let done = self.synced_txg;
+        let Some(first) = itxs.first().map(|i| i.seq) else {
+            return;
+        };
+        let at = self.queue.partition_point(|i| i.seq < first);
+        let rest = self.queue.split_off(at);
+        for itx in itxs.into_iter().filter(|i| i.txg > done) {
+            self.queue_bytes += itx.bytes();
+            self.queue.push_back(itx);
+        }
+        self.queue.extend(rest);
+    }
+
+    /// A batch's write ended: mark it and its blocks (a batch dropped with
+    /// its chain meanwhile only ends its count).
+    fn complete(&mut self, id: u64, ok: bool) {
+        let Some(f) = self.inflight.iter_mut().find(|f| f.id == id) else {
+            self.stale_writes = self.stale_writes.saturating_sub(1);
+            return;
+        };
+        f.state = if ok { Flying::Written } else { Flying::Failed };
+        let (lo, hi) = f.blocks;
+        for b in self.chain.iter_mut().rev() {
+            if b.seq < lo {
+                break;
+            }
+            if b.seq <= hi {
+                b.done = true;
+            }
+        }
+    }
+
+    /// Retire written batches in chain order. A failed one, once no write
+    /// after it is still out, gives the chain up: its records and every
+    /// later batch's go back to the queue (a later block past a missing
+    /// one is never replayed), so the waiters fall back to the txg.
+    fn settle(&mut self) {
+        while let Some(f) = self.inflight.front() {
+            match f.state {
+                Flying::Writing => return,
+                Flying::Written => {
+                    self.inflight.pop_front();
+                }
+                Flying::Failed => {
+                    if self.inflight.iter().any(|f| f.state == Flying::Writing) {
+                        return;
+                    }
+                    self.restart_chain();
+                    self.want_chain = true;
+                    return;
+                }
+            }
+        }
     }
 
     /// Give up the chain (a failed write, a log device leaving): its blocks
     /// are retired and the next header starts a new chain, which commits
-    /// must wait for before they lean on it.
+    /// must wait for before they lean on it. Batches in flight wrote to it:
+    /// their records go back to the queue.
     fn restart_chain(&mut self) {
+        let flights: Vec<Flight> = self.inflight.drain(..).collect();
+        for f in flights.into_iter().rev() {
+            if f.state == Flying::Writing {
+                self.stale_writes += 1;
+            }
+            self.requeue(f.itxs);
+        }
         self.retired.extend(self.chain.drain(..).map(|b| b.loc));
         self.retired.extend(self.tail.take().map(|t| t.1));
         self.guid = 0;
@@ -225,7 +383,6 @@ pub struct Zil {
     /// `logbias=throughput`: every whole block is logged by pointer.
     throughput: AtomicBool,
     st: Mutex<ZilState>,
-    cv: Condvar,
     mem_max: u64,
     recording: AtomicBool,
     pub stats: ZilStats,
@@ -432,7 +589,6 @@ impl Zil {
                 next_size: 2 * BLOCK_ALIGN,
                 ..Default::default()
             }),
-            cv: Condvar::new(),
             mem_max,
             recording: AtomicBool::new(true),
             stats: ZilStats::default(),
@@ -469,7 +625,23 @@ impl Zil {
         };
         let t0 = Instant::now();
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        let r = self.commit_to(&pool);
+        // A commit `wake` picked to lay out the next batch may leave
+        // without doing it (its records went out with another batch, or it
+        // failed and returns the error): pick again, or a waiter parks for
+        // good (found by crash_concurrent: a lead that hit a suspended pool
+        // returned, and the commit behind it never woke).
+        lock(&self.st).wake();
+        if r.is_ok() {
+            self.stats.note_latency(t0);
+        }
+        r
+    }
+
+    fn commit_to(&self, pool: &Arc<Pool>) -> Result<()> {
+        let max_inflight = pool.tun.zil_inflight.max(1);
         let mut g = lock(&self.st);
+        g.max_inflight = max_inflight;
         let target = g.next_itx;
         loop {
             // Records given up for memory: their txg must commit.
@@ -482,8 +654,24 @@ impl Zil {
             if !g.pending_below(target) {
                 break;
             }
-            if g.writing.is_some() {
-                g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            // My records are out (laid out or being written by another
+            // commit), or the pipeline is busy: wait for it.
+            let mine_queued = g.queue.front().is_some_and(|i| i.seq < target);
+            if !mine_queued || g.preparing.is_some() || g.inflight.len() >= max_inflight {
+                // Parked until `wake` picks this commit (an unpark that
+                // comes first makes `park` return at once; a spurious
+                // return only checks again).
+                let id = g.next_sleeper;
+                g.next_sleeper += 1;
+                g.sleepers.push(Sleeper {
+                    id,
+                    target,
+                    thread: std::thread::current(),
+                });
+                drop(g);
+                std::thread::park();
+                g = lock(&self.st);
+                g.sleepers.retain(|s| s.id != id);
                 continue;
             }
             // No chain on disk yet, or a suspended pool: the txg carries it.
@@ -499,37 +687,42 @@ impl Zil {
             // compresses and allocates; operations keep queueing).
             let itxs: Vec<Itx> = g.queue.drain(..).collect();
             g.queue_bytes = 0;
-            g.writing = itxs.first().map(|i| i.seq);
+            g.preparing = itxs.first().map(|i| i.seq);
             drop(g);
             let resolved = self.resolve(&pool, &itxs);
             g = lock(&self.st);
+            g.preparing = None;
             let (recs, prewrites) = match resolved {
                 Ok(r) => r,
                 Err(e) => {
-                    self.requeue(&mut g, itxs);
+                    g.requeue(itxs);
+                    g.wake();
                     drop(g);
-                    self.cv.notify_all();
                     return Err(e);
                 }
             };
             match self.plan(&pool, &mut g, itxs, recs, prewrites) {
-                Ok(batch) => {
+                Ok(mut batch) => {
+                    // In flight: the next commit may lay out the next batch
+                    // while this one is written (it follows this one in the
+                    // chain, whichever write ends first).
+                    let id = g.next_batch;
+                    g.next_batch += 1;
+                    let itxs = std::mem::take(&mut batch.itxs);
+                    g.inflight.push_back(Flight {
+                        id,
+                        first: itxs.first().map_or(target, |i| i.seq),
+                        itxs,
+                        blocks: (
+                            batch.blocks.first().map_or(0, |b| b.0),
+                            batch.blocks.last().map_or(0, |b| b.0),
+                        ),
+                        state: Flying::Writing,
+                    });
+                    g.wake();
                     drop(g);
                     let r = self.write_batch(&pool, &batch);
-                    g = lock(&self.st);
-                    g.writing = None;
-                    // Written or not, the batch's blocks are freed like any
-                    // other once a committed header is past them. They are
-                    // the newest of the chain (which holds a few seconds of
-                    // blocks: no scan).
-                    let first = batch.blocks.first().map_or(u64::MAX, |b| b.0);
-                    for b in g.chain.iter_mut().rev() {
-                        if b.seq < first {
-                            break;
-                        }
-                        b.done = true;
-                    }
-                    if let Err(e) = r {
+                    if let Err(e) = &r {
                         // A log device that can no longer take writes is
                         // passed over until it can (pool space serves).
                         for (_, loc, _) in &batch.blocks {
@@ -541,21 +734,18 @@ impl Zil {
                             "pool '{}': intent log write failed ({e}); committing the txg instead",
                             pool.name
                         );
-                        // The chain is broken after the failed block: start
-                        // a new one (its header is written by the fallback's
-                        // txg) and let the txg carry this batch: its records
-                        // go back to the queue, so no waiter takes them for
-                        // durable until that txg commits.
-                        self.requeue(&mut g, batch.itxs);
-                        g.restart_chain();
-                        g.want_chain = true;
-                        drop(g);
-                        self.cv.notify_all();
-                        self.fallback(&pool)?;
-                        g = lock(&self.st);
-                        continue;
                     }
-                    self.cv.notify_all();
+                    // Written or not, the batch's blocks are freed like any
+                    // other once a committed header is past them. A failed
+                    // batch breaks the chain after it: `settle` starts a new
+                    // one (its header is written by the fallback's txg) and
+                    // puts its records and every later batch's back in the
+                    // queue, so no waiter takes them for durable until that
+                    // txg commits.
+                    g = lock(&self.st);
+                    g.complete(id, r.is_ok());
+                    g.settle();
+                    g.wake();
                 }
                 Err(itxs) => {
                     // No log space. While a sync holds the allocator, ask
@@ -563,9 +753,9 @@ impl Zil {
                     // sync takes it to write the log header) and try
                     // again; else the txg carries it (blocks written early
                     // are adopted or freed by its sync as usual).
-                    self.requeue(&mut g, itxs);
+                    g.requeue(itxs);
+                    g.wake();
                     drop(g);
-                    self.cv.notify_all();
                     let asked = pool.st.try_lock().is_err();
                     if !(asked && pool.log_space.request(LEND_WAIT)) {
                         self.fallback(&pool)?;
@@ -574,24 +764,7 @@ impl Zil {
                 }
             }
         }
-        drop(g);
-        self.stats.note_latency(t0);
         Ok(())
-    }
-
-    /// Records taken for a write that did not happen go back to the front
-    /// of the queue, in their in-memory form, except those of txgs that
-    /// committed meanwhile: `synced` could not drop them while they were
-    /// out, and nothing else would (on a full pool no later txg comes, and
-    /// every commit spun on a record only a txg could retire: found by the
-    /// fill test in CI, the daemon at 100% CPU).
-    fn requeue(&self, g: &mut ZilState, itxs: Vec<Itx>) {
-        let done = g.synced_txg;
-        for itx in itxs.into_iter().rev().filter(|i| i.txg > done) {
-            g.queue_bytes += itx.bytes();
-            g.queue.push_front(itx);
-        }
-        g.writing = None;
     }
 
     /// The on-disk form of each record. Whole blocks of at least the
@@ -599,10 +772,18 @@ impl Zil {
     /// logged by pointer, when that txg is the next to sync and the
     /// allocator is free (not held by a running sync); all else is copied.
     fn resolve(&self, pool: &Pool, itxs: &[Itx]) -> Result<(Vec<Vec<u8>>, Vec<Prewrite>)> {
+        let indirect_min = usize::try_from(pool.tun.zil_indirect_min).unwrap_or(usize::MAX);
+        let biggest = itxs
+            .iter()
+            .flat_map(|i| i.blocks.iter().map(|b| b.len()))
+            .max()
+            .unwrap_or(0);
+        // (`log_vdevs` reads the pool's config: not for a batch of small
+        // writes, which is most of them.)
         let min = if self.throughput.load(Ordering::Relaxed) {
             0
-        } else if pool.log_vdevs().is_empty() {
-            usize::try_from(pool.tun.zil_indirect_min).unwrap_or(usize::MAX)
+        } else if biggest >= indirect_min && pool.log_vdevs().is_empty() {
+            indirect_min
         } else {
             usize::MAX
         };
@@ -865,13 +1046,16 @@ impl Zil {
         g.restart_chain();
         // Blocks elsewhere go back once the new chain's header commits.
         g.retired.retain(|l| l.vdev != v);
+        g.wake();
     }
 
     /// Start a new chain (a log device's mirror changed): the next commit
     /// waits for a txg, whose header names the new chain; the old chain's
     /// blocks go back once that header has committed.
     pub fn restart(&self) {
-        lock(&self.st).restart_chain();
+        let mut g = lock(&self.st);
+        g.restart_chain();
+        g.wake();
     }
 
     /// The dataset goes away (destroy, export): its blocks go back.
@@ -891,6 +1075,7 @@ impl Zil {
         }
         g.queue.clear();
         g.queue_bytes = 0;
+        g.wake();
     }
 }
 
@@ -981,9 +1166,13 @@ impl ChangeLog for Zil {
             // nothing the log still writes to.
             if guid == g.guid && guid != 0 {
                 g.committed_head = Some(head);
-                for l in std::mem::take(&mut g.retired) {
-                    pool.log_space.free(&l);
-                }
+            }
+        }
+        // A committed header names the new chain: the old one's blocks go
+        // back (not while a write to one is still out).
+        if g.committed_head.is_some() && g.stale_writes == 0 {
+            for l in std::mem::take(&mut g.retired) {
+                pool.log_space.free(&l);
             }
         }
         g.pending_heads.retain(|(t, _, _)| *t > txg);
@@ -994,8 +1183,7 @@ impl ChangeLog for Zil {
                 }
             }
         }
-        drop(g);
-        self.cv.notify_all();
+        g.wake();
     }
 }
 
@@ -1078,5 +1266,159 @@ mod tests {
         let b = encode_block(7, 1, &loc(1), 0, &frame(5, b"x"), 8192);
         let read = |_: &LogLoc, verify: &dyn Fn(&[u8]) -> bool| verify(&b).then(|| b.clone());
         assert!(read_chain(&h, &read, &mut |_| true).blocks.is_empty());
+    }
+}
+
+/// The commit pipeline's bookkeeping (`ZilState`): batches complete in any
+/// order but count as durable only in chain order, and a failed batch
+/// takes every later one down with it.
+#[cfg(test)]
+mod pipeline_tests {
+    use super::*;
+
+    fn itx(seq: u64, txg: u64) -> Itx {
+        Itx {
+            seq,
+            txg,
+            rec: vec![0; 8],
+            blocks: Vec::new(),
+        }
+    }
+
+    fn blk(seq: u64) -> LogBlk {
+        LogBlk {
+            seq,
+            loc: LogLoc {
+                vdev: 0,
+                offset: seq << 16,
+                asize: 4096,
+                psize: 4096,
+            },
+            max_txg: 5,
+            done: false,
+        }
+    }
+
+    /// Two batches in flight (records 0-2 in blocks 10-11, 3-4 in block
+    /// 12), records 5-6 still queued.
+    fn two_in_flight() -> ZilState {
+        let mut g = ZilState {
+            next_itx: 7,
+            guid: 9,
+            committed_head: Some(10),
+            max_inflight: 2,
+            ..Default::default()
+        };
+        g.chain.extend([blk(10), blk(11), blk(12)]);
+        g.tail = Some((13, blk(13).loc));
+        g.inflight.push_back(Flight {
+            id: 0,
+            first: 0,
+            itxs: (0..3).map(|s| itx(s, 5)).collect(),
+            blocks: (10, 11),
+            state: Flying::Writing,
+        });
+        g.inflight.push_back(Flight {
+            id: 1,
+            first: 3,
+            itxs: (3..5).map(|s| itx(s, 5)).collect(),
+            blocks: (12, 12),
+            state: Flying::Writing,
+        });
+        g.queue.extend((5..7).map(|s| itx(s, 5)));
+        g
+    }
+
+    fn queued(g: &ZilState) -> Vec<u64> {
+        g.queue.iter().map(|i| i.seq).collect()
+    }
+
+    #[test]
+    fn a_later_batch_written_first_waits_for_the_older_one() {
+        let mut g = two_in_flight();
+        g.complete(1, true);
+        g.settle();
+        assert!(g.chain.iter().find(|b| b.seq == 12).is_some_and(|b| b.done));
+        assert!(!g.chain.iter().find(|b| b.seq == 10).is_some_and(|b| b.done));
+        // Records 3-4 are written but not durable: block 10 may be missing.
+        assert!(
+            g.pending_below(4),
+            "durable past a block still being written"
+        );
+        g.complete(0, true);
+        g.settle();
+        assert!(g.inflight.is_empty());
+        assert!(!g.pending_below(5));
+        assert!(g.pending_below(6), "queued records are not durable");
+    }
+
+    #[test]
+    fn a_failed_batch_sends_every_later_one_back_in_order() {
+        let mut g = two_in_flight();
+        g.complete(0, false);
+        g.settle();
+        // The later batch is still out: nothing is given up under it.
+        assert_eq!(g.inflight.len(), 2);
+        assert_eq!(g.guid, 9);
+        g.complete(1, true);
+        g.settle();
+        // Written, but after a missing block: back to the queue with the
+        // failed batch, in order, ahead of what was queued.
+        assert!(g.inflight.is_empty());
+        assert_eq!(queued(&g), vec![0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(g.guid, 0, "the chain is given up");
+        assert!(g.committed_head.is_none() && g.want_chain);
+        assert_eq!(g.retired.len(), 4, "three chain blocks and the tail");
+        assert!(g.pending_below(1));
+    }
+
+    #[test]
+    fn a_chain_given_up_under_writes_in_flight_keeps_its_blocks_until_they_end() {
+        let mut g = two_in_flight();
+        g.restart_chain();
+        assert_eq!(queued(&g), vec![0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(g.stale_writes, 2);
+        // Their writes end: counted down, nothing else changes.
+        g.complete(0, true);
+        g.complete(1, false);
+        g.settle();
+        assert_eq!(g.stale_writes, 0);
+        assert_eq!(queued(&g), vec![0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn records_put_back_land_in_sequence_order() {
+        let mut g = ZilState::default();
+        g.queue.extend([itx(0, 5), itx(1, 5), itx(6, 5)]);
+        // A batch laid out while older ones went back (3-5), then an older
+        // one still (2), and records of a txg that committed meanwhile.
+        g.requeue((3..6).map(|s| itx(s, 5)).collect());
+        g.requeue(vec![itx(2, 5)]);
+        g.synced_txg = 5;
+        g.requeue(vec![itx(7, 4), itx(8, 5)]);
+        assert_eq!(queued(&g), vec![0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn wake_picks_the_finished_commits_and_one_to_lay_out_the_next_batch() {
+        let mut g = two_in_flight();
+        let me = std::thread::current();
+        for (id, target) in [(0, 2), (1, 4), (2, 6), (3, 7)] {
+            g.sleepers.push(Sleeper {
+                id,
+                target,
+                thread: me.clone(),
+            });
+        }
+        let ids = |g: &ZilState| g.sleepers.iter().map(|s| s.id).collect::<Vec<_>>();
+        // Pipeline full: nobody can do anything yet.
+        g.wake();
+        assert_eq!(ids(&g), vec![0, 1, 2, 3]);
+        // The first batch is durable: its waiter goes, and one waiter
+        // with queued records goes to lay out the next batch.
+        g.complete(0, true);
+        g.settle();
+        g.wake();
+        assert_eq!(ids(&g), vec![1, 3]);
     }
 }
