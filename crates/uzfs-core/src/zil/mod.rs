@@ -638,7 +638,7 @@ impl Zil {
         r
     }
 
-    fn commit_to(&self, pool: &Arc<Pool>) -> Result<()> {
+    fn commit_to(&self, pool: &Pool) -> Result<()> {
         let max_inflight = pool.tun.zil_inflight.max(1);
         let mut g = lock(&self.st);
         g.max_inflight = max_inflight;
@@ -647,7 +647,7 @@ impl Zil {
             // Records given up for memory: their txg must commit.
             if g.overflow_txg > pool.last_txg() {
                 drop(g);
-                self.fallback(&pool)?;
+                self.fallback(pool)?;
                 g = lock(&self.st);
                 continue;
             }
@@ -678,7 +678,7 @@ impl Zil {
             if g.committed_head.is_none() || g.tail.is_none() || pool.suspended().is_some() {
                 g.want_chain = true;
                 drop(g);
-                self.fallback(&pool)?;
+                self.fallback(pool)?;
                 g = lock(&self.st);
                 continue;
             }
@@ -689,7 +689,7 @@ impl Zil {
             g.queue_bytes = 0;
             g.preparing = itxs.first().map(|i| i.seq);
             drop(g);
-            let resolved = self.resolve(&pool, &itxs);
+            let resolved = self.resolve(pool, &itxs);
             g = lock(&self.st);
             g.preparing = None;
             let (recs, prewrites) = match resolved {
@@ -701,7 +701,7 @@ impl Zil {
                     return Err(e);
                 }
             };
-            match self.plan(&pool, &mut g, itxs, recs, prewrites) {
+            match self.plan(pool, &mut g, itxs, recs, prewrites) {
                 Ok(mut batch) => {
                     // In flight: the next commit may lay out the next batch
                     // while this one is written (it follows this one in the
@@ -721,7 +721,7 @@ impl Zil {
                     });
                     g.wake();
                     drop(g);
-                    let r = self.write_batch(&pool, &batch);
+                    let r = self.write_batch(pool, &batch);
                     if let Err(e) = &r {
                         // A log device that can no longer take writes is
                         // passed over until it can (pool space serves).
@@ -758,7 +758,7 @@ impl Zil {
                     drop(g);
                     let asked = pool.st.try_lock().is_err();
                     if !(asked && pool.log_space.request(LEND_WAIT)) {
-                        self.fallback(&pool)?;
+                        self.fallback(pool)?;
                     }
                     g = lock(&self.st);
                 }
