@@ -54,6 +54,11 @@ pub trait ChangeLog: Send + Sync {
     fn header(&self, txg: u64) -> [u8; LOG_HEADER_SIZE];
     /// `txg` has committed: its records are no longer needed.
     fn synced(&self, txg: u64);
+    /// A header written with `txg` would free log blocks the last one
+    /// keeps: the object set is rewritten for it even with nothing dirty.
+    fn wants_header(&self, _txg: u64) -> bool {
+        false
+    }
 }
 
 /// Bytes of the log header in the object-set block.

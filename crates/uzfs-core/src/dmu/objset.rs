@@ -1182,7 +1182,12 @@ impl Objset {
             let st = lock(&self.st);
             (st.meta.clone(), st.bp, st.space)
         };
-        if dirty.is_empty() && !os_bp.is_hole() {
+        // An idle dataset whose last header still names log blocks that
+        // are no longer needed is rewritten (its header only), or those
+        // blocks stay lent until it changes again (found by the POSIX
+        // suite: 49 MiB of log blocks held by an idle dataset).
+        let log_wants = self.log.get().is_some_and(|l| l.wants_header(dirty.txg));
+        if dirty.is_empty() && !os_bp.is_hole() && !log_wants {
             return Ok(os_bp);
         }
         let reader = &*self.reader;

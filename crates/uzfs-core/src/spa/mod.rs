@@ -701,8 +701,12 @@ impl Pool {
     /// Refresh the space snapshot from the allocator (caller holds `st`).
     pub(crate) fn snapshot_space(&self, alloc: &Allocator) {
         let size = alloc.total_space();
-        let free = alloc.free_space();
-        let allocatable = alloc.allocatable_space();
+        // Chunks lent to the intent log that hold no live log block are
+        // free on disk, and a sync short of space takes them back
+        // (`LogSpace::release_idle`): users see them as free.
+        let idle = self.log_space.idle_bytes();
+        let free = alloc.free_space() + idle;
+        let allocatable = alloc.allocatable_space() + idle;
         // Worst allocation overhead of a 16 KiB block on any vdev (RAID-Z
         // parity and padding, sector rounding), in 1/1024ths.
         const PROBE: u64 = 16 << 10;

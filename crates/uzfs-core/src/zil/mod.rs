@@ -1150,6 +1150,13 @@ impl ChangeLog for Zil {
         .encode()
     }
 
+    fn wants_header(&self, txg: u64) -> bool {
+        // The oldest block is kept only by the committed header (written
+        // and holding nothing after `txg`): a new header frees it.
+        let g = lock(&self.st);
+        g.committed_head.is_some() && g.chain.front().is_some_and(|b| b.done && b.max_txg <= txg)
+    }
+
     fn synced(&self, txg: u64) {
         let Some(pool) = self.pool.upgrade() else {
             return;
