@@ -82,6 +82,8 @@ struct Chunk {
     /// Blocks allocated from the chunk and not yet freed: offset in the
     /// chunk -> allocated size.
     blocks: std::collections::BTreeMap<u64, u64>,
+    /// Sum of `blocks`' sizes.
+    live_bytes: u64,
     on_log_dev: bool,
 }
 
@@ -114,8 +116,12 @@ impl Chunk {
         };
         // (The cursor is never inside a live block: it moves only to the
         // end of the block just placed.)
+        if self.size - self.live_bytes < asize {
+            return None;
+        }
         let at = gap_from(self.used, self.size).or_else(|| gap_from(0, self.used))?;
         self.blocks.insert(at, asize);
+        self.live_bytes += asize;
         self.used = at + asize;
         Some(at)
     }
@@ -140,6 +146,11 @@ struct Inner {
     /// A borrow was refused since the last sync (the cap, a full pool or
     /// a full log device).
     refused: bool,
+    /// Bytes of live log blocks in chunks of pool space (`pressed`).
+    pool_live: u64,
+    /// The chunk of pool space the last block came from: the next looks
+    /// there first (full chunks are passed over without a scan).
+    hint: usize,
 }
 
 /// Most bytes of the normal class the log may hold: enough for a few
@@ -173,21 +184,47 @@ impl LogSpace {
     pub fn alloc(&self, psize: u32) -> Option<LogLoc> {
         let mut g = lock(&self.inner);
         let g = &mut *g;
-        // Chunks on log devices first (they exist to take the log).
-        g.chunks.sort_by_key(|c| !c.on_log_dev);
-        for c in g.chunks.iter_mut().filter(|c| !g.avoid.contains(&c.vdev)) {
+        // Chunks on log devices first (they exist to take the log), then
+        // the pool's, from the one that served last.
+        let n = g.chunks.len();
+        let hint = g.hint.min(n);
+        let order: Vec<usize> = (0..n)
+            .filter(|&i| g.chunks[i].on_log_dev)
+            .chain(
+                (hint..n)
+                    .chain(0..hint)
+                    .filter(|&i| !g.chunks[i].on_log_dev),
+            )
+            .collect();
+        let mut found = None;
+        for i in order {
+            let c = &mut g.chunks[i];
+            if g.avoid.contains(&c.vdev) {
+                continue;
+            }
             let asize = c.geom.round(psize as u64);
             if let Some(at) = c.fit(asize) {
-                g.handed += asize;
-                return Some(LogLoc {
-                    vdev: c.vdev,
-                    offset: c.offset + at,
+                found = Some((
+                    i,
                     asize,
-                    psize,
-                });
+                    c.on_log_dev,
+                    LogLoc {
+                        vdev: c.vdev,
+                        offset: c.offset + at,
+                        asize,
+                        psize,
+                    },
+                ));
+                break;
             }
         }
-        None
+        let (i, asize, on_log_dev, loc) = found?;
+        g.handed += asize;
+        if !on_log_dev {
+            g.pool_live += asize;
+            g.hint = i;
+        }
+        Some(loc)
     }
 
     /// A commit found no room while a sync holds the allocator: ask the
@@ -237,11 +274,17 @@ impl LogSpace {
     /// A log block is no longer needed (its records' txgs committed).
     pub fn free(&self, loc: &LogLoc) {
         let mut g = lock(&self.inner);
+        let g = &mut *g;
         if let Some(c) = g.chunks.iter_mut().find(|c| {
             c.vdev == loc.vdev && c.offset <= loc.offset && loc.offset < c.offset + c.size
         }) {
             let gone = c.blocks.remove(&(loc.offset - c.offset));
             debug_assert!(gone.is_some(), "log block freed twice");
+            let size = gone.unwrap_or(0);
+            c.live_bytes -= size.min(c.live_bytes);
+            if !c.on_log_dev {
+                g.pool_live -= size.min(g.pool_live);
+            }
         } else {
             // A block on a log device that left the pool is forgotten with
             // it (`drop_vdev`): nothing to give back.
@@ -312,6 +355,7 @@ impl LogSpace {
             geom,
             used: 0,
             blocks: Default::default(),
+            live_bytes: 0,
             on_log_dev,
         });
         true
@@ -445,13 +489,7 @@ impl LogSpace {
         if g.refused {
             return true;
         }
-        let live: u64 = g
-            .chunks
-            .iter()
-            .filter(|c| !c.on_log_dev)
-            .map(|c| c.blocks.values().sum::<u64>())
-            .sum();
-        g.cap > 0 && live >= g.cap / 2
+        g.cap > 0 && g.pool_live >= g.cap / 2
     }
 
     /// A txg came and went (or there was nothing to commit): a refused
