@@ -131,7 +131,9 @@ pub const INDIRECT_MIN: usize = 32 << 10;
 /// A data block the log writes early, as an ordinary block of its txg.
 struct Prewrite {
     bp: BlkPtr,
-    phys: Vec<u8>,
+    /// Its bytes as written: the dirty buffer itself when stored
+    /// uncompressed (no copy), else the compressed form.
+    phys: Arc<Vec<u8>>,
     /// Set once durable: the txg's sync adopts it then (`Objset::overrides`).
     written: Arc<AtomicBool>,
 }
@@ -824,7 +826,10 @@ impl Zil {
                 os.add_override(itx.txg, obj, blkid, data, bp, written.clone());
                 prewrites.push(Prewrite {
                     bp,
-                    phys: phys.into_owned(),
+                    phys: match phys {
+                        std::borrow::Cow::Borrowed(_) => data.clone(),
+                        std::borrow::Cow::Owned(v) => Arc::new(v),
+                    },
                     written,
                 });
                 Some(bp)
