@@ -1323,20 +1323,15 @@ mod pipeline_tests {
         };
         g.chain.extend([blk(10), blk(11), blk(12)]);
         g.tail = Some((13, blk(13).loc));
-        g.inflight.push_back(Flight {
-            id: 0,
-            first: 0,
-            itxs: (0..3).map(|s| itx(s, 5)).collect(),
-            blocks: (10, 11),
+        let flight = |id, recs: std::ops::Range<u64>, blocks| Flight {
+            id,
+            first: recs.start,
+            itxs: recs.map(|s| itx(s, 5)).collect(),
+            blocks,
             state: Flying::Writing,
-        });
-        g.inflight.push_back(Flight {
-            id: 1,
-            first: 3,
-            itxs: (3..5).map(|s| itx(s, 5)).collect(),
-            blocks: (12, 12),
-            state: Flying::Writing,
-        });
+        };
+        g.inflight.push_back(flight(0, 0..3, (10, 11)));
+        g.inflight.push_back(flight(1, 3..5, (12, 12)));
         g.queue.extend((5..7).map(|s| itx(s, 5)));
         g
     }
