@@ -690,6 +690,7 @@ impl Zil {
             let itxs: Vec<Itx> = g.queue.drain(..).collect();
             g.queue_bytes = 0;
             g.preparing = itxs.first().map(|i| i.seq);
+            let chain = g.guid;
             drop(g);
             let resolved = self.resolve(pool, &itxs);
             g = lock(&self.st);
@@ -703,6 +704,15 @@ impl Zil {
                     return Err(e);
                 }
             };
+            // The chain was given up meanwhile (an older batch's write
+            // failed): a new one may already have a tail, but no committed
+            // header names it yet, so nothing written to it would be
+            // replayed. Back to the queue; the txg carries it.
+            if g.guid != chain || g.committed_head.is_none() {
+                g.requeue(itxs);
+                g.wake();
+                continue;
+            }
             match self.plan(pool, &mut g, itxs, recs, prewrites) {
                 Ok(mut batch) => {
                     // In flight: the next commit may lay out the next batch
