@@ -6,8 +6,10 @@
 //! for the sync), but the normal allocator lives under `Pool::st`, which
 //! the sync holds from start to end. So log blocks come from a class of
 //! their own with its own lock: `LogSpace` holds *chunks*, extents lent by
-//! the normal class, and carves log blocks out of them with a bump pointer;
-//! a chunk whose blocks are all freed is reused from its start.
+//! the normal class, and carves log blocks out of them next-fit (the first
+//! gap between live blocks after a cursor, wrapping); a chunk with no live
+//! block goes back to the normal class at the end of a sync unless it is
+//! kept as the reserve.
 //!
 //! Lent chunks are taken out of the allocator's free tree in memory only:
 //! no space-map entry is ever written for them, so on disk they stay free.
