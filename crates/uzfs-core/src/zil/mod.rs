@@ -222,10 +222,28 @@ struct ZilState {
 }
 
 impl ZilState {
+    /// The oldest record not yet durable: queued, being laid out or in
+    /// flight (`u64::MAX`: none).
+    fn lowest_pending(&self) -> u64 {
+        [
+            self.queue.front().map(|i| i.seq),
+            self.preparing,
+            self.inflight.front().map(|f| f.first),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(u64::MAX)
+    }
+
     fn pending_below(&self, target: u64) -> bool {
-        self.queue.front().is_some_and(|i| i.seq < target)
-            || self.preparing.is_some_and(|w| w < target)
-            || self.inflight.front().is_some_and(|f| f.first < target)
+        self.lowest_pending() < target
+    }
+
+    /// A commit may lay out the next batch now: nobody else is, and the
+    /// pipeline has room.
+    fn can_lay_out(&self) -> bool {
+        self.preparing.is_none() && self.inflight.len() < self.max_inflight
     }
 
     /// Wake the commits that have something to do now, and only those:
@@ -235,21 +253,12 @@ impl ZilState {
     /// commit twice per batch, to find most of them still waiting: with 8
     /// jobs of 4 KiB fsyncs, about half of the machine's context switches.
     fn wake(&mut self) {
-        let low = [
-            self.queue.front().map(|i| i.seq),
-            self.preparing,
-            self.inflight.front().map(|f| f.first),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(u64::MAX);
-        let mut lead = match self.queue.front() {
-            Some(i) if self.preparing.is_none() && self.inflight.len() < self.max_inflight => {
-                Some(i.seq)
-            }
-            _ => None,
-        };
+        let low = self.lowest_pending();
+        let mut lead = self
+            .queue
+            .front()
+            .filter(|_| self.can_lay_out())
+            .map(|i| i.seq);
         self.sleepers.retain(|s| {
             let go = if s.target <= low {
                 true
@@ -335,8 +344,7 @@ impl ZilState {
     /// must wait for before they lean on it. Batches in flight wrote to it:
     /// their records go back to the queue.
     fn restart_chain(&mut self) {
-        let flights: Vec<Flight> = self.inflight.drain(..).collect();
-        for f in flights.into_iter().rev() {
+        for f in std::mem::take(&mut self.inflight).into_iter().rev() {
             if f.state == Flying::Writing {
                 self.stale_writes += 1;
             }
@@ -641,9 +649,8 @@ impl Zil {
     }
 
     fn commit_to(&self, pool: &Pool) -> Result<()> {
-        let max_inflight = pool.tun.zil_inflight.max(1);
         let mut g = lock(&self.st);
-        g.max_inflight = max_inflight;
+        g.max_inflight = pool.tun.zil_inflight.max(1);
         let target = g.next_itx;
         loop {
             // Records given up for memory: their txg must commit.
@@ -659,7 +666,7 @@ impl Zil {
             // My records are out (laid out or being written by another
             // commit), or the pipeline is busy: wait for it.
             let mine_queued = g.queue.front().is_some_and(|i| i.seq < target);
-            if !mine_queued || g.preparing.is_some() || g.inflight.len() >= max_inflight {
+            if !mine_queued || !g.can_lay_out() {
                 // Parked until `wake` picks this commit (an unpark that
                 // comes first makes `park` return at once; a spurious
                 // return only checks again).
