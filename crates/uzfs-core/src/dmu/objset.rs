@@ -249,12 +249,34 @@ pub struct Objset {
 /// A dirty block written early by the intent log (see `Objset::overrides`).
 pub struct Override {
     /// The buffer written: adopted only if it is still the block's dirty
-    /// buffer when the txg syncs (a later write replaces it).
-    data: Arc<Vec<u8>>,
+    /// buffer when the txg syncs (a later write replaces it). Weak: only
+    /// its identity matters here, and a strong reference would make the
+    /// next write to the block copy it (`Arc::make_mut`). The allocation
+    /// outlives the buffer while this points at it, so no later buffer can
+    /// take its address.
+    data: std::sync::Weak<Vec<u8>>,
     bp: BlkPtr,
     /// Set once the write is durable; a sync that finds it unset writes the
     /// block itself.
     written: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Write `src` into the dirty block `b` at `off`. A buffer someone else
+/// still holds (a log record not yet written, a block the log is writing
+/// early) is copied first (`Arc::make_mut`), unless `src` covers all of it:
+/// then a new buffer replaces it, one copy instead of two (1 MiB fsyncs on
+/// a small file spent 9% of the daemon's CPU copying blocks they were
+/// about to overwrite whole).
+fn patch_block(b: &mut Arc<Vec<u8>>, off: usize, src: &[u8]) {
+    // (A strong count read under the object set's lock can only fall
+    // meanwhile: at worst one needless copy.)
+    if off == 0 && src.len() == b.len() && Arc::strong_count(b) > 1 {
+        *b = Arc::new(src.to_vec());
+        return;
+    }
+    // Only weak references left (an override): `make_mut` moves the
+    // buffer to a new allocation without copying its bytes.
+    Arc::make_mut(b)[off..off + src.len()].copy_from_slice(src);
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1009,7 +1031,7 @@ impl Objset {
                 let mut st = lock(&self.st);
                 let d = st.open.objs.entry(obj).or_default();
                 if let Some(b) = d.blocks.get_mut(&blkid) {
-                    Arc::make_mut(b)[boff..boff + n].copy_from_slice(src);
+                    patch_block(b, boff, src);
                     if keep {
                         kept = Some(Arc::clone(b));
                     }
@@ -1033,7 +1055,7 @@ impl Objset {
                     // Another writer of this block got in first: apply this
                     // write on top of its version, not over it.
                     std::collections::btree_map::Entry::Occupied(mut e) => {
-                        Arc::make_mut(e.get_mut())[boff..boff + n].copy_from_slice(src);
+                        patch_block(e.get_mut(), boff, src);
                         if keep {
                             kept = Some(Arc::clone(e.get()));
                         }
@@ -1120,7 +1142,7 @@ impl Objset {
         written: Arc<std::sync::atomic::AtomicBool>,
     ) {
         let o = Override {
-            data: Arc::clone(data),
+            data: Arc::downgrade(data),
             bp,
             written,
         };
@@ -1149,7 +1171,7 @@ impl Objset {
         for (&blkid, data) in blocks {
             if let Some(list) = ov.get_mut(&(txg, obj, blkid)) {
                 let hit = list.iter().position(|o| {
-                    Arc::ptr_eq(&o.data, data)
+                    std::ptr::eq(o.data.as_ptr(), Arc::as_ptr(data))
                         && o.written.load(std::sync::atomic::Ordering::Acquire)
                 });
                 if let Some(i) = hit {
@@ -1873,4 +1895,43 @@ pub fn encode_objset_phys(os_type: u64, meta: &DnodePhys, space: ObjsetSpace) ->
     b[32..40].copy_from_slice(&space.logical.to_le_bytes());
     meta.encode(&mut b[64..64 + DNODE_SIZE]);
     b
+}
+
+#[cfg(test)]
+mod patch_tests {
+    use super::patch_block;
+    use std::sync::Arc;
+
+    /// A holder of the old buffer (a log record) keeps its bytes; a weak
+    /// holder (an override) sees the buffer change identity; the block
+    /// reads the new bytes in every case.
+    #[test]
+    fn a_patched_block_never_changes_what_another_holder_sees() {
+        // Whole rewrite of a shared buffer: replaced.
+        let mut b = Arc::new(vec![1u8; 64]);
+        let record = Arc::clone(&b);
+        patch_block(&mut b, 0, &[2u8; 64]);
+        assert_eq!(*record, vec![1u8; 64]);
+        assert_eq!(*b, vec![2u8; 64]);
+        // Part of a shared buffer: copied, then patched.
+        let record = Arc::clone(&b);
+        patch_block(&mut b, 8, &[3u8; 8]);
+        assert_eq!(*record, vec![2u8; 64]);
+        assert_eq!(&b[8..16], &[3u8; 8]);
+        assert_eq!(b[16], 2);
+        // Only a weak holder: patched in a new allocation, so the weak
+        // one no longer names the block's buffer.
+        let weak = Arc::downgrade(&b);
+        let before = Arc::as_ptr(&b);
+        patch_block(&mut b, 0, &[4u8; 64]);
+        assert!(weak.upgrade().is_none());
+        assert!(!std::ptr::eq(weak.as_ptr(), Arc::as_ptr(&b)));
+        assert!(!std::ptr::eq(before, Arc::as_ptr(&b)));
+        assert_eq!(*b, vec![4u8; 64]);
+        // Nobody else: patched in place.
+        let here = Arc::as_ptr(&b);
+        patch_block(&mut b, 60, &[5u8; 4]);
+        assert!(std::ptr::eq(here, Arc::as_ptr(&b)));
+        assert_eq!(&b[56..], &[4, 4, 4, 4, 5, 5, 5, 5]);
+    }
 }
