@@ -19,6 +19,11 @@
 # (transactions/s). The uzfs daemon's `zilstat` totals follow the table
 # (commits against log writes: group commit).
 #
+# pgbench (PostgreSQL's TPC-B-like default, scale 10, 1 and 8 clients,
+# the server's durable defaults) on uzfs sync=standard, uzfs with the log
+# device on a file and ext4 (a smoke run: uzfs only, if PostgreSQL is
+# installed; full runs install it).
+#
 # A uzfs dataset with recordsize=4K (`rs4k`) runs the same 4 KiB job: the
 # tuning OpenZFS documents for small random writes. With the default
 # 128 KiB records each 4 KiB write dirties a whole record, so the txg
@@ -68,7 +73,19 @@ else
 fi
 export UZFS_RUNDIR=$DATA/run
 ZPID=""
+# PostgreSQL for pgbench: installed for full runs; a smoke run uses it if
+# it is there and says so if not.
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+PGBIN=$(pg_bin)
+if [ -z "$PGBIN" ] && [ $SMOKE = 0 ]; then
+  apt-get install -y -q postgresql >/dev/null
+  PGBIN=$(pg_bin)
+fi
 cleanup() {
+  for d in "$DATA"/pg-*/data; do
+    [ -f "$d/postmaster.pid" ] &&
+      runuser -u postgres -- "$PGBIN/pg_ctl" -D "$d" -m immediate stop >/dev/null 2>&1 || true
+  done
   $U zpool destroy -f sb >/dev/null 2>&1 || true
   $U zpool destroy -f sl >/dev/null 2>&1 || true
   $U zpool destroy -f st >/dev/null 2>&1 || true
@@ -182,6 +199,29 @@ seqw() {
       --overwrite=1 --output-format=json --output="$out.json" >/dev/null 2>&1
 }
 
+# pg_setup DIR NAME PORT: a PostgreSQL cluster in DIR/pg (its socket in
+# $DATA/pg-NAME), started, with pgbench's tables at scale 10. Defaults
+# otherwise: fsync=on, synchronous_commit=on, full_page_writes=on,
+# wal_sync_method=fdatasync.
+pg_setup() {
+  local sock="$DATA/pg-$2"
+  mkdir -p "$1/pg" "$sock"; chown postgres "$1/pg" "$sock"
+  ln -sfn "$1/pg/data" "$sock/data"
+  runuser -u postgres -- "$PGBIN/initdb" -A trust -D "$1/pg/data" >/dev/null
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$1/pg/data" -l "$sock/log" -w \
+    -o "-k $sock -c listen_addresses='' -p $3" start >/dev/null
+  runuser -u postgres -- "$PGBIN/createdb" -h "$sock" -p "$3" bench
+  runuser -u postgres -- "$PGBIN/pgbench" -h "$sock" -p "$3" -i -s 10 -q bench >/dev/null 2>&1
+}
+
+# pgb NAME PORT CLIENTS ROUND: TPC-B-like pgbench for $RUNTIME s ->
+# NAME-pgCLIENTS-ROUND.txt (tps).
+pgb() {
+  runuser -u postgres -- "$PGBIN/pgbench" -h "$DATA/pg-$1" -p "$2" -c "$3" \
+    -j $(( $3 < 2 ? $3 : 2 )) -T "$RUNTIME" bench 2>/dev/null |
+    awk '/^tps/ {print $3}' > "$DATA/out/$1-pg$3-$4.txt"
+}
+
 # sqlite DIR NAME ROUND: inserts, one transaction each -> NAME-sql-ROUND.txt (tx/s)
 sqlite() {
   rm -f "$1/b.db" "$1/b.db-wal" "$1/b.db-shm"
@@ -208,7 +248,22 @@ dir_of() {
     *) echo "$DATA/mnt/$1" ;;
   esac
 }
+PGSTACKS=""
+if [ -n "$PGBIN" ]; then
+  PGSTACKS="standard"
+  [ $SMOKE = 0 ] && PGSTACKS="standard slog ext4"
+  port=5490
+  for s in $PGSTACKS; do
+    port=$((port + 1)); pg_setup "$(dir_of $s)" $s $port
+  done
+else
+  echo "bench/sync.sh: PostgreSQL not installed; no pgbench in this smoke run" >&2
+fi
+pg_port() { local p=5490 s; for s in $PGSTACKS; do p=$((p + 1)); [ $s = "$1" ] && echo $p; done; }
 for r in $(seq 1 $ROUNDS); do
+  for s in $PGSTACKS; do
+    for c in 1 8; do pgb $s "$(pg_port $s)" $c $r; done
+  done
   for jobs in 1 8; do
     for s in $STACKS; do
       run "$(dir_of $s)" $s $jobs $r
@@ -225,9 +280,10 @@ done
 ZIL=$($U zilstat -p sb)
 HWM=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
 
-python3 - "$DATA/out" "$STACKS" "$ROUNDS" "$HWM" "$(getconf CLK_TCK)" <<'PY'
+python3 - "$DATA/out" "$STACKS" "$ROUNDS" "$HWM" "$(getconf CLK_TCK)" "$PGSTACKS" <<'PY'
 import json, os, statistics, sys
 out, stacks, rounds, hwm, tck = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+pgstacks = sys.argv[6].split()
 def load(s, j, r):
     d = json.load(open(f"{out}/{s}-j{j}-{r}.json"))["jobs"][0]
     w = d["write"]
@@ -280,6 +336,24 @@ for kind, label in (("seq", "1 MiB write + fsync each (MiB/s)"), ("sql", "sqlite
     fmt = lambda v: f"{med(v):.0f} ({min(v):.0f}-{max(v):.0f})" if v else "-"
     ratio = f"{med(u) / med(e):.2f}" if u and e and med(e) else "-"
     print(f"| {label} | {fmt(u)} | {fmt(e)} | {ratio} |")
+if pgstacks:
+    print()
+    print("| pgbench (scale 10, TPC-B-like) | clients | TPS median (min-max) | TPS / ext4 |")
+    print("|---|---|---|---|")
+    for c in (1, 8):
+        tps = {}
+        for s in pgstacks:
+            v = []
+            for r in range(1, rounds + 1):
+                t = open(f"{out}/{s}-pg{c}-{r}.txt").read().strip()
+                v.append(float(t) if t else 0.0)
+            tps[s] = v
+        for s in pgstacks:
+            v = tps[s]
+            e = med(tps["ext4"]) if "ext4" in tps else 0
+            label = {"ext4": "ext4 on loop", "slog": "uzfs, log device (file)"}.get(s, f"uzfs sync={s}")
+            ratio = f"{med(v) / e:.2f}" if e else "-"
+            print(f"| {label} | {c} | {med(v):.0f} ({min(v):.0f}-{max(v):.0f}) | {ratio} |")
 w = []
 for r in range(1, rounds + 1):
     f = f"{out}/standard-seqw-{r}.json"
