@@ -30,6 +30,18 @@ pub trait BlockDevice: Send + Sync {
         self.write_at(buf, offset)?;
         self.flush()
     }
+    /// A descriptor that takes `pwritev2(RWF_DSYNC)` for `len` bytes at
+    /// `offset`, for a caller that issues several durable writes at once
+    /// (`vdev/uring.rs`), and whether it is a direct-I/O one (the buffer
+    /// must then start on a [`DIRECT_ALIGN`] boundary); `None` (the
+    /// default) if the caller must use `write_sync`.
+    fn dsync_fd(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, bool)> {
+        let _ = (offset, len);
+        None
+    }
+    /// A write issued at `dsync_fd`'s direct descriptor was refused for its
+    /// alignment (EINVAL): offer the buffered one from now on.
+    fn direct_refused(&self) {}
     fn size(&self) -> u64;
     fn name(&self) -> String;
     /// Hold the device exclusively for a pool this process imports or
@@ -426,6 +438,31 @@ impl BlockDevice for FileDevice {
             done += n as usize;
         }
         Ok(())
+    }
+    fn dsync_fd(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, bool)> {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.dsync_ok.load(Relaxed) || self.check_inside(offset, len).is_err() {
+            return None;
+        }
+        // Direct when it can be: a buffered `RWF_DSYNC` write issued
+        // through io_uring goes to the kernel's worker threads (it may
+        // block on the page cache), a direct one is issued at once. 4 KiB
+        // fsyncs on a mirror: 331 us buffered against 273 us through
+        // `fanout`'s threads.
+        match &self.direct {
+            Some(d)
+                if self.direct_ok.load(Relaxed)
+                    && (offset as usize | len).is_multiple_of(DIRECT_ALIGN) =>
+            {
+                Some((d.as_raw_fd(), true))
+            }
+            _ => Some((self.file.as_raw_fd(), false)),
+        }
+    }
+    fn direct_refused(&self) {
+        self.direct_ok
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
     fn size(&self) -> u64 {
         self.len()

@@ -505,6 +505,50 @@ impl Leaf {
         self.write_counted(buf, super::LABEL_START_SIZE + offset, true)
     }
 
+    /// Where a durable write of `len` bytes at `offset` may be issued by
+    /// the caller (`vdev/uring.rs`): (descriptor, device offset), when it
+    /// would be nothing more than the device's own `write_sync` (no fault
+    /// injected, no scan I/O to count).
+    pub fn dsync_target(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, u64, bool)> {
+        if self.inject.is_armed() || SCAN_IO.with(|c| c.borrow().is_some()) {
+            return None;
+        }
+        let at = super::LABEL_START_SIZE + offset;
+        self.dev
+            .dsync_fd(at, len)
+            .map(|(fd, direct)| (fd, at, direct))
+    }
+
+    /// Account a durable write issued at [`dsync_target`](Self::dsync_target),
+    /// which ended with `res` (bytes written or a negative errno) after
+    /// `took`, as `write_sync` would have: counted and timed; a short or
+    /// failed write is finished (or fails with its error) through the
+    /// device's `write_sync`.
+    pub fn dsync_done(&self, buf: &[u8], offset: u64, res: i32, took: Duration) -> Result<()> {
+        let t = Instant::now();
+        VdevStats::bump(&self.stats.writes, 1);
+        VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
+        let done = usize::try_from(res).unwrap_or(0).min(buf.len());
+        if res == -libc::EINVAL {
+            self.dev.direct_refused();
+        }
+        let r = if done == buf.len() {
+            Ok(())
+        } else {
+            let at = super::LABEL_START_SIZE + offset + done as u64;
+            self.dev.write_sync(&buf[done..], at)
+        };
+        self.stats.record(
+            &self.stats.write_hist,
+            &self.stats.write_ns,
+            took + t.elapsed(),
+        );
+        if let Err(e) = &r {
+            self.note_error(e, &self.stats.write_errors);
+        }
+        r
+    }
+
     pub fn flush(&self) -> Result<()> {
         if self.inject.vanished.load(Ordering::Relaxed)
             || self.inject.write_errors.load(Ordering::Relaxed)

@@ -16,6 +16,7 @@ pub mod leaf;
 pub mod raidz;
 pub mod sim;
 mod top;
+pub mod uring;
 
 pub use device::{BlockDevice, FileDevice, FlushPolicy};
 pub use leaf::{AttachKind, Leaf, LeafState, VdevStats};

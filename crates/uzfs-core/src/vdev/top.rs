@@ -647,6 +647,11 @@ impl TopVdev {
                 .collect()
         };
         let flush = self.flush != FlushPolicy::Ignore;
+        if flush && !self.kind.is_raidz() {
+            if let Some(r) = self.write_durable_at_once(&cols, txg) {
+                return r;
+            }
+        }
         let run = |(child, off, bytes): &(usize, u64, Cow<'_, [u8]>)| {
             on_column(&usable_leaves(&self.children[*child]), |l: &Leaf| {
                 if flush {
@@ -662,6 +667,61 @@ impl TopVdev {
             txg,
             "too many devices unavailable to write",
         )
+    }
+
+    /// [`write_durable`](Self::write_durable) of a mirror's (or single
+    /// disk's) columns, every leaf written at once from this thread
+    /// (`vdev/uring.rs`), with `on_column`'s rules for each column. `None`
+    /// when some leaf cannot take it that way (fault injection, a device
+    /// that is not a file), io_uring is unavailable, or there is only one
+    /// leaf (one `pwritev2` already): nothing was written then.
+    fn write_durable_at_once(
+        &self,
+        cols: &[(usize, u64, Cow<'_, [u8]>)],
+        txg: u64,
+    ) -> Option<Result<()>> {
+        let per_col: Vec<Vec<Arc<Leaf>>> = cols
+            .iter()
+            .map(|(c, _, _)| usable_leaves(&self.children[*c]))
+            .collect();
+        let mut writes = Vec::new();
+        let mut who = Vec::new();
+        for (i, ((_, off, bytes), leaves)) in cols.iter().zip(&per_col).enumerate() {
+            for l in leaves {
+                let (fd, at, direct) = l.dsync_target(*off, bytes.len())?;
+                writes.push(super::uring::DsyncWrite {
+                    fd,
+                    offset: at,
+                    buf: bytes,
+                    aligned: direct,
+                });
+                who.push((i, l));
+            }
+        }
+        if writes.len() < 2 {
+            return None;
+        }
+        let t = std::time::Instant::now();
+        let res = super::uring::write_dsync_all(&writes)?;
+        let took = t.elapsed();
+        let mut outcomes: Vec<ColumnOutcome> =
+            cols.iter().map(|_| (false, None, Vec::new())).collect();
+        for ((i, l), r) in who.into_iter().zip(res) {
+            let (_, off, bytes) = &cols[i];
+            match l.dsync_done(bytes, *off, r, took) {
+                Ok(()) => outcomes[i].0 = true,
+                Err(e) if is_power_lost(&e) => return Some(Err(e)),
+                Err(e) => {
+                    outcomes[i].2.push(l.clone());
+                    outcomes[i].1.get_or_insert(e);
+                }
+            }
+        }
+        Some(self.settle(
+            outcomes.into_iter().map(Ok),
+            txg,
+            "too many devices unavailable to write",
+        ))
     }
 
     /// Write several blocks born in `txg` (`(offset, phys, asize)` each, as
