@@ -297,6 +297,13 @@ impl ZilState {
         self.queue.extend(rest);
     }
 
+    /// The chain `chain` (a guid taken with the queue) was given up since,
+    /// or has no committed header yet: records laid out for it now would
+    /// go where no replay looks.
+    fn chain_lost_since(&self, chain: u64) -> bool {
+        self.guid != chain || self.committed_head.is_none()
+    }
+
     /// A batch's write ended: mark it and its blocks (a batch dropped with
     /// its chain meanwhile only ends its count).
     fn complete(&mut self, id: u64, ok: bool) {
@@ -715,7 +722,7 @@ impl Zil {
             // failed): a new one may already have a tail, but no committed
             // header names it yet, so nothing written to it would be
             // replayed. Back to the queue; the txg carries it.
-            if g.guid != chain || g.committed_head.is_none() {
+            if g.chain_lost_since(chain) {
                 g.requeue(itxs);
                 g.wake();
                 continue;
@@ -1394,6 +1401,30 @@ mod pipeline_tests {
         assert!(g.committed_head.is_none() && g.want_chain);
         assert_eq!(g.retired.len(), 4, "three chain blocks and the tail");
         assert!(g.pending_below(1));
+    }
+
+    /// A commit takes the queue and resolves it without the lock; an older
+    /// batch's write fails meanwhile and the chain is given up. What it
+    /// took must go back in order, not onto the new chain.
+    #[test]
+    fn records_taken_while_the_chain_is_given_up_go_back_in_order() {
+        let mut g = two_in_flight();
+        let chain = g.guid;
+        let taken: Vec<Itx> = g.queue.drain(..).collect();
+        assert!(!g.chain_lost_since(chain));
+        g.complete(0, false);
+        g.complete(1, true);
+        g.settle();
+        assert!(g.chain_lost_since(chain));
+        // A new chain started meanwhile: still not the one taken for.
+        g.guid = 77;
+        g.committed_head = Some(40);
+        assert!(g.chain_lost_since(chain));
+        g.requeue(taken);
+        assert_eq!(queued(&g), vec![0, 1, 2, 3, 4, 5, 6]);
+        // Only a committed header naming the chain makes it one to write to.
+        g.committed_head = None;
+        assert!(g.chain_lost_since(77));
     }
 
     #[test]
