@@ -569,6 +569,22 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
         want[at..at + 4096].copy_from_slice(&data);
         fs.fsync(ino).expect("fsync");
     }
+    // Records larger than a log block (parts of records, so copied): a
+    // commit writes several log blocks, all at once.
+    let big = create(&fs, b"big");
+    let mut want_big = vec![0u8; 8 * 100_000 + 1000];
+    let before_big = uzfs_core::vdev::uring::ISSUED.load(Ordering::Relaxed);
+    for i in 0..8u64 {
+        let at = 1000 + i as usize * 100_000;
+        let data = pattern(2000 + i, 100_000);
+        fs.write(big, at as u64, &data).expect("write");
+        want_big[at..at + 100_000].copy_from_slice(&data);
+        fs.fsync(big).expect("fsync");
+    }
+    if uzfs_core::vdev::uring::available() {
+        let n = uzfs_core::vdev::uring::ISSUED.load(Ordering::Relaxed) - before_big;
+        assert!(n > 2 * 8, "{n} writes for 8 commits of several log blocks");
+    }
     assert_eq!(pool.last_txg(), t0, "an fsync committed a txg");
     assert!(
         writes(0) >= w0 + 64 && writes(1) >= w1 + 64,
@@ -591,6 +607,7 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
     assert!(pool.replay_report().records > 0, "nothing replayed");
     let (fs, _ctx) = mount_with(&pool, "z");
     assert_eq!(read_all(&fs, b"db").as_deref(), Some(&want[..]));
+    assert_eq!(read_all(&fs, b"big").as_deref(), Some(&want_big[..]));
     drop(fs);
     pool.export().expect("export");
 }

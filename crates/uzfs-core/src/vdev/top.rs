@@ -128,6 +128,9 @@ fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
         .collect()
 }
 
+/// One column of a durable write: (child, offset, bytes).
+type DurableCol<'a> = (usize, u64, Cow<'a, [u8]>);
+
 /// What one column made of an operation: whether some leaf took it, the
 /// first error, and the leaves that failed.
 type ColumnOutcome = (bool, Option<Error>, Vec<Arc<Leaf>>);
@@ -635,7 +638,7 @@ impl TopVdev {
     pub fn write_durable(&self, offset: u64, phys: &[u8], asize: u64, txg: u64) -> Result<()> {
         debug_assert!(offset.is_multiple_of(1 << self.ashift));
         debug_assert!(offset + asize <= self.asize);
-        let cols: Vec<(usize, u64, Cow<'_, [u8]>)> = if self.kind.is_raidz() {
+        let cols: Vec<DurableCol<'_>> = if self.kind.is_raidz() {
             self.expected_columns(offset, phys)
                 .into_iter()
                 .map(|(c, o, b)| (c, o, Cow::Owned(b)))
@@ -648,7 +651,7 @@ impl TopVdev {
         };
         let flush = self.flush != FlushPolicy::Ignore;
         if flush && !self.kind.is_raidz() {
-            if let Some(r) = self.write_durable_at_once(&cols, txg) {
+            if let Some(r) = self.write_durable_at_once(std::slice::from_ref(&cols), txg) {
                 return r;
             }
         }
@@ -669,33 +672,63 @@ impl TopVdev {
         )
     }
 
-    /// [`write_durable`](Self::write_durable) of a mirror's (or single
-    /// disk's) columns, every leaf written at once from this thread
-    /// (`vdev/uring.rs`), with `on_column`'s rules for each column. `None`
-    /// when some leaf cannot take it that way (fault injection, a device
-    /// that is not a file), io_uring is unavailable, or there is only one
-    /// leaf (one `pwritev2` already): nothing was written then.
+    /// Write several log blocks born in `txg` (`(offset, phys, asize)`
+    /// each) and make them all durable, each by
+    /// [`write_durable`](Self::write_durable)'s rule. On a mirror or disk
+    /// of files every side of every block goes at once through the
+    /// caller's io_uring, each write durable by itself; otherwise each
+    /// block is written, then every leaf flushed once.
+    pub fn write_durable_all(&self, blocks: &[(u64, &[u8], u64)], txg: u64) -> Result<()> {
+        if let [(offset, phys, asize)] = blocks {
+            return self.write_durable(*offset, phys, *asize, txg);
+        }
+        if self.flush != FlushPolicy::Ignore && !self.kind.is_raidz() {
+            let cols: Vec<Vec<DurableCol<'_>>> = blocks
+                .iter()
+                .map(|&(offset, phys, asize)| {
+                    let bytes = padded(phys, asize);
+                    (0..self.children.len())
+                        .map(|c| (c, offset, bytes.clone()))
+                        .collect()
+                })
+                .collect();
+            if let Some(r) = self.write_durable_at_once(&cols, txg) {
+                return r;
+            }
+        }
+        for &(offset, phys, asize) in blocks {
+            self.write_block(offset, phys, asize, txg)?;
+        }
+        self.flush(txg)
+    }
+
+    /// Durable writes of blocks (each given as its columns) on a mirror or
+    /// single disk, every leaf of every block written at once from this
+    /// thread (`vdev/uring.rs`); each block's columns are then settled by
+    /// `on_column`'s rules, as [`write_durable`](Self::write_durable) does.
+    /// `None` when some leaf cannot take it that way (fault injection, a
+    /// device that is not a file), io_uring is unavailable, there are too
+    /// many writes for one submission, or only one (a single `pwritev2`
+    /// already): nothing was written then.
     fn write_durable_at_once(
         &self,
-        cols: &[(usize, u64, Cow<'_, [u8]>)],
+        blocks: &[Vec<DurableCol<'_>>],
         txg: u64,
     ) -> Option<Result<()>> {
-        let per_col: Vec<Vec<Arc<Leaf>>> = cols
-            .iter()
-            .map(|(c, _, _)| usable_leaves(&self.children[*c]))
-            .collect();
         let mut writes = Vec::new();
         let mut who = Vec::new();
-        for (i, ((_, off, bytes), leaves)) in cols.iter().zip(&per_col).enumerate() {
-            for l in leaves {
-                let (fd, at, direct) = l.dsync_target(*off, bytes.len())?;
-                writes.push(super::uring::DsyncWrite {
-                    fd,
-                    offset: at,
-                    buf: bytes,
-                    aligned: direct,
-                });
-                who.push((i, l));
+        for (b, cols) in blocks.iter().enumerate() {
+            for (i, (c, off, bytes)) in cols.iter().enumerate() {
+                for l in usable_leaves(&self.children[*c]) {
+                    let (fd, at, direct) = l.dsync_target(*off, bytes.len())?;
+                    writes.push(super::uring::DsyncWrite {
+                        fd,
+                        offset: at,
+                        buf: bytes,
+                        aligned: direct,
+                    });
+                    who.push((b, i, l));
+                }
             }
         }
         if writes.len() < 2 {
@@ -704,24 +737,36 @@ impl TopVdev {
         let t = std::time::Instant::now();
         let res = super::uring::write_dsync_all(&writes)?;
         let took = t.elapsed();
-        let mut outcomes: Vec<ColumnOutcome> =
-            cols.iter().map(|_| (false, None, Vec::new())).collect();
-        for ((i, l), r) in who.into_iter().zip(res) {
-            let (_, off, bytes) = &cols[i];
+        let mut outcomes: Vec<Vec<ColumnOutcome>> = blocks
+            .iter()
+            .map(|cols| cols.iter().map(|_| (false, None, Vec::new())).collect())
+            .collect();
+        for ((b, i, l), r) in who.into_iter().zip(res) {
+            let (_, off, bytes) = &blocks[b][i];
+            let o = &mut outcomes[b][i];
             match l.dsync_done(bytes, *off, r, took) {
-                Ok(()) => outcomes[i].0 = true,
+                Ok(()) => o.0 = true,
                 Err(e) if is_power_lost(&e) => return Some(Err(e)),
                 Err(e) => {
-                    outcomes[i].2.push(l.clone());
-                    outcomes[i].1.get_or_insert(e);
+                    o.2.push(l);
+                    o.1.get_or_insert(e);
                 }
             }
         }
-        Some(self.settle(
-            outcomes.into_iter().map(Ok),
-            txg,
-            "too many devices unavailable to write",
-        ))
+        // Every block settled (its missed leaves noted) before the first
+        // error is returned.
+        let mut first = Ok(());
+        for o in outcomes {
+            let r = self.settle(
+                o.into_iter().map(Ok),
+                txg,
+                "too many devices unavailable to write",
+            );
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        Some(first)
     }
 
     /// Write several blocks born in `txg` (`(offset, phys, asize)` each, as
