@@ -33,6 +33,9 @@ use std::os::fd::RawFd;
 /// Most writes in one call (a mirror's sides and their spares).
 pub const MAX_WRITES: usize = 16;
 
+/// Staging bytes a thread keeps between calls.
+const STAGING_KEEP: usize = 1 << 20;
+
 /// Writes done through a ring since the process started (tests check
 /// that a path they mean to cover took it).
 pub static ISSUED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -172,6 +175,12 @@ impl Ring {
                     done += 1;
                 }
             }
+        }
+        // Every write has completed: the staging may go. A thread keeps at
+        // most STAGING_KEEP of it between calls (log blocks are up to 256
+        // KiB, and every FUSE and I/O thread may own a ring).
+        if self.staging.iter().map(Vec::capacity).sum::<usize>() > STAGING_KEEP {
+            self.staging.clear();
         }
         Ok(res)
     }
