@@ -18,12 +18,9 @@ set -euo pipefail
 U=$(realpath "$1"); MODE=$2
 D=${DATA:-/var/tmp/uzfs-fsyncab}
 export UZFS_RUNDIR=$D/run UZFS_LOG=${UZFS_LOG:-info}
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$D"
-for f in d0 d1; do
-  [ -f "$D/$f" ] && continue
-  truncate -s 3G "$D/$f"
-  dd if=/dev/zero of="$D/$f" bs=4M count=768 oflag=direct conv=notrunc status=none
-done
+written_files 3G "$D/d0" "$D/d1"
 cleanup() { "$U" zpool destroy pp >/dev/null 2>&1 || true; "$U" daemon --stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 cleanup

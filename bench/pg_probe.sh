@@ -12,15 +12,14 @@ set -euo pipefail
 U=$(realpath "$1"); shift
 D=${DATA:-/var/tmp/uzfs-pgprobe}
 export UZFS_RUNDIR=$D/run UZFS_LOG=${UZFS_LOG:-info}
-PGB=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-[ -n "$PGB" ] || apt-get install -y -q postgresql >/dev/null
-PGB=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+. "$(dirname "$0")/lib.sh"
+PGB=$(pg_bin)
+if [ -z "$PGB" ]; then
+  apt-get install -y -q postgresql >/dev/null
+  PGB=$(pg_bin)
+fi
 mkdir -p "$D"
-for f in d0 d1; do
-  [ -f "$D/$f" ] && continue
-  truncate -s 3G "$D/$f"
-  dd if=/dev/zero of="$D/$f" bs=4M count=768 oflag=direct conv=notrunc status=none
-done
+written_files 3G "$D/d0" "$D/d1"
 pg() { runuser -u postgres -- "$PGB/$1" "${@:2}"; }
 cleanup() {
   for s in base other; do

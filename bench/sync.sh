@@ -56,14 +56,10 @@ if [ $SMOKE = 1 ]; then
 else
   RUNTIME=${RUNTIME:-10}; ROUNDS=${ROUNDS:-3}; SIZE=64M; DISK=3G; SPARSE=${SPARSE:-0}
 fi
+. bench/lib.sh
 # mkdisk FILE...: a device file of $DISK bytes, written in full unless SPARSE=1.
 mkdisk() {
-  truncate -s $DISK "$@"
-  [ "$SPARSE" = 1 ] && return 0
-  for f in "$@"; do
-    dd if=/dev/zero of="$f" bs=4M count=$(( $(stat -c %s "$f") / (4 << 20) )) \
-       oflag=direct conv=notrunc status=none
-  done
+  if [ "$SPARSE" = 1 ]; then truncate -s $DISK "$@"; else written_files $DISK "$@"; fi
 }
 if [ -n "${UZFS_BIN:-}" ]; then
   U=$(realpath "$UZFS_BIN")
@@ -75,7 +71,6 @@ export UZFS_RUNDIR=$DATA/run
 ZPID=""
 # PostgreSQL for pgbench: installed for full runs; a smoke run uses it if
 # it is there and says so if not.
-pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 PGBIN=$(pg_bin)
 if [ -z "$PGBIN" ] && [ $SMOKE = 0 ]; then
   apt-get install -y -q postgresql >/dev/null

@@ -644,10 +644,7 @@ impl TopVdev {
                 .map(|(c, o, b)| (c, o, Cow::Owned(b)))
                 .collect()
         } else {
-            let bytes = padded(phys, asize);
-            (0..self.children.len())
-                .map(|c| (c, offset, bytes.clone()))
-                .collect()
+            self.copy_columns(offset, phys, asize)
         };
         let flush = self.flush != FlushPolicy::Ignore;
         if flush && !self.kind.is_raidz() {
@@ -685,21 +682,32 @@ impl TopVdev {
         if self.flush != FlushPolicy::Ignore && !self.kind.is_raidz() {
             let cols: Vec<Vec<DurableCol<'_>>> = blocks
                 .iter()
-                .map(|&(offset, phys, asize)| {
-                    let bytes = padded(phys, asize);
-                    (0..self.children.len())
-                        .map(|c| (c, offset, bytes.clone()))
-                        .collect()
-                })
+                .map(|&(offset, phys, asize)| self.copy_columns(offset, phys, asize))
                 .collect();
             if let Some(r) = self.write_durable_at_once(&cols, txg) {
                 return r;
             }
         }
+        self.write_blocks_then_flush(blocks, txg)
+    }
+
+    /// Write each block (`(offset, phys, asize)`, as for
+    /// [`write_block`](Self::write_block)), then flush every leaf once:
+    /// everything written to them before is durable on return.
+    pub fn write_blocks_then_flush(&self, blocks: &[(u64, &[u8], u64)], txg: u64) -> Result<()> {
         for &(offset, phys, asize) in blocks {
             self.write_block(offset, phys, asize, txg)?;
         }
         self.flush(txg)
+    }
+
+    /// A mirror's or single disk's columns for one block: every child gets
+    /// the same bytes, padded to `asize`.
+    fn copy_columns<'a>(&self, offset: u64, phys: &'a [u8], asize: u64) -> Vec<DurableCol<'a>> {
+        let bytes = padded(phys, asize);
+        (0..self.children.len())
+            .map(|c| (c, offset, bytes.clone()))
+            .collect()
     }
 
     /// Durable writes of blocks (each given as its columns) on a mirror or
