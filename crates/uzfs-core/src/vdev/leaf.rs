@@ -478,8 +478,6 @@ impl Leaf {
     /// durable on return if `sync`.
     fn write_counted(&self, buf: &[u8], at: u64, sync: bool) -> Result<()> {
         let t = Instant::now();
-        VdevStats::bump(&self.stats.writes, 1);
-        VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
         let r = self.injected(true, at, buf.len() as u64).and_then(|_| {
             if sync {
                 self.dev.write_sync(buf, at)
@@ -487,8 +485,16 @@ impl Leaf {
                 self.dev.write_at(buf, at)
             }
         });
+        self.count_write(buf.len(), t.elapsed(), r)
+    }
+
+    /// Count and time one write of `len` bytes that took `took` and ended
+    /// with `r` (its error counted too), and pass `r` on.
+    fn count_write(&self, len: usize, took: Duration, r: Result<()>) -> Result<()> {
+        VdevStats::bump(&self.stats.writes, 1);
+        VdevStats::bump(&self.stats.bytes_written, len as u64);
         self.stats
-            .record(&self.stats.write_hist, &self.stats.write_ns, t.elapsed());
+            .record(&self.stats.write_hist, &self.stats.write_ns, took);
         if let Err(e) = &r {
             self.note_error(e, &self.stats.write_errors);
         }
@@ -526,8 +532,6 @@ impl Leaf {
     /// device's `write_sync`.
     pub fn dsync_done(&self, buf: &[u8], offset: u64, res: i32, took: Duration) -> Result<()> {
         let t = Instant::now();
-        VdevStats::bump(&self.stats.writes, 1);
-        VdevStats::bump(&self.stats.bytes_written, buf.len() as u64);
         let done = usize::try_from(res).unwrap_or(0).min(buf.len());
         if res == -libc::EINVAL {
             self.dev.direct_refused();
@@ -538,15 +542,7 @@ impl Leaf {
             let at = super::LABEL_START_SIZE + offset + done as u64;
             self.dev.write_sync(&buf[done..], at)
         };
-        self.stats.record(
-            &self.stats.write_hist,
-            &self.stats.write_ns,
-            took + t.elapsed(),
-        );
-        if let Err(e) = &r {
-            self.note_error(e, &self.stats.write_errors);
-        }
-        r
+        self.count_write(buf.len(), took + t.elapsed(), r)
     }
 
     pub fn flush(&self) -> Result<()> {
