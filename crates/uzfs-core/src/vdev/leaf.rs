@@ -525,24 +525,32 @@ impl Leaf {
             .map(|(fd, direct)| (fd, at, direct))
     }
 
-    /// Account a durable write issued at [`dsync_target`](Self::dsync_target),
-    /// which ended with `res` (bytes written or a negative errno) after
-    /// `took`, as `write_sync` would have: counted and timed; a short or
-    /// failed write is finished (or fails with its error) through the
-    /// device's `write_sync`.
-    pub fn dsync_done(&self, buf: &[u8], offset: u64, res: i32, took: Duration) -> Result<()> {
+    /// Account a durable write issued at [`dsync_target`](Self::dsync_target)
+    /// of the bytes of `pieces` (one after the other), which ended with
+    /// `res` (bytes written or a negative errno) after `took`, as
+    /// `write_sync` would have: counted and timed; a short or failed write
+    /// is finished (or fails with its error) through the device's
+    /// `write_sync`.
+    pub fn dsync_done(
+        &self,
+        pieces: &[&[u8]],
+        offset: u64,
+        res: i32,
+        took: Duration,
+    ) -> Result<()> {
         let t = Instant::now();
-        let done = usize::try_from(res).unwrap_or(0).min(buf.len());
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let done = usize::try_from(res).unwrap_or(0).min(len);
         if res == -libc::EINVAL {
             self.dev.direct_refused();
         }
-        let r = if done == buf.len() {
+        let r = if done == len {
             Ok(())
         } else {
             let at = super::LABEL_START_SIZE + offset + done as u64;
-            self.dev.write_sync(&buf[done..], at)
+            self.dev.write_sync(&pieces.concat()[done..], at)
         };
-        self.count_write(buf.len(), took + t.elapsed(), r)
+        self.count_write(len, took + t.elapsed(), r)
     }
 
     pub fn flush(&self) -> Result<()> {

@@ -20,7 +20,7 @@ pub mod uring;
 
 pub use device::{BlockDevice, FileDevice, FlushPolicy};
 pub use leaf::{AttachKind, Leaf, LeafState, VdevStats};
-pub use top::{child_need as top_child_need, BlockWrite, ScanRepair, TopKind, TopVdev};
+pub use top::{child_need as top_child_need, BlockWrite, DurableRun, ScanRepair, TopKind, TopVdev};
 
 /// Bytes before the allocatable area: labels L0, L1 and a 3.5 MiB boot region.
 pub const LABEL_START_SIZE: u64 = 4 << 20;

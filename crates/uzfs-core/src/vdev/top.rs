@@ -131,6 +131,65 @@ fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
 /// One column of a durable write: (child, offset, bytes).
 type DurableCol<'a> = (usize, u64, Cow<'a, [u8]>);
 
+/// Zeros that pad a block to its allocation in a [`DurableRun`].
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// Longest run of adjacent blocks written as one.
+const RUN_MAX: u64 = 8 << 20;
+
+/// One write of [`TopVdev::write_durable_at_once`]: blocks that follow each
+/// other on a mirror or single disk, each padded to its allocation,
+/// gathered from `pieces` and written to every side at `offset`.
+pub struct DurableRun<'a> {
+    pub offset: u64,
+    pub pieces: Vec<&'a [u8]>,
+}
+
+impl<'a> DurableRun<'a> {
+    /// Bytes the run writes.
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(|p| p.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pieces.iter().all(|p| p.is_empty())
+    }
+
+    /// Runs of `blocks` (`(offset, phys, asize)` each, as for
+    /// [`TopVdev::write_block`]): each block joins the run before it when
+    /// it starts where that one ends.
+    pub fn of_blocks(blocks: &[(u64, &'a [u8], u64)]) -> Vec<DurableRun<'a>> {
+        let mut runs: Vec<(DurableRun<'a>, u64)> = Vec::new();
+        for &(offset, phys, asize) in blocks {
+            let len = asize.max(phys.len() as u64);
+            let run = match runs.last_mut() {
+                Some((r, end)) if *end == offset && *end + len - r.offset <= RUN_MAX => {
+                    *end += len;
+                    r
+                }
+                _ => {
+                    runs.push((
+                        DurableRun {
+                            offset,
+                            pieces: Vec::new(),
+                        },
+                        offset + len,
+                    ));
+                    &mut runs.last_mut().expect("just pushed").0
+                }
+            };
+            run.pieces.push(phys);
+            let mut pad = (len - phys.len() as u64) as usize;
+            while pad > 0 {
+                let n = pad.min(ZEROS.len());
+                run.pieces.push(&ZEROS[..n]);
+                pad -= n;
+            }
+        }
+        runs.into_iter().map(|(r, _)| r).collect()
+    }
+}
+
 /// What one column made of an operation: whether some leaf took it, the
 /// first error, and the leaves that failed.
 type ColumnOutcome = (bool, Option<Error>, Vec<Arc<Leaf>>);
@@ -638,20 +697,22 @@ impl TopVdev {
     pub fn write_durable(&self, offset: u64, phys: &[u8], asize: u64, txg: u64) -> Result<()> {
         debug_assert!(offset.is_multiple_of(1 << self.ashift));
         debug_assert!(offset + asize <= self.asize);
+        let runs = DurableRun::of_blocks(&[(offset, phys, asize)]);
+        if let Some(r) = self.write_durable_at_once(&runs, txg) {
+            return r;
+        }
         let cols: Vec<DurableCol<'_>> = if self.kind.is_raidz() {
             self.expected_columns(offset, phys)
                 .into_iter()
                 .map(|(c, o, b)| (c, o, Cow::Owned(b)))
                 .collect()
         } else {
-            self.copy_columns(offset, phys, asize)
+            let bytes = padded(phys, asize);
+            (0..self.children.len())
+                .map(|c| (c, offset, bytes.clone()))
+                .collect()
         };
         let flush = self.flush != FlushPolicy::Ignore;
-        if flush && !self.kind.is_raidz() {
-            if let Some(r) = self.write_durable_at_once(std::slice::from_ref(&cols), txg) {
-                return r;
-            }
-        }
         let run = |(child, off, bytes): &(usize, u64, Cow<'_, [u8]>)| {
             on_column(&usable_leaves(&self.children[*child]), |l: &Leaf| {
                 if flush {
@@ -679,14 +740,8 @@ impl TopVdev {
         if let [(offset, phys, asize)] = blocks {
             return self.write_durable(*offset, phys, *asize, txg);
         }
-        if self.flush != FlushPolicy::Ignore && !self.kind.is_raidz() {
-            let cols: Vec<Vec<DurableCol<'_>>> = blocks
-                .iter()
-                .map(|&(offset, phys, asize)| self.copy_columns(offset, phys, asize))
-                .collect();
-            if let Some(r) = self.write_durable_at_once(&cols, txg) {
-                return r;
-            }
+        if let Some(r) = self.write_durable_at_once(&DurableRun::of_blocks(blocks), txg) {
+            return r;
         }
         self.write_blocks_then_flush(blocks, txg)
     }
@@ -701,41 +756,33 @@ impl TopVdev {
         self.flush(txg)
     }
 
-    /// A mirror's or single disk's columns for one block: every child gets
-    /// the same bytes, padded to `asize`.
-    fn copy_columns<'a>(&self, offset: u64, phys: &'a [u8], asize: u64) -> Vec<DurableCol<'a>> {
-        let bytes = padded(phys, asize);
-        (0..self.children.len())
-            .map(|c| (c, offset, bytes.clone()))
-            .collect()
-    }
-
-    /// Durable writes of blocks (each given as its columns) on a mirror or
-    /// single disk, every leaf of every block written at once from this
-    /// thread (`vdev/uring.rs`); each block's columns are then settled by
-    /// `on_column`'s rules, as [`write_durable`](Self::write_durable) does.
-    /// `None` when some leaf cannot take it that way (fault injection, a
-    /// device that is not a file), io_uring is unavailable, there are too
-    /// many writes for one submission, or only one (a single `pwritev2`
-    /// already): nothing was written then.
-    fn write_durable_at_once(
-        &self,
-        blocks: &[Vec<DurableCol<'_>>],
-        txg: u64,
-    ) -> Option<Result<()>> {
+    /// Durable writes of runs of blocks on a mirror or single disk: every
+    /// leaf of every run written at once from this thread, each write
+    /// durable by itself (`vdev/uring.rs`: a run is copied once, whatever
+    /// the number of sides); each run is then settled by `on_column`'s
+    /// rules, as [`write_durable`](Self::write_durable) settles a block.
+    /// `None` when the vdev is RAID-Z or trusts its caches (no flush), some
+    /// leaf cannot take it that way (fault injection, a device that is not
+    /// a file), io_uring is unavailable, there are too many writes for one
+    /// submission, or only one (a single `pwritev2` already): nothing was
+    /// written then.
+    pub fn write_durable_at_once(&self, runs: &[DurableRun<'_>], txg: u64) -> Option<Result<()>> {
+        if self.kind.is_raidz() || self.flush == FlushPolicy::Ignore {
+            return None;
+        }
+        let sources: Vec<&[&[u8]]> = runs.iter().map(|r| r.pieces.as_slice()).collect();
         let mut writes = Vec::new();
         let mut who = Vec::new();
-        for (b, cols) in blocks.iter().enumerate() {
-            for (i, (c, off, bytes)) in cols.iter().enumerate() {
-                for l in usable_leaves(&self.children[*c]) {
-                    let (fd, at, direct) = l.dsync_target(*off, bytes.len())?;
+        for (r, run) in runs.iter().enumerate() {
+            for c in 0..self.children.len() {
+                for l in usable_leaves(&self.children[c]) {
+                    let (fd, at, _) = l.dsync_target(run.offset, run.len())?;
                     writes.push(super::uring::DsyncWrite {
                         fd,
                         offset: at,
-                        buf: bytes,
-                        aligned: direct,
+                        src: r,
                     });
-                    who.push((b, i, l));
+                    who.push((r, c, l));
                 }
             }
         }
@@ -743,16 +790,20 @@ impl TopVdev {
             return None;
         }
         let t = std::time::Instant::now();
-        let res = super::uring::write_dsync_all(&writes)?;
+        let res = super::uring::write_dsync_all(&sources, &writes)?;
         let took = t.elapsed();
-        let mut outcomes: Vec<Vec<ColumnOutcome>> = blocks
+        let mut outcomes: Vec<Vec<ColumnOutcome>> = runs
             .iter()
-            .map(|cols| cols.iter().map(|_| (false, None, Vec::new())).collect())
+            .map(|_| {
+                (0..self.children.len())
+                    .map(|_| (false, None, Vec::new()))
+                    .collect()
+            })
             .collect();
-        for ((b, i, l), r) in who.into_iter().zip(res) {
-            let (_, off, bytes) = &blocks[b][i];
-            let o = &mut outcomes[b][i];
-            match l.dsync_done(bytes, *off, r, took) {
+        for ((r, c, l), res) in who.into_iter().zip(res) {
+            let run = &runs[r];
+            let o = &mut outcomes[r][c];
+            match l.dsync_done(&run.pieces, run.offset, res, took) {
                 Ok(()) => o.0 = true,
                 Err(e) if is_power_lost(&e) => return Some(Err(e)),
                 Err(e) => {
@@ -761,7 +812,7 @@ impl TopVdev {
                 }
             }
         }
-        // Every block settled (its missed leaves noted) before the first
+        // Every run settled (its missed leaves noted) before the first
         // error is returned.
         let mut first = Ok(());
         for o in outcomes {
@@ -846,7 +897,6 @@ impl TopVdev {
             return self.write_columns(&cols, blocks.len(), txg);
         } else {
             // Runs of adjacent blocks, each starting aligned in `run_buf`.
-            const RUN_MAX: u64 = 8 << 20;
             let mut runs: Vec<(std::ops::Range<usize>, u64, usize, usize)> = Vec::new();
             let mut pos = 0usize;
             for (b, &(offset, phys, asize)) in blocks.iter().enumerate() {
