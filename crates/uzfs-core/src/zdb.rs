@@ -40,6 +40,11 @@ pub struct Report {
     pub referenced_but_free: Vec<String>,
     /// Filesystem namespace violations (`zpl/verify.rs`), per dataset.
     pub namespace: Vec<String>,
+    /// Dead lists that name a block no snapshot holds, or whose recorded
+    /// size is not the sum of their entries (`dsl/snapshot.rs`).
+    pub deadlists: Vec<String>,
+    /// Snapshots walked.
+    pub snapshots: u64,
     /// Directories, files and unlinked files the namespace walk saw.
     pub ns_stats: crate::zpl::verify::NamespaceStats,
     pub by_type: BTreeMap<&'static str, (u64, u64)>,
@@ -52,6 +57,7 @@ impl Report {
             && self.space_exact()
             && self.unreadable.is_empty()
             && self.namespace.is_empty()
+            && self.deadlists.is_empty()
     }
     pub fn space_exact(&self) -> bool {
         self.double_allocated.is_empty()
@@ -64,6 +70,10 @@ struct Walker<'a> {
     pool: &'a Pool,
     refd: BTreeMap<u32, RangeTree>,
     r: Report,
+    /// Subtrees born at or before this txg are skipped: the previous
+    /// snapshot of the same dataset, walked before, holds them (a block
+    /// still referenced after a snapshot was referenced by it).
+    min_birth: u64,
 }
 
 impl Walker<'_> {
@@ -145,7 +155,7 @@ impl Walker<'_> {
         epb: u64,
         on_l0: &mut dyn FnMut(&mut Self, u64, &[u8]),
     ) {
-        if bp.is_hole() {
+        if bp.is_hole() || bp.birth <= self.min_birth {
             return;
         }
         let Some(data) = self.visit(bp, what) else {
@@ -187,6 +197,9 @@ impl Walker<'_> {
 
     /// Walk an object set; returns the dnodes it holds.
     fn walk_objset(&mut self, bp: &BlkPtr, name: &str) -> Vec<(u64, DnodePhys)> {
+        if bp.birth <= self.min_birth {
+            return Vec::new();
+        }
         let Some(data) = self.visit(bp, &format!("{name} objset")) else {
             return Vec::new();
         };
@@ -257,6 +270,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         .ok_or_else(|| Error::invalid("no uberblock"))?;
     let mut w = Walker {
         pool: &pool,
+        min_birth: 0,
         refd: BTreeMap::new(),
         r: Report {
             txg: ub.txg,
@@ -275,23 +289,55 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             Default::default(),
             ub.txg + 1,
         )?;
+        let dsl = crate::spa::committed_dsl(&mos, &dir)?;
+        let mut deadlists = Vec::new();
         for (id, bp) in crate::spa::committed_datasets(&mos, &dir)? {
             let name = if id == 1 {
                 pool.name.clone()
             } else {
                 format!("{} dataset {id}", pool.name)
             };
-            let dnodes = w.walk_objset(&bp, &name);
-            let fs = dnodes
-                .iter()
-                .any(|(o, d)| *o == 1 && d.obj_type == ot::MASTER_NODE);
-            if fs {
+            // Its snapshots oldest first, each walked only where it differs
+            // from the one before, then the dataset itself.
+            let head_id = if id == 1 { dir.root_dataset } else { id };
+            let mut snaps: Vec<_> = dsl.snapshots.iter().filter(|s| s.ds == head_id).collect();
+            snaps.sort_by_key(|s| s.txg);
+            w.min_birth = 0;
+            let mut trees = Vec::new();
+            for s in &snaps {
+                let sbp = crate::spa::dataset_bp(&mos, s.id)?;
+                let sname = format!("{name}@{}", s.name);
+                w.walk_objset(&sbp, &sname);
+                w.r.snapshots += 1;
+                w.min_birth = s.txg;
+                trees.push((sbp, sname));
+                if s.deadlist != 0 {
+                    deadlists.push((s.deadlist, s.dead_bytes, format!("{name}@{}", s.name)));
+                }
+            }
+            w.walk_objset(&bp, &name);
+            w.min_birth = 0;
+            if let Some(h) = dsl.datasets.iter().find(|d| d.id == head_id) {
+                if h.deadlist != 0 {
+                    deadlists.push((h.deadlist, h.dead_bytes, name.clone()));
+                }
+            }
+            trees.push((bp, name));
+            for (bp, name) in trees {
                 let os = crate::dmu::objset::Objset::open(
                     &bp,
                     pool.io.clone(),
                     Default::default(),
                     ub.txg + 1,
                 )?;
+                let fs = os
+                    .dnode(1)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|d| d.obj_type == ot::MASTER_NODE);
+                if !fs {
+                    continue;
+                }
                 match crate::zpl::verify::check_namespace(&os) {
                     Ok((st, bad)) => {
                         w.r.ns_stats.directories += st.directories;
@@ -305,6 +351,40 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 }
             }
         }
+        // Every dead-list entry is a block some snapshot holds, and the
+        // list's recorded size is the sum of its entries.
+        let st = crate::spa::lock(&pool.st);
+        for (obj, recorded, owner) in deadlists {
+            let entries = match crate::dsl::snapshot::read_deadlist_of(&mos, obj) {
+                Ok(e) => e,
+                Err(e) => {
+                    w.r.deadlists.push(format!("{owner}: dead list {obj}: {e}"));
+                    continue;
+                }
+            };
+            let mut sum = 0;
+            for bp in &entries {
+                sum += st.alloc.dsize(bp);
+                for d in bp.dva.iter().filter(|d| d.is_valid()) {
+                    let held = w
+                        .refd
+                        .get(&d.vdev)
+                        .is_some_and(|t| t.contains(d.offset, d.asize.max(1)));
+                    if !held {
+                        w.r.deadlists.push(format!(
+                            "{owner}: dead list names {}:{:#x}:{:#x} (born {}), which no snapshot holds",
+                            d.vdev, d.offset, d.asize, bp.birth
+                        ));
+                    }
+                }
+            }
+            if sum != recorded {
+                w.r.deadlists.push(format!(
+                    "{owner}: dead list holds {sum} bytes, the record says {recorded}"
+                ));
+            }
+        }
+        drop(st);
     }
     // Compare referenced space with the space maps.
     let cfg = pool.config();
@@ -465,13 +545,14 @@ pub fn format_report(r: &Report) -> String {
         "\t{:>12} directories, {} files, {} unlinked (namespace)",
         r.ns_stats.directories, r.ns_stats.files, r.ns_stats.unlinked
     );
-    let sections: [(&str, &Vec<String>); 6] = [
+    let sections: [(&str, &Vec<String>); 7] = [
         ("bad copies", &r.bad_copies),
         ("unreadable blocks", &r.unreadable),
         ("double allocations", &r.double_allocated),
         ("leaked space", &r.leaked),
         ("referenced but free", &r.referenced_but_free),
         ("namespace violations", &r.namespace),
+        ("dead list errors", &r.deadlists),
     ];
     for (name, list) in sections {
         if !list.is_empty() {

@@ -54,6 +54,8 @@ pub mod ot {
     pub const SYMLINK: u8 = 15;
     pub const XATTR: u8 = 16;
     pub const UNLINKED_SET: u8 = 17;
+    /// A snapshot's or dataset's dead list: block pointers (`dsl/snapshot.rs`).
+    pub const DEADLIST: u8 = 18;
 
     pub fn name(t: u8) -> &'static str {
         match t {
@@ -75,6 +77,7 @@ pub mod ot {
             SYMLINK => "ZFS symlink",
             XATTR => "ZFS xattrs",
             UNLINKED_SET => "ZFS delete queue",
+            DEADLIST => "DSL deadlist",
             _ => "unknown",
         }
     }

@@ -22,6 +22,7 @@
 //! less other datasets' unused reservations, capped by every quota above.
 
 pub mod props;
+pub mod snapshot;
 
 use crate::dmu::checksum::ChecksumType;
 use crate::dmu::compress::Compression;
@@ -44,11 +45,29 @@ pub struct DsPhys {
     pub parent: u64,
     pub props: BTreeMap<String, String>,
     pub creation: u64,
+    /// Txg of its latest snapshot (0: none): a block born after it is
+    /// freed when the dataset lets go of it, an older one goes to the
+    /// dead list (`dsl/snapshot.rs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prev_snap_txg: u64,
+    /// MOS object of its dead list (0: empty).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deadlist: u64,
+    /// Bytes (as charged to `used`) in its dead list.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DslDirPhys {
     pub datasets: Vec<DsPhys>,
+    /// Every snapshot of every dataset (`dsl/snapshot.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<snapshot::SnapPhys>,
 }
 
 pub struct Dataset {
@@ -78,6 +97,13 @@ pub struct Dsl {
     pub dirty: Mutex<bool>,
     /// Destroyed datasets whose blocks the next sync frees.
     pub doomed: Mutex<Vec<Arc<Objset>>>,
+    /// Snapshots of every dataset, by id (`dsl/snapshot.rs`).
+    pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
+    /// Snapshot creations and destructions for the next sync.
+    pub tasks: Mutex<Vec<snapshot::SnapTask>>,
+    /// Tasks the sync could not carry out, by task id, with why.
+    pub task_errors: Mutex<BTreeMap<u64, String>>,
+    pub next_task: std::sync::atomic::AtomicU64,
 }
 
 /// Where a property's value came from (the SOURCE column of `zfs get`).
@@ -296,6 +322,7 @@ impl Pool {
                 parent,
                 props,
                 creation: crate::spa::scan::now_secs(),
+                ..Default::default()
             }),
             os,
             zil: Default::default(),
@@ -339,10 +366,42 @@ impl Pool {
                 "cannot destroy '{name}': filesystem has children (use -r to destroy them too)"
             )));
         }
-        let _g = self.sync_guard()?;
+        // Snapshots first (each frees what only it held), newest first.
+        let snaps: Vec<String> = kids
+            .iter()
+            .chain(std::iter::once(&d))
+            .flat_map(|x| {
+                let ds = self.ds_name(&x.rel());
+                self.snapshots_of(x.id())
+                    .into_iter()
+                    .rev()
+                    .map(move |s| format!("{ds}@{}", rlock(&s.phys).name))
+            })
+            .collect();
+        if !snaps.is_empty() && !recursive {
+            return Err(Error::invalid(format!(
+                "cannot destroy '{name}': filesystem has snapshots (use -r to destroy them too)"
+            )));
+        }
         let mut gone = Vec::new();
+        for s in snaps {
+            self.destroy_snapshot(&s)?;
+            gone.push(s);
+        }
+        let _g = self.sync_guard()?;
+        for x in kids.iter().chain(std::iter::once(&d)) {
+            if !self.snapshots_of(x.id()).is_empty() {
+                return Err(Error::invalid(format!(
+                    "cannot destroy '{name}': a snapshot was taken meanwhile"
+                )));
+            }
+        }
         for x in kids.iter().chain(std::iter::once(&d)) {
             let id = x.id();
+            let dl = rlock(&x.phys).deadlist;
+            if dl != 0 {
+                self.mos.free_object(dl)?;
+            }
             wlock(&self.dsl.list).remove(&id);
             self.mos.free_object(id)?;
             lock(&self.dsl.doomed).push(x.os.clone());
@@ -459,14 +518,25 @@ impl Pool {
     /// (referenced, used incl. descendants, logical incl. descendants).
     pub fn ds_space(&self, d: &Arc<Dataset>) -> (ObjsetSpace, u64, u64) {
         let own = d.os.space();
-        let mut used = own.used;
+        let mut used = own.used + self.snap_space(d);
         let mut logical = own.logical;
         for k in self.descendants(d) {
             let s = k.os.space();
-            used += s.used;
+            used += s.used + self.snap_space(&k);
             logical += s.logical;
         }
         (own, used, logical)
+    }
+
+    /// `usedbysnapshots`: what `d`'s snapshots hold that `d` no longer
+    /// does, the sum of its line's dead lists (`dsl/snapshot.rs`).
+    pub fn snap_space(&self, d: &Arc<Dataset>) -> u64 {
+        rlock(&d.phys).dead_bytes
+            + self
+                .snapshots_of(d.id())
+                .iter()
+                .map(|s| rlock(&s.phys).dead_bytes)
+                .sum::<u64>()
     }
 
     fn size_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<u64> {
@@ -519,6 +589,7 @@ impl Pool {
             "used"
                 | "usedbydataset"
                 | "usedbychildren"
+                | "usedbysnapshots"
                 | "referenced"
                 | "logicalused"
                 | "logicalreferenced"
@@ -535,7 +606,9 @@ impl Pool {
             "creation" => rlock(&d.phys).creation.to_string(),
             "used" => used.to_string(),
             "usedbydataset" => own.used.to_string(),
-            "usedbychildren" => (used - own.used).to_string(),
+            "usedbysnapshots" => self.snap_space(d).to_string(),
+            "usedbychildren" => (used - own.used - self.snap_space(d)).to_string(),
+            "snapshot_count" => self.snapshots_of(d.id()).len().to_string(),
             "referenced" => own.used.to_string(),
             "available" => self.ds_available(d).to_string(),
             "logicalused" => logical.to_string(),
@@ -610,6 +683,10 @@ impl Pool {
                 .datasets()
                 .iter()
                 .map(|d| rlock(&d.phys).clone())
+                .collect(),
+            snapshots: rlock(&self.dsl.snaps)
+                .values()
+                .map(|s| rlock(&s.phys).clone())
                 .collect(),
         })
     }

@@ -95,6 +95,8 @@ pub const READONLY: &[&str] = &[
     "name",
     "usedbychildren",
     "usedbydataset",
+    "usedbysnapshots",
+    "snapshot_count",
 ];
 
 pub fn def(name: &str) -> Option<&'static PropDef> {

@@ -23,6 +23,7 @@ pub const BLAKE3: &str = "org.openzfs:blake3";
 pub const BLOCK_REMAP: &str = "com.uzfs:block_remap";
 pub const GANG_BLOCK: &str = "com.uzfs:gang_block";
 pub const INTENT_LOG: &str = "com.uzfs:intent_log";
+pub const SNAPSHOTS: &str = "com.uzfs:snapshots";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -54,6 +55,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: INTENT_LOG,
         read_only_compatible: true,
         description: "Intent log chains (synchronous writes) reachable from object sets.",
+    },
+    FeatureInfo {
+        name: SNAPSHOTS,
+        read_only_compatible: true,
+        description: "Snapshots and their dead lists: blocks freed by birth time.",
     },
 ];
 

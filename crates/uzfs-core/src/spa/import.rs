@@ -385,6 +385,17 @@ impl Pool {
                 zil: Default::default(),
             }));
         }
+        let mut snaps = Vec::new();
+        for sp in dsl.snapshots {
+            if sp.id <= 1 || sp.ds == 0 {
+                return Err(Error::corrupt("DSL directory", "bad snapshot record"));
+            }
+            let root = super::dataset_bp(&mos, sp.id)?;
+            snaps.push(Arc::new(crate::dsl::snapshot::Snapshot {
+                phys: std::sync::RwLock::new(sp),
+                root,
+            }));
+        }
         // Record where the devices are now and that the pool is in use.
         let spares = build_spares(&config, found);
         *io.spares.write().unwrap_or_else(|e| e.into_inner()) = spares.clone();
@@ -416,6 +427,11 @@ impl Pool {
             }
             for c in children {
                 list.insert(c.id(), c);
+            }
+            let mut snap_list = pool.dsl.snaps.write().unwrap_or_else(|e| e.into_inner());
+            for s in snaps {
+                let id = s.phys().id;
+                snap_list.insert(id, s);
             }
         }
         pool.io.suspension.set_mode(lock(&pool.st).props.failmode);

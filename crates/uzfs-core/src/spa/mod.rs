@@ -947,6 +947,15 @@ pub(crate) fn committed_datasets(
     Ok(out)
 }
 
+/// The DSL record as committed (empty for a pool without one).
+pub(crate) fn committed_dsl(mos: &Objset, dir: &ObjectDirectory) -> Result<crate::dsl::DslDirPhys> {
+    if dir.dsl != 0 && mos.exists(dir.dsl)? {
+        Pool::read_json(mos, dir.dsl, "DSL directory")
+    } else {
+        Ok(Default::default())
+    }
+}
+
 /// Decode the root dataset object: its first 128 bytes are the objset bp.
 pub(crate) fn dataset_bp(mos: &Objset, obj: u64) -> Result<BlkPtr> {
     let mut b = [0u8; 128];

@@ -192,6 +192,11 @@ pub(crate) struct SyncWriter<'a> {
     /// A failed write parks until `zpool clear` (the sync thread) instead
     /// of failing the sync (spa/suspend.rs).
     pub wait: bool,
+    /// While a dataset with snapshots syncs: its latest snapshot's txg, and
+    /// the blocks it let go of that the snapshot still holds (born at or
+    /// before that txg), which go to its dead list instead of being freed
+    /// (`dsl/snapshot.rs`).
+    pub dead: Option<(u64, Vec<BlkPtr>)>,
 }
 
 impl SyncWriter<'_> {
@@ -650,6 +655,12 @@ impl BlockWriter for SyncWriter<'_> {
     }
 
     fn free_bp(&mut self, bp: &BlkPtr) {
+        if let Some((snap_txg, dead)) = &mut self.dead {
+            if bp.birth <= *snap_txg {
+                dead.push(*bp);
+                return;
+            }
+        }
         let immediate = bp.birth == self.txg;
         for d in bp.dva.iter().filter(|d| d.is_valid()) {
             self.free_dva(d, immediate, bp.phys_birth);
@@ -778,6 +789,7 @@ impl Pool {
             || self.datasets().iter().any(|d| !d.os.open_is_empty())
             || *lock(&self.dsl.dirty)
             || !lock(&self.dsl.doomed).is_empty()
+            || !lock(&self.dsl.tasks).is_empty()
             || !self.mos.open_is_empty()
             || self.frees_wanted.load(Ordering::Relaxed) > lock(&self.txg).synced
     }
@@ -855,6 +867,10 @@ impl Pool {
             })
             .collect();
         let doomed = std::mem::take(&mut *lock(&self.dsl.doomed));
+        let mut snap_sync = crate::dsl::snapshot::SnapSync {
+            tasks: std::mem::take(&mut *lock(&self.dsl.tasks)),
+            ..Default::default()
+        };
         let mos_dirty = self.mos.freeze(txg + 1);
         drop(quiesced);
         let mut st = lock(&self.st);
@@ -886,12 +902,26 @@ impl Pool {
             used: BTreeSet::new(),
             name: &self.name,
             wait,
+            dead: None,
         };
         let t_start = Instant::now();
         let mut new_bps = Vec::new();
         let mut data_bytes = 0;
         for (d, old, dirty) in &frozen {
-            let bp = d.os.sync_pass(&mut w, dirty)?;
+            let (snap_txg, deadlist) = {
+                let p = d.phys.read().unwrap_or_else(|e| e.into_inner());
+                (p.prev_snap_txg, p.deadlist)
+            };
+            w.dead = (snap_txg > 0).then(|| (snap_txg, Vec::new()));
+            let bp = d.os.sync_pass(&mut w, dirty);
+            let dead = w.dead.take();
+            let bp = bp?;
+            if let Some((_, dead)) = dead.filter(|(_, l)| !l.is_empty()) {
+                let bytes: u64 = dead.iter().map(|b| w.alloc.dsize(b)).sum();
+                d.phys.write().unwrap_or_else(|e| e.into_inner()).dead_bytes += bytes;
+                snap_sync.appends.entry(deadlist).or_default().extend(dead);
+            }
+            snap_sync.roots.insert(d.id(), bp);
             data_bytes += dirty.bytes;
             if bp != *old {
                 new_bps.push((d.id(), bp));
@@ -919,6 +949,9 @@ impl Pool {
                 for (id, bp) in &new_bps {
                     self.mos.write_in_sync(&mut extra, *id, 0, &bp.to_bytes())?;
                 }
+                // Snapshots taken and destroyed, dead lists grown: before
+                // the DSL record, which lists the snapshots.
+                self.sync_snapshots(&mut w, &mut extra, txg, std::mem::take(&mut snap_sync))?;
                 if let Some(rec) = self.dsl_record() {
                     let bytes =
                         serde_json::to_vec(&rec).map_err(|e| Error::invalid(e.to_string()))?;

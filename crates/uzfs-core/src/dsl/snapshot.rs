@@ -1,0 +1,576 @@
+//! Snapshots: a dataset's object set as a txg left it, kept while the
+//! dataset moves on (OpenZFS `dsl_dataset.c`, `dsl_deadlist.c`,
+//! `dsl_destroy.c`).
+//!
+//! # Theory of operation
+//!
+//! * **Taking one.** A snapshot is the dataset's object-set block pointer
+//!   as the txg that takes it left it, stored in a MOS object of its own
+//!   (`SnapPhys::id`, 128 bytes, like a dataset's). Nothing is copied: the
+//!   snapshot shares every block with the dataset until the dataset lets
+//!   go of it. `zfs snapshot` queues a task (`Dsl::tasks`) and waits for a
+//!   sync; the sync takes the tasks queued before it froze its txg and
+//!   carries them out after the datasets' own writes of that txg, so a
+//!   snapshot holds every write that returned before the command, and
+//!   every snapshot of one command (`-r`) lands in the same txg.
+//!
+//! * **Birth times decide frees.** Every block pointer carries the txg the
+//!   block was born in. When a dataset lets go of a block (an overwrite, a
+//!   truncate, an unlink), one born after the dataset's latest snapshot
+//!   (`DsPhys::prev_snap_txg`) belongs to nothing else and is freed; an
+//!   older one is still held by that snapshot and goes to the dataset's
+//!   *dead list* instead (`SyncWriter::dead`, one check per free).
+//!
+//! * **Dead lists.** When a snapshot is taken, the dataset's dead list
+//!   becomes the snapshot's (the blocks its previous snapshot held that
+//!   died before it) and the dataset starts an empty one. So every block a
+//!   snapshot holds and the dataset no longer does is in exactly one dead
+//!   list of that dataset's line, and `usedbysnapshots` is the sum of their
+//!   sizes, kept in each record (`dead_bytes`) without a walk.
+//!
+//! * **Destroying snapshot S**, with P the snapshot before it (or none) and
+//!   N the one after it (or the dataset itself): a block only S held was
+//!   born after P and died before N, which are exactly the entries of N's
+//!   dead list born after P. Those are freed; N keeps its other entries,
+//!   and S's dead list (blocks P holds that died before S, so before N
+//!   too) joins N's. The cost is the length of the two lists, never the
+//!   size of the dataset: no tree is walked. The same rule gives a
+//!   snapshot's `used` (what destroying it would free) by reading N's list.
+//!
+//! * **On disk** (docs/ON_DISK_FORMAT.md, "Snapshots"): each snapshot's
+//!   `SnapPhys` in the DSL record; a dead list is a MOS object of block
+//!   pointers, 128 bytes each, appended by each sync and rewritten whole
+//!   when a destroy merges two. Feature `com.uzfs:snapshots`, active from
+//!   the first snapshot on: a build that does not know it would free blocks
+//!   a snapshot still holds.
+
+use super::{rlock, wlock, Dataset};
+use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
+use crate::dmu::dnode::{ot, ObjProps};
+use crate::dmu::objset::{BlockReader, BlockWriter, DirtyObj, Objset, TxgDirty};
+use crate::error::{Error, Result};
+use crate::spa::{lock, Pool};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+
+/// Data block size of a dead-list object.
+const DEADLIST_BLOCK: u32 = 16 << 10;
+
+/// One snapshot's record in the DSL directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapPhys {
+    /// MOS object holding its object-set pointer; also its id.
+    pub id: u64,
+    /// The dataset it is a snapshot of.
+    pub ds: u64,
+    /// The part after '@'.
+    pub name: String,
+    /// The txg that took it (`createtxg`).
+    pub txg: u64,
+    /// Seconds since the epoch.
+    pub creation: u64,
+    pub guid: u64,
+    /// MOS object of its dead list (0: empty).
+    pub deadlist: u64,
+    /// Bytes (as charged to `used`) in its dead list.
+    pub dead_bytes: u64,
+    /// The dataset's `used` and `logicalused` of its own blocks then.
+    pub referenced: u64,
+    pub logical: u64,
+}
+
+/// A snapshot in memory.
+pub struct Snapshot {
+    pub phys: RwLock<SnapPhys>,
+    /// Its object set's block pointer (never changes).
+    pub root: BlkPtr,
+}
+
+impl Snapshot {
+    pub fn phys(&self) -> SnapPhys {
+        rlock(&self.phys).clone()
+    }
+}
+
+/// A change the next sync carries out (`Dsl::tasks`).
+pub enum SnapTask {
+    Create { task: u64, ds: u64, name: String },
+    Destroy { task: u64, snap: u64 },
+}
+
+/// What the datasets' pass of a sync leaves for the snapshot work.
+#[derive(Default)]
+pub(crate) struct SnapSync {
+    pub tasks: Vec<SnapTask>,
+    /// Each dataset's object-set pointer as this txg leaves it.
+    pub roots: BTreeMap<u64, BlkPtr>,
+    /// Blocks each dead list (by object) gained in this txg.
+    pub appends: BTreeMap<u64, Vec<BlkPtr>>,
+}
+
+impl SnapSync {
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty() && self.appends.is_empty()
+    }
+}
+
+/// A dead list's state in one sync: its whole contents, when a destroy
+/// rewrites it; else what the txg adds to it.
+#[derive(Default)]
+struct Dl {
+    whole: Option<Vec<BlkPtr>>,
+    append: Vec<BlkPtr>,
+    /// Created in this txg (nothing on disk yet).
+    created: bool,
+}
+
+/// Encode dead-list entries.
+fn encode(bps: &[BlkPtr]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bps.len() * BLKPTR_SIZE);
+    for bp in bps {
+        out.extend_from_slice(&bp.to_bytes());
+    }
+    out
+}
+
+/// The entries of dead list `obj` of `mos` as its last sync left them.
+pub fn read_deadlist_of(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
+    if obj == 0 {
+        return Ok(Vec::new());
+    }
+    let size = mos.synced_dnode(obj)?.size as usize;
+    if !size.is_multiple_of(BLKPTR_SIZE) {
+        return Err(Error::corrupt(
+            "dead list",
+            format!("object {obj}: {size} bytes"),
+        ));
+    }
+    let mut buf = vec![0u8; size];
+    mos.read(obj, 0, &mut buf)?;
+    buf.chunks_exact(BLKPTR_SIZE).map(BlkPtr::decode).collect()
+}
+
+/// Split `name` ("pool/ds@snap") into the dataset's name and the
+/// snapshot's, checking the latter (zfs(8): the same characters as a
+/// dataset name component).
+pub fn split_name(name: &str) -> Result<(&str, &str)> {
+    let (ds, snap) = name
+        .split_once('@')
+        .ok_or_else(|| Error::invalid(format!("'{name}' is not a snapshot name (DATASET@NAME)")))?;
+    if snap.contains('@') || snap.contains('/') {
+        return Err(Error::invalid(format!(
+            "invalid snapshot name '{name}': one '@', no '/' after it"
+        )));
+    }
+    super::check_component(snap).map_err(|_| {
+        Error::invalid(format!(
+            "invalid snapshot name '{name}': letters, digits and _-.: only"
+        ))
+    })?;
+    Ok((ds, snap))
+}
+
+impl Pool {
+    /// Snapshots of dataset `ds` (by id), oldest first.
+    pub fn snapshots_of(&self, ds: u64) -> Vec<Arc<Snapshot>> {
+        let mut v: Vec<Arc<Snapshot>> = rlock(&self.dsl.snaps)
+            .values()
+            .filter(|s| rlock(&s.phys).ds == ds)
+            .cloned()
+            .collect();
+        v.sort_by_key(|s| rlock(&s.phys).txg);
+        v
+    }
+
+    /// Every snapshot, as (full name, snapshot), by dataset name then txg.
+    pub fn snapshots(&self) -> Vec<(String, Arc<Snapshot>)> {
+        let mut out = Vec::new();
+        for d in self.datasets() {
+            let ds = self.ds_name(&d.rel());
+            for s in self.snapshots_of(d.id()) {
+                out.push((format!("{ds}@{}", rlock(&s.phys).name), s));
+            }
+        }
+        out
+    }
+
+    /// The snapshot called `name` ("pool/ds@snap") and its dataset.
+    pub fn snapshot(&self, name: &str) -> Result<(Arc<Dataset>, Arc<Snapshot>)> {
+        let (ds, snap) = split_name(name)?;
+        let d = self.dataset(ds)?;
+        let s = self
+            .snapshots_of(d.id())
+            .into_iter()
+            .find(|s| rlock(&s.phys).name == snap)
+            .ok_or_else(|| Error::invalid(format!("snapshot '{name}' does not exist")))?;
+        Ok((d, s))
+    }
+
+    /// A snapshot's object set, read-only (its contents as it was taken).
+    pub fn snapshot_objset(&self, s: &Snapshot) -> Result<Arc<Objset>> {
+        let reader: Arc<dyn BlockReader> = self.io.clone();
+        Ok(Arc::new(Objset::open(
+            &s.root,
+            reader,
+            Default::default(),
+            self.open_txg(),
+        )?))
+    }
+
+    /// `zfs snapshot NAME...`: every snapshot in the same txg, or none
+    /// (all names are checked first). Returns once that txg is on disk.
+    pub fn create_snapshots(&self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Err(Error::invalid("no snapshot named"));
+        }
+        let ids = {
+            let _g = self.sync_guard()?;
+            let mut seen = BTreeSet::new();
+            let mut plan = Vec::new();
+            for n in names {
+                let (ds, snap) = split_name(n)?;
+                let d = self.dataset(ds)?;
+                if !seen.insert((d.id(), snap.to_string()))
+                    || self
+                        .snapshots_of(d.id())
+                        .iter()
+                        .any(|s| rlock(&s.phys).name == snap)
+                {
+                    return Err(Error::invalid(format!(
+                        "cannot create snapshot '{n}': dataset already exists"
+                    )));
+                }
+                plan.push((d.id(), snap.to_string()));
+            }
+            let mut tasks = lock(&self.dsl.tasks);
+            plan.into_iter()
+                .map(|(ds, name)| {
+                    let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
+                    tasks.push(SnapTask::Create { task, ds, name });
+                    task
+                })
+                .collect::<Vec<u64>>()
+        };
+        self.finish_tasks(&ids)
+    }
+
+    /// `zfs destroy DS@SNAP`: frees what only it held (see the module
+    /// docs). Returns once the txg that did it is on disk.
+    pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
+        let task = {
+            let _g = self.sync_guard()?;
+            let (_, s) = self.snapshot(name)?;
+            let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dsl.tasks).push(SnapTask::Destroy {
+                task,
+                snap: rlock(&s.phys).id,
+            });
+            task
+        };
+        self.finish_tasks(&[task])
+    }
+
+    /// Sync until the tasks are carried out; their errors, if any.
+    fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
+        self.sync()?;
+        let mut errs = lock(&self.dsl.task_errors);
+        let mine: Vec<String> = ids.iter().filter_map(|i| errs.remove(i)).collect();
+        if mine.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid(mine.join("; ")))
+        }
+    }
+
+    /// What destroying `s` would free: the entries of the next dead list
+    /// (the next snapshot's, or the dataset's) born after the previous
+    /// snapshot. Reads that list.
+    pub fn snapshot_unique(&self, s: &Snapshot) -> Result<u64> {
+        let p = s.phys();
+        let chain = self.snapshots_of(p.ds);
+        let at = chain
+            .iter()
+            .position(|x| rlock(&x.phys).id == p.id)
+            .ok_or_else(|| Error::invalid("snapshot vanished"))?;
+        let prev_txg = at.checked_sub(1).map_or(0, |i| rlock(&chain[i].phys).txg);
+        let next_dl = match chain.get(at + 1) {
+            Some(n) => rlock(&n.phys).deadlist,
+            None => {
+                let d = rlock(&self.dsl.list)
+                    .get(&p.ds)
+                    .cloned()
+                    .ok_or_else(|| Error::invalid("dataset vanished"))?;
+                let dl = rlock(&d.phys).deadlist;
+                dl
+            }
+        };
+        let st = lock(&self.st);
+        Ok(self
+            .read_deadlist(next_dl)?
+            .iter()
+            .filter(|bp| bp.birth > prev_txg)
+            .map(|bp| st.alloc.dsize(bp))
+            .sum())
+    }
+
+    /// The entries of dead list `obj` as the last txg left them.
+    pub(crate) fn read_deadlist(&self, obj: u64) -> Result<Vec<BlkPtr>> {
+        read_deadlist_of(&self.mos, obj)
+    }
+
+    /// Sync context, after every dataset's pass: carry out the snapshot
+    /// tasks and write the dead lists' changes into `extra`. A task that
+    /// cannot be carried out (its dataset or snapshot went away, a name
+    /// taken meanwhile) is recorded in `Dsl::task_errors`.
+    pub(crate) fn sync_snapshots(
+        &self,
+        w: &mut dyn BlockWriter,
+        extra: &mut TxgDirty,
+        txg: u64,
+        ss: SnapSync,
+    ) -> Result<()> {
+        if ss.is_empty() {
+            return Ok(());
+        }
+        let mut dls: BTreeMap<u64, Dl> = BTreeMap::new();
+        for (obj, bps) in ss.appends {
+            dls.entry(obj).or_default().append = bps;
+        }
+        let mut freed_objs = Vec::new();
+        let fail = |task: u64, why: String| {
+            lock(&self.dsl.task_errors).insert(task, why);
+        };
+        for t in ss.tasks {
+            match t {
+                SnapTask::Create { task, ds, name } => {
+                    let Some(d) = rlock(&self.dsl.list).get(&ds).cloned() else {
+                        fail(
+                            task,
+                            format!("cannot create snapshot '@{name}': its dataset was destroyed"),
+                        );
+                        continue;
+                    };
+                    let full = format!("{}@{name}", self.ds_name(&d.rel()));
+                    if self
+                        .snapshots_of(ds)
+                        .iter()
+                        .any(|s| rlock(&s.phys).name == name)
+                    {
+                        fail(
+                            task,
+                            format!("cannot create snapshot '{full}': dataset already exists"),
+                        );
+                        continue;
+                    }
+                    let root = ss.roots.get(&ds).copied().unwrap_or_else(|| d.os.root_bp());
+                    let id = self.mos.create_in_sync(
+                        extra,
+                        ot::DSL_DATASET,
+                        512,
+                        &ObjProps::METADATA,
+                    )?;
+                    self.mos.write_in_sync(extra, id, 0, &root.to_bytes())?;
+                    let new_dl = self.mos.create_in_sync(
+                        extra,
+                        ot::DEADLIST,
+                        DEADLIST_BLOCK,
+                        &ObjProps::METADATA,
+                    )?;
+                    dls.entry(new_dl).or_default().created = true;
+                    let space = d.os.space();
+                    let mut p = wlock(&d.phys);
+                    let snap = SnapPhys {
+                        id,
+                        ds,
+                        name,
+                        txg,
+                        creation: crate::spa::scan::now_secs(),
+                        guid: crate::spa::os_entropy(),
+                        deadlist: p.deadlist,
+                        dead_bytes: p.dead_bytes,
+                        referenced: space.used,
+                        logical: space.logical,
+                    };
+                    p.deadlist = new_dl;
+                    p.dead_bytes = 0;
+                    p.prev_snap_txg = txg;
+                    drop(p);
+                    w.note_feature(crate::spa::feature::SNAPSHOTS);
+                    wlock(&self.dsl.snaps).insert(
+                        id,
+                        Arc::new(Snapshot {
+                            phys: RwLock::new(snap),
+                            root,
+                        }),
+                    );
+                    log::info!("pool '{}': snapshot '{full}' taken in txg {txg}", self.name);
+                }
+                SnapTask::Destroy { task, snap } => {
+                    let Some(s) = rlock(&self.dsl.snaps).get(&snap).cloned() else {
+                        fail(task, "snapshot already destroyed".to_string());
+                        continue;
+                    };
+                    let sp = s.phys();
+                    let chain = self.snapshots_of(sp.ds);
+                    let at = chain
+                        .iter()
+                        .position(|x| rlock(&x.phys).id == sp.id)
+                        .unwrap_or(0);
+                    let prev_txg = at.checked_sub(1).map_or(0, |i| rlock(&chain[i].phys).txg);
+                    let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
+                    let next = chain.get(at + 1).cloned();
+                    let next_dl = match (&next, &head) {
+                        (Some(n), _) => rlock(&n.phys).deadlist,
+                        (None, Some(h)) => rlock(&h.phys).deadlist,
+                        (None, None) => 0,
+                    };
+                    // N's entries: on disk, then what this txg added.
+                    let mut n_all = self.load_dl(&mut dls, next_dl)?;
+                    let s_all = self.load_dl(&mut dls, sp.deadlist)?;
+                    n_all.retain(|bp| {
+                        if bp.birth > prev_txg {
+                            w.free_bp(bp);
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                    n_all.extend(s_all);
+                    let bytes: u64 = n_all.iter().map(|bp| w.dsize(bp)).sum();
+                    let mut n_obj = next_dl;
+                    if n_obj == 0 && !n_all.is_empty() {
+                        n_obj = self.mos.create_in_sync(
+                            extra,
+                            ot::DEADLIST,
+                            DEADLIST_BLOCK,
+                            &ObjProps::METADATA,
+                        )?;
+                        dls.entry(n_obj).or_default().created = true;
+                    }
+                    if n_obj != 0 {
+                        dls.entry(n_obj).or_default().whole = Some(n_all);
+                    }
+                    match (&next, &head) {
+                        (Some(n), _) => {
+                            let mut np = wlock(&n.phys);
+                            np.deadlist = n_obj;
+                            np.dead_bytes = bytes;
+                        }
+                        (None, Some(h)) => {
+                            let mut hp = wlock(&h.phys);
+                            hp.deadlist = n_obj;
+                            hp.dead_bytes = bytes;
+                            hp.prev_snap_txg = prev_txg;
+                        }
+                        (None, None) => {}
+                    }
+                    if sp.deadlist != 0 {
+                        dls.remove(&sp.deadlist);
+                        freed_objs.push(sp.deadlist);
+                    }
+                    freed_objs.push(sp.id);
+                    wlock(&self.dsl.snaps).remove(&sp.id);
+                    log::info!(
+                        "pool '{}': snapshot '{}@{}' destroyed in txg {txg}",
+                        self.name,
+                        head.map_or_else(|| "?".to_string(), |h| self.ds_name(&h.rel())),
+                        sp.name
+                    );
+                }
+            }
+        }
+        // Write the dead lists' changes, then free what went.
+        for (obj, dl) in dls {
+            if let Some(all) = dl.whole {
+                let bytes = encode(&all);
+                if !bytes.is_empty() {
+                    self.mos.write_in_sync(extra, obj, 0, &bytes)?;
+                }
+                extra.objs.entry(obj).or_default().size = Some(bytes.len() as u64);
+            } else if !dl.append.is_empty() {
+                let at = if dl.created {
+                    0
+                } else {
+                    self.mos.synced_dnode(obj)?.size
+                };
+                self.mos
+                    .write_in_sync(extra, obj, at, &encode(&dl.append))?;
+            }
+        }
+        for obj in freed_objs {
+            extra.objs.insert(
+                obj,
+                DirtyObj {
+                    freed: true,
+                    ..Default::default()
+                },
+            );
+        }
+        *lock(&self.dsl.dirty) = true;
+        Ok(())
+    }
+
+    /// A dead list's whole contents in this txg (on disk plus what the txg
+    /// added), taken out of `dls` (the caller puts back what it keeps).
+    fn load_dl(&self, dls: &mut BTreeMap<u64, Dl>, obj: u64) -> Result<Vec<BlkPtr>> {
+        if obj == 0 {
+            return Ok(Vec::new());
+        }
+        let e = dls.entry(obj).or_default();
+        if let Some(all) = e.whole.take() {
+            return Ok(all);
+        }
+        let mut all = if e.created {
+            Vec::new()
+        } else {
+            self.read_deadlist(obj)?
+        };
+        all.append(&mut e.append);
+        Ok(all)
+    }
+}
+
+/// What a snapshot's read-only filesystem asks of its pool: every change
+/// is refused (EROFS), a commit has nothing to do.
+pub struct SnapCtx {
+    pub pool: Arc<Pool>,
+    pub ds: Arc<Dataset>,
+}
+
+impl crate::zpl::DatasetCtx for SnapCtx {
+    fn admit(&self, _bytes: u64) -> crate::zpl::fs::ZResult<()> {
+        Err(libc::EROFS)
+    }
+    fn commit(&self, _obj: u64) -> crate::zpl::fs::ZResult<()> {
+        Ok(())
+    }
+    fn props(&self) -> crate::zpl::ZplProps {
+        let mut p = self.pool.zpl_props(&self.ds);
+        p.readonly = true;
+        p
+    }
+    fn space(&self) -> (u64, u64) {
+        let (_, used, _) = self.pool.ds_space(&self.ds);
+        (used, 0)
+    }
+    fn txg(&self) -> u64 {
+        self.pool.open_txg()
+    }
+}
+
+impl Pool {
+    /// A snapshot's files, read-only (`.zfs/snapshot/NAME`).
+    pub fn mount_snapshot(self: &Arc<Self>, name: &str) -> Result<crate::zpl::Zpl> {
+        let (d, s) = self.snapshot(name)?;
+        let os = self.snapshot_objset(&s)?;
+        crate::zpl::Zpl::mount(
+            os,
+            Arc::new(SnapCtx {
+                pool: self.clone(),
+                ds: d,
+            }),
+        )
+    }
+}

@@ -1,0 +1,378 @@
+//! Snapshots (`dsl/snapshot.rs`): random file operations interleaved with
+//! snapshots and their destruction, against a model. At every check each
+//! snapshot reads back as the model had it when it was taken; its space
+//! figures add up; zdb (which walks every snapshot and checks every dead
+//! list) is clean after export; and destroying every snapshot and file
+//! gives the dataset back the space of an empty one. A power cut at any
+//! I/O while snapshots are taken and destroyed imports to a committed
+//! state with zdb clean.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use uzfs_core::dsl::DsCtx;
+use uzfs_core::spa::Pool;
+use uzfs_core::vdev::sim::{SimRng, SimWorld};
+use uzfs_core::vdev::TopKind;
+use uzfs_core::zpl::fs::SetAttr;
+use uzfs_core::zpl::Zpl;
+
+const MIB: u64 = 1 << 20;
+
+type Model = BTreeMap<String, Vec<u8>>;
+
+fn mount(pool: &Arc<Pool>) -> Zpl {
+    let ds = pool.dataset("z").expect("dataset");
+    let ctx = DsCtx::new(pool.clone(), ds.clone());
+    Zpl::mount(ds.os.clone(), ctx).expect("mount")
+}
+
+fn truncate(fs: &Zpl, ino: u64, size: u64) {
+    fs.setattr(
+        ino,
+        &SetAttr {
+            size: Some(size),
+            ..Default::default()
+        },
+    )
+    .expect("truncate");
+}
+
+fn contents(fs: &Zpl) -> Model {
+    let mut out = Model::new();
+    for (_, _, _, raw) in fs.readdir(fs.root, 0, usize::MAX).expect("readdir") {
+        let name = String::from_utf8_lossy(&raw).to_string();
+        if name == "." || name == ".." {
+            continue;
+        }
+        let a = fs.lookup(fs.root, &raw).expect("lookup");
+        let mut b = Vec::new();
+        fs.read_into(a.ino, 0, a.size as usize, &mut b)
+            .expect("read");
+        out.insert(name, b);
+    }
+    out
+}
+
+/// One random change to the filesystem and the model.
+fn step(fs: &Zpl, model: &mut Model, rng: &mut SimRng, seed: u64, i: u64) {
+    let names: Vec<String> = model.keys().cloned().collect();
+    match rng.below(10) {
+        0..=3 => {
+            let name = format!("f{}", rng.below(12));
+            let len = 1 + rng.below(300_000) as usize;
+            let data = pattern(seed * 10_000 + i, len);
+            let ino = match fs.lookup(fs.root, name.as_bytes()) {
+                Ok(a) => {
+                    truncate(fs, a.ino, 0);
+                    a.ino
+                }
+                Err(_) => {
+                    fs.mknod(
+                        fs.root,
+                        name.as_bytes(),
+                        libc::S_IFREG | 0o644,
+                        0,
+                        0,
+                        0,
+                        None,
+                    )
+                    .expect("create")
+                    .ino
+                }
+            };
+            fs.write(ino, 0, &data).expect("write");
+            model.insert(name, data);
+        }
+        4..=5 if !names.is_empty() => {
+            // Overwrite part of a file in place.
+            let name = &names[rng.below(names.len() as u64) as usize];
+            let a = fs.lookup(fs.root, name.as_bytes()).expect("lookup");
+            let cur = model.get_mut(name).expect("model");
+            let at = rng.below(cur.len() as u64 + 1) as usize;
+            let data = pattern(seed * 20_000 + i, 1 + rng.below(150_000) as usize);
+            fs.write(a.ino, at as u64, &data).expect("write");
+            if cur.len() < at + data.len() {
+                cur.resize(at + data.len(), 0);
+            }
+            cur[at..at + data.len()].copy_from_slice(&data);
+        }
+        6 if !names.is_empty() => {
+            let name = &names[rng.below(names.len() as u64) as usize];
+            fs.unlink(fs.root, name.as_bytes()).expect("unlink");
+            model.remove(name);
+        }
+        7 if !names.is_empty() => {
+            let name = &names[rng.below(names.len() as u64) as usize];
+            let a = fs.lookup(fs.root, name.as_bytes()).expect("lookup");
+            let cur = model.get_mut(name).expect("model");
+            let len = rng.below(cur.len() as u64 + 1);
+            truncate(fs, a.ino, len);
+            cur.truncate(len as usize);
+        }
+        _ => {}
+    }
+}
+
+/// Every snapshot reads back as the model had it, and the dataset's
+/// space figures add up.
+fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str) {
+    let listed: Vec<String> = pool.snapshots().into_iter().map(|(n, _)| n).collect();
+    let want: Vec<String> = snaps.keys().map(|n| format!("z@{n}")).collect();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(sorted, want, "{what}: snapshots listed");
+    for (name, model) in snaps {
+        let fs = pool
+            .mount_snapshot(&format!("z@{name}"))
+            .unwrap_or_else(|e| panic!("{what}: mount z@{name}: {e}"));
+        assert!(
+            contents(&fs) == *model,
+            "{what}: z@{name} does not read back as taken"
+        );
+        // Read-only: every change is refused.
+        assert!(fs
+            .mknod(fs.root, b"new", libc::S_IFREG | 0o644, 0, 0, 0, None)
+            .is_err());
+    }
+    let d = pool.dataset("z").expect("ds");
+    let by_snaps: u64 = pool
+        .get_prop(&d, "usedbysnapshots")
+        .expect("prop")
+        .0
+        .parse()
+        .expect("number");
+    let used: u64 = pool
+        .get_prop(&d, "used")
+        .expect("prop")
+        .0
+        .parse()
+        .expect("n");
+    let refd: u64 = pool
+        .get_prop(&d, "referenced")
+        .expect("prop")
+        .0
+        .parse()
+        .expect("n");
+    assert_eq!(
+        used,
+        refd + by_snaps,
+        "{what}: used = referenced + snapshots"
+    );
+    // What each snapshot alone holds is part of what snapshots hold.
+    let unique: u64 = pool
+        .snapshots()
+        .iter()
+        .map(|(_, s)| pool.snapshot_unique(s).expect("unique"))
+        .sum();
+    assert!(unique <= by_snaps, "{what}: unique {unique} > {by_snaps}");
+}
+
+#[test]
+fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() {
+    let seeds = env_u64("UZFS_SNAP_SEEDS", 4);
+    for seed in 0..seeds {
+        let world = SimWorld::new();
+        let mut disks: Vec<_> = (0..2)
+            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+            .collect();
+        let mut pool =
+            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
+        pool.format_root_fs().expect("format");
+        pool.sync().expect("sync");
+        let empty_used = pool.dataset("z").expect("ds").os.space().used;
+        let mut fs = mount(&pool);
+        let mut rng = SimRng::new(seed);
+        let mut model = Model::new();
+        let mut snaps: BTreeMap<String, Model> = BTreeMap::new();
+        let mut next = 0;
+        for i in 0..120u64 {
+            step(&fs, &mut model, &mut rng, seed, i);
+            match rng.below(12) {
+                // No sync first: every write that returned is in it.
+                0 | 1 => {
+                    let name = format!("s{next}");
+                    next += 1;
+                    pool.create_snapshots(&[format!("z@{name}")])
+                        .expect("snapshot");
+                    snaps.insert(name, model.clone());
+                }
+                2 if !snaps.is_empty() => {
+                    let names: Vec<String> = snaps.keys().cloned().collect();
+                    let name = names[rng.below(names.len() as u64) as usize].clone();
+                    pool.destroy_snapshot(&format!("z@{name}"))
+                        .expect("destroy");
+                    snaps.remove(&name);
+                }
+                3 => {
+                    pool.sync().expect("sync");
+                }
+                _ => {}
+            }
+            if i % 40 == 39 {
+                pool.sync().expect("sync");
+                check_snapshots(&pool, &snaps, &format!("seed {seed} step {i}"));
+                assert_eq!(contents(&fs), model, "seed {seed} step {i}: the dataset");
+                // Export, zdb, import: the same after.
+                drop(fs);
+                pool.export().expect("export");
+                assert_zdb_clean(&disks, &format!("seed {seed} step {i}"));
+                (disks, pool) = import_images(images(&disks), seed);
+                check_snapshots(&pool, &snaps, &format!("seed {seed} step {i}, imported"));
+                fs = mount(&pool);
+            }
+        }
+        // A name taken, a snapshot that is not there, a bad name: refused,
+        // nothing changes.
+        if let Some(name) = snaps.keys().next() {
+            assert!(pool.create_snapshots(&[format!("z@{name}")]).is_err());
+        }
+        assert!(pool.destroy_snapshot("z@nothere").is_err());
+        assert!(pool.create_snapshots(&["z@a/b".to_string()]).is_err());
+        assert!(pool.create_snapshots(&["z".to_string()]).is_err());
+        // Destroy everything: the dataset holds what an empty one does.
+        for name in snaps.keys() {
+            pool.destroy_snapshot(&format!("z@{name}"))
+                .expect("destroy");
+        }
+        for name in model.keys() {
+            fs.unlink(fs.root, name.as_bytes()).expect("unlink");
+        }
+        pool.sync().expect("sync");
+        pool.sync().expect("sync");
+        let d = pool.dataset("z").expect("ds");
+        assert_eq!(pool.get_prop(&d, "usedbysnapshots").expect("p").0, "0");
+        assert_eq!(
+            d.os.space().used,
+            empty_used,
+            "seed {seed}: an empty dataset again"
+        );
+        drop(fs);
+        pool.export().expect("export");
+        assert_zdb_clean(&disks, &format!("seed {seed}: all destroyed"));
+    }
+}
+
+/// `-r`: one call, one txg, every dataset's snapshot; the dataset with
+/// snapshots is only destroyed with them (`-r`).
+#[test]
+fn snapshots_of_several_datasets_land_in_one_txg() {
+    let world = SimWorld::new();
+    let disks: Vec<_> = (0..2)
+        .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+        .collect();
+    let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(7)).expect("create");
+    pool.format_root_fs().expect("format");
+    for n in ["z/a", "z/a/b", "z/c"] {
+        pool.create_dataset(n, &[], false).expect("create");
+    }
+    pool.sync().expect("sync");
+    let names: Vec<String> = ["z", "z/a", "z/a/b", "z/c"]
+        .iter()
+        .map(|n| format!("{n}@now"))
+        .collect();
+    pool.create_snapshots(&names).expect("snapshot");
+    let txgs: Vec<u64> = pool.snapshots().iter().map(|(_, s)| s.phys().txg).collect();
+    assert_eq!(txgs.len(), 4);
+    assert!(txgs.iter().all(|t| *t == txgs[0]), "txgs {txgs:?}");
+    // One bad name: none is taken.
+    let bad = vec!["z@later".to_string(), "z/nothere@later".to_string()];
+    assert!(pool.create_snapshots(&bad).is_err());
+    assert!(pool.snapshot("z@later").is_err());
+    let err = pool
+        .destroy_dataset("z/a", false)
+        .expect_err("has children and snapshots");
+    assert!(err.to_string().contains("children"), "{err}");
+    let err = pool
+        .destroy_dataset("z/c", false)
+        .expect_err("has snapshots");
+    assert!(err.to_string().contains("snapshots"), "{err}");
+    let gone = pool.destroy_dataset("z/a", true).expect("destroy -r");
+    assert!(gone.contains(&"z/a/b@now".to_string()), "{gone:?}");
+    assert!(pool.snapshot("z/a@now").is_err());
+    pool.sync().expect("sync");
+    pool.export().expect("export");
+    assert_zdb_clean(&disks, "after destroy -r");
+}
+
+/// A power cut at any I/O while snapshots are taken and destroyed under
+/// writes: the pool imports to a committed state (each snapshot there reads
+/// back as taken, if its txg committed), and zdb is clean.
+#[test]
+fn a_power_cut_during_snapshots_leaves_a_committed_state() {
+    let seeds = env_u64("UZFS_SNAP_CRASH_SEEDS", 12);
+    let base = env_u64("UZFS_SNAP_CRASH_BASE", 0);
+    for seed in base..base + seeds {
+        let world = SimWorld::new();
+        let disks: Vec<_> = (0..2)
+            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+            .collect();
+        let pool =
+            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
+        pool.format_root_fs().expect("format");
+        pool.sync().expect("sync");
+        let fs = mount(&pool);
+        let mut rng = SimRng::new(seed ^ 0x5eed);
+        world.cut_power_after(world.ops() + 50 + rng.below(1500));
+        let mut model = Model::new();
+        // What each snapshot must hold, if it exists after the crash.
+        let mut taken: BTreeMap<String, Model> = BTreeMap::new();
+        // Snapshots whose destroy was asked for (done or not).
+        let mut doomed = std::collections::BTreeSet::new();
+        for i in 0..200u64 {
+            if world.power_lost() {
+                break;
+            }
+            step(&fs, &mut model, &mut rng, seed, i);
+            let r = match rng.below(6) {
+                0 => {
+                    let name = format!("s{i}");
+                    let r = pool.create_snapshots(&[format!("z@{name}")]);
+                    if r.is_ok() {
+                        taken.insert(name, model.clone());
+                    }
+                    r
+                }
+                1 if !taken.is_empty() => {
+                    let names: Vec<String> = taken.keys().cloned().collect();
+                    let name = &names[rng.below(names.len() as u64) as usize];
+                    doomed.insert(name.clone());
+                    pool.destroy_snapshot(&format!("z@{name}"))
+                }
+                _ => Ok(()),
+            };
+            if r.is_err() {
+                break;
+            }
+        }
+        let images = world.crash(&mut SimRng::new(seed));
+        drop(fs);
+        drop(pool);
+        let (disks, pool) = import_images(images, seed);
+        // Every snapshot whose command returned is there, unless its
+        // destroy was asked for.
+        for name in taken.keys().filter(|n| !doomed.contains(*n)) {
+            assert!(
+                pool.snapshot(&format!("z@{name}")).is_ok(),
+                "seed {seed}: z@{name} was taken and is gone"
+            );
+        }
+        for (name, s) in pool.snapshots() {
+            let short = name.split_once('@').map(|x| x.1).unwrap_or("").to_string();
+            let Some(want) = taken.get(&short) else {
+                // Taken in the txg the power cut: its command never
+                // returned, and the txg committed anyway.
+                continue;
+            };
+            let fs = pool.mount_snapshot(&name).expect("mount snapshot");
+            assert!(
+                contents(&fs) == *want,
+                "seed {seed}: {name} after the crash"
+            );
+            let _ = s;
+        }
+        pool.export().expect("export");
+        assert_zdb_clean(&disks, &format!("seed {seed}: after the crash"));
+    }
+}
