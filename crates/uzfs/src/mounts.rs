@@ -297,6 +297,27 @@ pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     notes
 }
 
+/// Send what the kernel's page cache holds for dataset `name`'s mount (the
+/// writeback cache keeps written pages there for a while) to the daemon:
+/// `syncfs(2)` on the mount. A snapshot then holds every write that
+/// returned before it was asked for, as on a kernel ZFS.
+pub fn flush_kernel_cache(d: &Daemon, name: &str) -> Result<(), String> {
+    let Some(path) = is_mounted(d, name) else {
+        return Ok(());
+    };
+    let dir = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: `dir` is an open descriptor for the call's duration.
+    let r = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
+    if r != 0 {
+        return Err(format!(
+            "{}: syncfs: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 pub fn is_mounted(d: &Daemon, name: &str) -> Option<PathBuf> {
     lock(d).by_name.get(name).map(|m| m.path.clone())
 }

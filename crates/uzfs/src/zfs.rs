@@ -1,5 +1,5 @@
-//! `zfs` subcommands: create, destroy, list, get, set, inherit, mount,
-//! unmount, rename (zfs(8); output layouts as OpenZFS prints them).
+//! `zfs` subcommands: create, destroy, snapshot, list, get, set, inherit,
+//! mount, unmount, rename (zfs(8); output layouts as OpenZFS prints them).
 
 use crate::client::Response;
 use crate::daemon::Daemon;
@@ -7,6 +7,7 @@ use crate::fmt::{nicenum, Table};
 use crate::mounts;
 use crate::zpool::{err, getopt, has, values, Opts};
 use std::sync::Arc;
+use uzfs_core::dsl::snapshot::Snapshot;
 use uzfs_core::dsl::{props, Dataset};
 use uzfs_core::spa::Pool;
 
@@ -88,10 +89,11 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "mount" => mount(d, rest),
         "unmount" | "umount" => unmount(d, rest),
         "rename" => rename(d, rest),
-        "snapshot" | "snap" | "clone" | "rollback" | "send" | "receive" | "recv" | "promote"
-        | "hold" | "holds" | "release" | "bookmark" | "diff" | "redact" => Response::err(
+        "snapshot" | "snap" => snapshot(d, rest),
+        "clone" | "rollback" | "send" | "receive" | "recv" | "promote" | "hold" | "holds"
+        | "release" | "bookmark" | "diff" | "redact" => Response::err(
             2,
-            format!("zfs {cmd}: not supported yet (snapshots are not implemented yet)"),
+            format!("zfs {cmd}: not supported yet (snapshots are taken, listed and destroyed; clones, rollback and the rest are not implemented yet)"),
         ),
         c if NOT_YET.contains(&c) => Response::err(2, format!("zfs {c}: not supported yet")),
         other => usage_err(&format!("unrecognized command '{other}'")),
@@ -180,6 +182,9 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     let [name] = rest.as_slice() else {
         return usage_err("expected one filesystem name");
     };
+    if name.contains('@') {
+        return destroy_snapshots(d, &o, name, args);
+    }
     let (pool, ds) = match lookup(d, name) {
         Ok(x) => x,
         Err(r) => return r,
@@ -233,6 +238,140 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
             }
         }
         Err(e) => err(format!("cannot destroy '{name}': {e}")),
+    }
+}
+
+/// `zfs destroy [-rRdnvp] DS@SNAP`: that snapshot (with `-r`/`-R`, the
+/// snapshot of that name of every descendant too). `-d` destroys at once:
+/// without holds or clones nothing defers it.
+fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Response {
+    let Some((ds_name, snap)) = name.split_once('@') else {
+        return usage_err("expected a snapshot name");
+    };
+    if snap.contains('%') || snap.contains(',') {
+        return Response::err(
+            2,
+            format!("cannot destroy '{name}': snapshot ranges and lists are not supported yet"),
+        );
+    }
+    let (pool, ds) = match lookup(d, ds_name) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let mut names = vec![name.to_string()];
+    if has(o, 'r') || has(o, 'R') {
+        for k in pool.descendants(&ds).iter().rev() {
+            let n = format!("{}@{snap}", pool.ds_name(&k.rel()));
+            if pool.snapshot(&n).is_ok() {
+                names.push(n);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for n in &names {
+        match pool.snapshot(n) {
+            Ok((_, s)) => found.push((n.clone(), s)),
+            Err(_) if n != name => {}
+            Err(_) => {
+                return err(format!(
+                    "could not find any snapshots to destroy; check snapshot names."
+                ))
+            }
+        }
+    }
+    let mut out = String::new();
+    if has(o, 'v') || has(o, 'p') {
+        let will = if has(o, 'n') { "would" } else { "will" };
+        let mut reclaim = 0;
+        for (n, s) in &found {
+            reclaim += pool.snapshot_unique(s).unwrap_or(0);
+            out.push_str(&if has(o, 'p') {
+                format!("destroy\t{n}\n")
+            } else {
+                format!("{will} destroy {n}\n")
+            });
+        }
+        out.push_str(&if has(o, 'p') {
+            format!("reclaim\t{reclaim}\n")
+        } else {
+            format!("{will} reclaim {}\n", nicenum(reclaim))
+        });
+    }
+    if has(o, 'n') {
+        return Response::ok(out);
+    }
+    for (n, _) in &found {
+        if let Err(e) = pool.destroy_snapshot(n) {
+            return err(format!("cannot destroy snapshot {n}: {e}"));
+        }
+    }
+    pool.log_history(&format!("zfs destroy {}", args.join(" ")));
+    Response::ok(out)
+}
+
+/// `zfs snapshot [-r] DS@SNAP...`: every snapshot named (with `-r`, of
+/// every descendant too) in one txg of their pool, or none.
+fn snapshot(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "ro:") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    if has(&o, 'o') {
+        return Response::err(
+            2,
+            "zfs snapshot -o: properties on snapshots are not supported yet",
+        );
+    }
+    if rest.is_empty() {
+        return usage_err("missing snapshot argument");
+    }
+    let mut pool: Option<Arc<Pool>> = None;
+    let mut names = Vec::new();
+    for n in &rest {
+        let Some((ds_name, snap)) = n.split_once('@') else {
+            return err(format!(
+                "cannot create snapshot '{n}': missing '@' delimiter in snapshot name"
+            ));
+        };
+        let (p, ds) = match lookup(d, ds_name) {
+            Ok(x) => x,
+            Err(_) => {
+                return err(format!(
+                    "cannot open '{ds_name}': dataset does not exist\nusage:\n\tsnapshot [-r] <filesystem|volume>@<snap> ..."
+                ))
+            }
+        };
+        if pool.as_ref().is_some_and(|q| q.name != p.name) {
+            return err(format!(
+                "cannot create snapshots: '{n}' is in another pool (one command snapshots one pool at a time)"
+            ));
+        }
+        names.push(n.clone());
+        if has(&o, 'r') {
+            let mut kids = p.descendants(&ds);
+            kids.sort_by_key(|k| k.rel());
+            names.extend(
+                kids.iter()
+                    .map(|k| format!("{}@{snap}", p.ds_name(&k.rel()))),
+            );
+        }
+        pool = Some(p);
+    }
+    let Some(pool) = pool else {
+        return usage_err("missing snapshot argument");
+    };
+    for n in &names {
+        let ds = n.split_once('@').map_or(n.as_str(), |x| x.0);
+        if let Err(e) = mounts::flush_kernel_cache(d, ds) {
+            return err(format!("cannot create snapshot '{n}': {e}"));
+        }
+    }
+    match pool.create_snapshots(&names) {
+        Ok(()) => {
+            pool.log_history(&format!("zfs snapshot {}", args.join(" ")));
+            Response::ok(String::new())
+        }
+        Err(e) => err(format!("cannot create snapshots: {e}")),
     }
 }
 
@@ -321,6 +460,7 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
             | "logicalreferenced"
             | "usedbychildren"
             | "usedbydataset"
+            | "usedbysnapshots"
             | "quota"
             | "reservation"
     );
@@ -451,23 +591,64 @@ fn json_doc(command: &str, datasets: serde_json::Map<String, serde_json::Value>)
     Response::ok(format!("{doc}\n"))
 }
 
+/// Properties only snapshots have a value for (datasets show "-").
+const SNAP_PROPS: &[&str] = &["createtxg", "guid"];
+
+/// A snapshot's property as `zfs list` shows it (`-p`: exact numbers).
+fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> String {
+    let sp = s.phys();
+    let num = |n: u64| if exact { n.to_string() } else { nicenum(n) };
+    match prop {
+        "name" => name.to_string(),
+        "type" => "snapshot".into(),
+        "used" => p.snapshot_unique(s).map_or_else(|_| "-".into(), num),
+        "referenced" => num(sp.referenced),
+        "logicalreferenced" => num(sp.logical),
+        "creation" if exact => sp.creation.to_string(),
+        "creation" => crate::zpool::format_time(sp.creation),
+        "createtxg" => sp.txg.to_string(),
+        "guid" => sp.guid.to_string(),
+        "compressratio" => {
+            let r = if sp.referenced == 0 {
+                1.0
+            } else {
+                (sp.logical as f64 / sp.referenced as f64).max(1.0)
+            };
+            format!("{r:.2}x")
+        }
+        _ => "-".into(),
+    }
+}
+
+/// A row of `zfs list`: a dataset, or one of its snapshots.
+type Item = (Arc<Pool>, Arc<Dataset>, Option<(String, Arc<Snapshot>)>);
+
+fn show_item(d: &Daemon, (p, ds, snap): &Item, prop: &str, exact: bool) -> String {
+    match snap {
+        Some((n, s)) => show_snap(p, n, s, prop, exact),
+        None => show(d, p, ds, prop, exact).0,
+    }
+}
+
 fn list(d: &Daemon, args: &[String]) -> Response {
     let (args, json_int) = json_args(args);
     let (o, rest) = match getopt(&args, "d:Hjo:prs:S:t:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
+    // Types shown: filesystems unless `-t` says otherwise (snapshots also
+    // when named).
+    let (mut want_fs, mut want_snap) = (true, false);
     if let Some(t) = values(&o, 't').last() {
-        if !t
-            .split(',')
-            .all(|x| matches!(x, "filesystem" | "all" | "fs"))
-        {
-            if t.split(',')
-                .any(|x| matches!(x, "snapshot" | "snap" | "volume" | "bookmark"))
-            {
-                return Response::ok(String::new());
+        (want_fs, want_snap) = (false, false);
+        for x in t.split(',') {
+            match x {
+                "filesystem" | "fs" => want_fs = true,
+                "snapshot" | "snap" => want_snap = true,
+                "all" => (want_fs, want_snap) = (true, true),
+                "volume" | "vol" | "bookmark" => {}
+                _ => return usage_err(&format!("invalid type '{x}'")),
             }
-            return usage_err(&format!("invalid type '{t}'"));
         }
     }
     let cols: Vec<String> = values(&o, 'o')
@@ -480,7 +661,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
                 .collect()
         });
     for c in &cols {
-        if !known(c) {
+        if !known(c) && !SNAP_PROPS.contains(&c.as_str()) {
             return unknown_prop(c, "");
         }
     }
@@ -488,11 +669,39 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let mut ts = match targets(d, &rest, has(&o, 'r'), depth) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    if ts.is_empty() {
+    let (snap_names, fs_names): (Vec<String>, Vec<String>) =
+        rest.into_iter().partition(|n| n.contains('@'));
+    let mut items: Vec<Item> = Vec::new();
+    for n in &snap_names {
+        let pool_name = n.split(['/', '@']).next().unwrap_or("");
+        let found = pools(d)
+            .into_iter()
+            .find(|p| p.name == pool_name)
+            .and_then(|p| p.snapshot(n).ok().map(|(ds, s)| (p, ds, s)));
+        match found {
+            Some((p, ds, s)) => items.push((p, ds, Some((n.clone(), s)))),
+            None => return err(format!("cannot open '{n}': dataset does not exist")),
+        }
+    }
+    if !fs_names.is_empty() || snap_names.is_empty() {
+        let ts = match targets(d, &fs_names, has(&o, 'r'), depth) {
+            Ok(t) => t,
+            Err(r) => return r,
+        };
+        for (p, ds) in ts {
+            if want_fs {
+                items.push((p.clone(), ds.clone(), None));
+            }
+            if want_snap {
+                let base = p.ds_name(&ds.rel());
+                for s in p.snapshots_of(ds.id()) {
+                    let n = format!("{base}@{}", s.phys().name);
+                    items.push((p.clone(), ds.clone(), Some((n, s))));
+                }
+            }
+        }
+    }
+    if items.is_empty() {
         return Response::ok("no datasets available\n".into());
     }
     // -s / -S: sort by properties, in the order given (numbers as numbers;
@@ -503,23 +712,20 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         .filter_map(|(c, v)| v.as_ref().map(|v| (canon(v), *c == 'S')))
         .collect();
     for (k, _) in &keys {
-        if !known(k) {
+        if !known(k) && !SNAP_PROPS.contains(&k.as_str()) {
             return unknown_prop(k, "");
         }
     }
     if !keys.is_empty() {
-        let key_of = |p: &Arc<Pool>, ds: &Arc<Dataset>| -> Vec<(Option<u64>, String)> {
+        let key_of = |it: &Item| -> Vec<(Option<u64>, String)> {
             keys.iter()
                 .map(|(k, _)| {
-                    let v = show(d, p, ds, k, true).0;
+                    let v = show_item(d, it, k, true);
                     (v.parse::<u64>().ok(), v)
                 })
                 .collect()
         };
-        let mut keyed: Vec<_> = ts
-            .into_iter()
-            .map(|(p, ds)| (key_of(&p, &ds), p, ds))
-            .collect();
+        let mut keyed: Vec<_> = items.into_iter().map(|it| (key_of(&it), it)).collect();
         keyed.sort_by(|a, b| {
             for (i, (_, desc)) in keys.iter().enumerate() {
                 let ord = a.0[i].cmp(&b.0[i]);
@@ -530,7 +736,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
             }
             std::cmp::Ordering::Equal
         });
-        ts = keyed.into_iter().map(|(_, p, ds)| (p, ds)).collect();
+        items = keyed.into_iter().map(|(_, it)| it).collect();
     }
     let header: Vec<String> = cols
         .iter()
@@ -552,19 +758,48 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         .collect();
     if has(&o, 'j') || json_int {
         let mut m = serde_json::Map::new();
-        for (p, ds) in &ts {
-            m.insert(
-                p.ds_name(&ds.rel()),
-                json_dataset(d, p, ds, &cols, has(&o, 'p'), json_int, &|_| true),
-            );
+        for it in &items {
+            let (p, ds, snap) = it;
+            match snap {
+                None => {
+                    m.insert(
+                        p.ds_name(&ds.rel()),
+                        json_dataset(d, p, ds, &cols, has(&o, 'p'), json_int, &|_| true),
+                    );
+                }
+                Some((n, _)) => {
+                    let mut pm = serde_json::Map::new();
+                    for prop in cols.iter().filter(|c| *c != "name") {
+                        let v = show_item(d, it, prop, has(&o, 'p') || json_int);
+                        let value = match v.parse::<u64>() {
+                            Ok(x) if json_int => serde_json::json!(x),
+                            _ => serde_json::json!(v),
+                        };
+                        pm.insert(
+                            prop.clone(),
+                            serde_json::json!({ "value": value, "source": { "type": "NONE", "data": "-" } }),
+                        );
+                    }
+                    m.insert(
+                        n.clone(),
+                        serde_json::json!({
+                            "name": n,
+                            "type": "SNAPSHOT",
+                            "pool": p.name,
+                            "dataset": p.ds_name(&ds.rel()),
+                            "properties": pm,
+                        }),
+                    );
+                }
+            }
         }
         return json_doc("zfs list", m);
     }
     let mut t = Table::new(&h, &right);
-    for (p, ds) in ts {
+    for it in &items {
         t.rows.push(
             cols.iter()
-                .map(|c| show(d, &p, &ds, c, has(&o, 'p')).0)
+                .map(|c| show_item(d, it, c, has(&o, 'p')))
                 .collect(),
         );
     }

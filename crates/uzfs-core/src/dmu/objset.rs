@@ -469,6 +469,13 @@ impl Objset {
     }
 
     /// Space under this object set as of the last sync.
+    /// The space this txg's sync leaves (sync context, after this object
+    /// set's pass), or the last committed.
+    pub fn synced_space(&self) -> ObjsetSpace {
+        let st = lock(&self.st);
+        st.pending.as_ref().map_or(st.space, |t| t.space)
+    }
+
     pub fn space(&self) -> ObjsetSpace {
         lock(&self.st).space
     }

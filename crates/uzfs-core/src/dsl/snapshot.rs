@@ -379,7 +379,7 @@ impl Pool {
                         &ObjProps::METADATA,
                     )?;
                     dls.entry(new_dl).or_default().created = true;
-                    let space = d.os.space();
+                    let space = d.os.synced_space();
                     let mut p = wlock(&d.phys);
                     let snap = SnapPhys {
                         id,
