@@ -272,11 +272,7 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
         match pool.snapshot(n) {
             Ok((_, s)) => found.push((n.clone(), s)),
             Err(_) if n != name => {}
-            Err(_) => {
-                return err(format!(
-                    "could not find any snapshots to destroy; check snapshot names."
-                ))
-            }
+            Err(_) => return err("could not find any snapshots to destroy; check snapshot names."),
         }
     }
     let mut out = String::new();
