@@ -191,12 +191,32 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     };
     let recursive = has(&o, 'r') || has(&o, 'R');
     let kids = pool.descendants(&ds);
-    if !kids.is_empty() && !recursive {
+    // Snapshots count as children (OpenZFS's message lists them too).
+    let snaps: Vec<String> = kids
+        .iter()
+        .chain(std::iter::once(&ds))
+        .flat_map(|k| {
+            let base = pool.ds_name(&k.rel());
+            pool.snapshots_of(k.id())
+                .into_iter()
+                .map(move |s| format!("{base}@{}", s.phys().name))
+        })
+        .collect();
+    if (!kids.is_empty() || !snaps.is_empty()) && !recursive {
+        let what = if kids.is_empty() {
+            "has snapshots"
+        } else {
+            "has children"
+        };
         let mut m = format!(
-            "cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n"
+            "cannot destroy '{name}': filesystem {what}\nuse '-r' to destroy the following datasets:\n"
         );
         for k in kids.iter().rev() {
             m.push_str(&pool.ds_name(&k.rel()));
+            m.push('\n');
+        }
+        for sn in &snaps {
+            m.push_str(sn);
             m.push('\n');
         }
         return err(m);
@@ -210,7 +230,7 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     if has(&o, 'v') || has(&o, 'p') {
         let (_, reclaim, _) = pool.ds_space(&ds);
         let will = if has(&o, 'n') { "would" } else { "will" };
-        for n in &names {
+        for n in snaps.iter().chain(&names) {
             out.push_str(&if has(&o, 'p') {
                 format!("destroy\t{n}\n")
             } else {
