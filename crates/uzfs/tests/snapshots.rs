@@ -45,7 +45,7 @@ fn snapshots_through_the_command_line() {
     }
     e.ok(&["zpool", "sync", "tank"]);
     let held = prop(&e, "tank/home", "usedbysnapshots");
-    assert!(held >= 4 << 20 && held < 5 << 20, "usedbysnapshots {held}");
+    assert!((4 << 20..5 << 20).contains(&held), "usedbysnapshots {held}");
     assert_eq!(prop(&e, "tank/home@one", "used"), held);
     let used = prop(&e, "tank/home", "used");
     let refd = prop(&e, "tank/home", "referenced");
