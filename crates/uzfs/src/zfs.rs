@@ -653,8 +653,9 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         Err(e) => return usage_err(&e),
     };
     // Types shown: filesystems unless `-t` says otherwise (snapshots also
-    // when named).
+    // when named, and on a pool with `listsnapshots=on`).
     let (mut want_fs, mut want_snap) = (true, false);
+    let typed = !values(&o, 't').is_empty();
     if let Some(t) = values(&o, 't').last() {
         (want_fs, want_snap) = (false, false);
         for x in t.split(',') {
@@ -708,7 +709,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
             if want_fs {
                 items.push((p.clone(), ds.clone(), None));
             }
-            if want_snap {
+            if want_snap || (!typed && p.props().listsnapshots) {
                 let base = p.ds_name(&ds.rel());
                 for s in p.snapshots_of(ds.id()) {
                     let n = format!("{base}@{}", s.phys().name);

@@ -187,7 +187,17 @@ fn bad_command_lines_get_clear_errors() {
     e.fails(&["zfs", "get", "nosuch", "tank"], 2, "invalid property");
     e.fails(&["zfs", "destroy", "tank"], 1, "root dataset");
     e.fails(&["zfs", "frobnicate"], 2, "unrecognized command");
-    e.fails(&["zfs", "snapshot", "tank@a"], 2, "not implemented yet");
+    e.fails(&["zfs", "rollback", "tank@a"], 2, "not implemented yet");
+    e.fails(
+        &["zfs", "snapshot", "tank@a", "nope@b"],
+        1,
+        "dataset does not exist",
+    );
+    e.fails(
+        &["zfs", "snapshot", "-o", "a:b=c", "tank@a"],
+        2,
+        "not supported yet",
+    );
     // Garbage where a device should be: no pool, and a clear message.
     let g = e.dir.path().join("g");
     std::fs::create_dir(&g).expect("mkdir");

@@ -343,8 +343,8 @@ fn cachefile_none_or_a_path_and_import_c() {
     assert_eq!(altc.trim(), "[]");
 }
 
-/// `listsnapshots` is stored and shown (snapshots themselves are issue
-/// #15: `zfs list` consults it once they exist).
+/// `listsnapshots` is stored and shown; `zfs list` without `-t` then lists
+/// snapshots too (`tests/snapshots.rs`).
 #[test]
 fn listsnapshots_is_a_persistent_on_off_property() {
     let e = Env::new();

@@ -76,6 +76,13 @@ fn snapshots_through_the_command_line() {
     e.ok(&["zpool", "sync", "tank"]);
     assert_eq!(prop(&e, "tank/home", "usedbysnapshots"), 0);
     e.ok(&["zfs", "snapshot", "tank/home@two"]);
+    // `listsnapshots=on`: `zfs list` without `-t` shows them too.
+    assert!(!e.ok(&["zfs", "list", "-H", "-o", "name"]).contains('@'));
+    e.ok(&["zpool", "set", "listsnapshots=on", "tank"]);
+    assert!(e
+        .ok(&["zfs", "list", "-H", "-o", "name"])
+        .contains("tank/home@two"));
+    e.ok(&["zpool", "set", "listsnapshots=off", "tank"]);
     let hist = e.ok(&["zpool", "history", "tank"]);
     assert!(
         hist.contains("zfs snapshot -r tank@one") && hist.contains("zfs destroy tank/home@one"),
