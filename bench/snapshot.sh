@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Snapshots: uzfs (mirror of two written 4 GiB files) beside btrfs (raid1
+# over two loop devices on the same kind of files), rounds interleaved.
+# Per round and stack:
+#   * 20,000 small files in the dataset, a writer running (fio, 16 KiB
+#     buffered random writes): latency of taking a snapshot;
+#   * a snapshot that alone holds SIZE of data (a file written, snapshotted,
+#     then deleted): time for the destroy command to return, and until the
+#     space is back (btrfs: `subvolume sync`), for two sizes.
+# Medians and ranges over the rounds; uzfs daemon CPU seconds and peak RSS.
+#
+# usage: bench/snapshot.sh [ROUNDS]   (release binary: target/release/uzfs)
+# env: DATA [/var/tmp/uzfs-snapbench], SIZES ["512M 1G"]
+set -euo pipefail
+ROUNDS=${1:-3}
+U=$(realpath "${UZFS_BIN:-target/release/uzfs}")
+D=${DATA:-/var/tmp/uzfs-snapbench}
+SIZES=${SIZES:-"512M 1G"}
+export UZFS_RUNDIR=$D/run UZFS_LOG=${UZFS_LOG:-info}
+. "$(dirname "$0")/lib.sh"
+command -v mkfs.btrfs >/dev/null || apt-get install -y -q btrfs-progs >/dev/null
+command -v fio >/dev/null || apt-get install -y -q fio >/dev/null
+mkdir -p "$D"
+written_files 4G "$D/u0" "$D/u1" "$D/b0" "$D/b1"
+OUT=$D/results.tsv; : > "$OUT"
+now() { date +%s.%N; }
+el() { python3 -c "print(f'{$2 - $1:.3f}')"; }
+rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$OUT"; echo "$1 $2 $3"; }
+mkfiles() { python3 - "$1" <<'PY'
+import os, sys
+d = sys.argv[1]
+for i in range(200):
+    sub = os.path.join(d, f"d{i}")
+    os.makedirs(sub, exist_ok=True)
+    for j in range(100):
+        with open(os.path.join(sub, f"f{j}"), "wb") as f:
+            f.write(os.urandom(1024))
+PY
+}
+writer() { fio --name=w --directory="$1" --rw=randwrite --bs=16k --size=256M \
+  --time_based=1 --runtime=600 --output=/dev/null >/dev/null 2>&1 & echo $!; }
+LOOPS=()
+cleanup() {
+  [ -n "${WP:-}" ] && kill "$WP" 2>/dev/null || true
+  "$U" zpool destroy sb >/dev/null 2>&1 || true
+  "$U" daemon --stop >/dev/null 2>&1 || true
+  umount "$D/bmnt" 2>/dev/null || true
+  for l in "${LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+  LOOPS=()
+}
+trap cleanup EXIT
+cleanup
+
+round_uzfs() {
+  "$U" zpool create -f -m "$D/umnt" sb mirror "$D/u0" "$D/u1" >/dev/null
+  local pid; pid=$(cat "$D/run/uzfsd.pid")
+  "$U" zfs create sb/meta
+  mkfiles "$D/umnt/meta"
+  "$U" zpool sync sb
+  WP=$(writer "$D/umnt/meta"); sleep 5
+  local t0 t1; t0=$(now); "$U" zfs snapshot sb/meta@s1; t1=$(now)
+  rec uzfs snapshot_20k_files_s "$(el "$t0" "$t1")"
+  kill "$WP"; wait "$WP" 2>/dev/null || true; WP=
+  for sz in $SIZES; do
+    "$U" zfs create "sb/big$sz"
+    dd if=/dev/urandom of="$D/umnt/big$sz/f" bs=4M count=$(( $(numfmt --from=iec "$sz") >> 22 )) status=none
+    "$U" zfs snapshot "sb/big$sz@held"
+    rm "$D/umnt/big$sz/f"; "$U" zpool sync sb
+    t0=$(now); "$U" zfs destroy "sb/big$sz@held"; t1=$(now)
+    rec uzfs "destroy_${sz}_return_s" "$(el "$t0" "$t1")"
+    "$U" zpool sync sb; t1=$(now)
+    rec uzfs "destroy_${sz}_freed_s" "$(el "$t0" "$t1")"
+  done
+  rec uzfs daemon_cpu_s "$(awk -v t="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/t}' "/proc/$pid/stat")"
+  rec uzfs daemon_peak_rss_mib "$(awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$pid/status")"
+  "$U" zpool destroy sb >/dev/null
+  "$U" daemon --stop >/dev/null
+}
+
+round_btrfs() {
+  local l0 l1
+  l0=$(losetup -f --show "$D/b0"); l1=$(losetup -f --show "$D/b1"); LOOPS=("$l0" "$l1")
+  mkfs.btrfs -q -f -d raid1 -m raid1 "$l0" "$l1"
+  mkdir -p "$D/bmnt"; mount "$l0" "$D/bmnt"
+  btrfs subvolume create "$D/bmnt/meta" >/dev/null
+  mkfiles "$D/bmnt/meta"; sync -f "$D/bmnt"
+  WP=$(writer "$D/bmnt/meta"); sleep 5
+  local t0 t1; t0=$(now); btrfs subvolume snapshot -r "$D/bmnt/meta" "$D/bmnt/meta@s1" >/dev/null; t1=$(now)
+  rec btrfs snapshot_20k_files_s "$(el "$t0" "$t1")"
+  kill "$WP"; wait "$WP" 2>/dev/null || true; WP=
+  for sz in $SIZES; do
+    btrfs subvolume create "$D/bmnt/big$sz" >/dev/null
+    dd if=/dev/urandom of="$D/bmnt/big$sz/f" bs=4M count=$(( $(numfmt --from=iec "$sz") >> 22 )) status=none
+    btrfs subvolume snapshot -r "$D/bmnt/big$sz" "$D/bmnt/big$sz@held" >/dev/null
+    rm "$D/bmnt/big$sz/f"; sync -f "$D/bmnt"
+    t0=$(now); btrfs subvolume delete "$D/bmnt/big$sz@held" >/dev/null; t1=$(now)
+    rec btrfs "destroy_${sz}_return_s" "$(el "$t0" "$t1")"
+    btrfs subvolume sync "$D/bmnt" >/dev/null; sync -f "$D/bmnt"; t1=$(now)
+    rec btrfs "destroy_${sz}_freed_s" "$(el "$t0" "$t1")"
+  done
+  cleanup
+}
+
+for r in $(seq "$ROUNDS"); do
+  echo "== round $r"
+  round_uzfs
+  round_btrfs
+done
+python3 - "$OUT" <<'PY'
+import sys, statistics
+from collections import defaultdict
+v = defaultdict(list)
+for line in open(sys.argv[1]):
+    stack, metric, val = line.rstrip("\n").split("\t")
+    v[(metric, stack)].append(float(val))
+metrics = sorted({m for m, _ in v})
+print("\n| metric | uzfs median (min-max) | btrfs median (min-max) | uzfs / btrfs |")
+print("|---|---|---|---|")
+for m in metrics:
+    cells, med = [], {}
+    for s in ("uzfs", "btrfs"):
+        x = v.get((m, s))
+        if x:
+            med[s] = statistics.median(x)
+            cells.append(f"{med[s]:.3f} ({min(x):.3f}-{max(x):.3f})")
+        else:
+            cells.append("-")
+    ratio = f"{med['uzfs'] / med['btrfs']:.2f}" if len(med) == 2 and med["btrfs"] else "-"
+    print(f"| {m} | {cells[0]} | {cells[1]} | {ratio} |")
+PY
