@@ -554,6 +554,26 @@ fn pool_on_files(dir: &std::path::Path) -> Arc<Pool> {
     pool
 }
 
+/// [`pool_on_files`] mounted, its log's chain started (the first commit
+/// of a chain waits for a txg): the pool, the filesystem and its log.
+fn files_pool_with_a_chain(
+    dir: &std::path::Path,
+) -> (Arc<Pool>, Zpl, Arc<DsCtx>, Arc<uzfs_core::zil::Zil>) {
+    let pool = pool_on_files(dir);
+    let (fs, ctx) = mount_with(&pool, "z");
+    let f = create(&fs, b"first");
+    fs.fsync(f).expect("fsync");
+    pool.sync().expect("sync");
+    let zil = pool
+        .dataset("z")
+        .expect("ds")
+        .zil
+        .get()
+        .cloned()
+        .expect("zil");
+    (pool, fs, ctx, zil)
+}
+
 /// Import the one pool found in `dir`.
 fn import_from(dir: &std::path::Path) -> Arc<Pool> {
     use uzfs_core::spa::import::{discover, scan_dir};
@@ -566,11 +586,7 @@ fn import_from(dir: &std::path::Path) -> Arc<Pool> {
 fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
     use uzfs_core::vdev::VdevStats;
     let dir = tempfile::tempdir().expect("tempdir");
-    let pool = pool_on_files(dir.path());
-    let (fs, _ctx) = mount_with(&pool, "z");
-    let f = create(&fs, b"first");
-    fs.fsync(f).expect("fsync");
-    pool.sync().expect("sync");
+    let (pool, fs, _ctx, _zil) = files_pool_with_a_chain(dir.path());
     let writes = |side: usize| VdevStats::get(&pool.io.tops()[0].children[side].stats.writes);
     let (t0, w0, w1) = (pool.last_txg(), writes(0), writes(1));
     let issued = uzfs_core::vdev::uring::ISSUED.load(Ordering::Relaxed);
@@ -633,18 +649,7 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
 #[test]
 fn indirect_writes_on_a_mirror_of_files_go_out_with_their_log_block() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let pool = pool_on_files(dir.path());
-    let (fs, _ctx) = mount_with(&pool, "z");
-    let f = create(&fs, b"first");
-    fs.fsync(f).expect("fsync");
-    pool.sync().expect("sync");
-    let zil = pool
-        .dataset("z")
-        .expect("ds")
-        .zil
-        .get()
-        .cloned()
-        .expect("zil");
+    let (pool, fs, _ctx, zil) = files_pool_with_a_chain(dir.path());
     let t0 = pool.last_txg();
     let (i0, u0) = (
         zil.stats.indirect.load(Ordering::Relaxed),
@@ -683,11 +688,7 @@ fn indirect_writes_on_a_mirror_of_files_go_out_with_their_log_block() {
 fn a_log_record_naming_a_block_never_written_ends_the_log_there() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().expect("tempdir");
-    let pool = pool_on_files(dir.path());
-    let (fs, _ctx) = mount_with(&pool, "z");
-    let f = create(&fs, b"first");
-    fs.fsync(f).expect("fsync");
-    pool.sync().expect("sync");
+    let (pool, fs, _ctx, _zil) = files_pool_with_a_chain(dir.path());
     let before = create(&fs, b"before");
     fs.write(before, 0, b"acknowledged").expect("write");
     let big = create(&fs, b"big");

@@ -624,14 +624,7 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
         "creation" => crate::zpool::format_time(sp.creation),
         "createtxg" => sp.txg.to_string(),
         "guid" => sp.guid.to_string(),
-        "compressratio" => {
-            let r = if sp.referenced == 0 {
-                1.0
-            } else {
-                (sp.logical as f64 / sp.referenced as f64).max(1.0)
-            };
-            format!("{r:.2}x")
-        }
+        "compressratio" => uzfs_core::dsl::compressratio(sp.logical, sp.referenced),
         _ => "-".into(),
     }
 }

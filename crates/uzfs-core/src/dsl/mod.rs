@@ -613,14 +613,7 @@ impl Pool {
             "available" => self.ds_available(d).to_string(),
             "logicalused" => logical.to_string(),
             "logicalreferenced" => own.logical.to_string(),
-            "compressratio" => {
-                let r = if own.used == 0 {
-                    1.0
-                } else {
-                    (own.logical as f64 / own.used as f64).max(1.0)
-                };
-                format!("{r:.2}x")
-            }
+            "compressratio" => compressratio(own.logical, own.used),
             _ => return None,
         })
     }
@@ -690,6 +683,17 @@ impl Pool {
                 .collect(),
         })
     }
+}
+
+/// `compressratio` as zfs(8) shows it: logical over allocated bytes, at
+/// least 1.00x.
+pub fn compressratio(logical: u64, used: u64) -> String {
+    let r = if used == 0 {
+        1.0
+    } else {
+        (logical as f64 / used as f64).max(1.0)
+    };
+    format!("{r:.2}x")
 }
 
 fn validate_settable(name: &str, value: &str) -> Result<String> {
