@@ -643,9 +643,9 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
 }
 
 /// Whole blocks fsynced on a mirror of files go out with their log block
-/// in one submission (each write durable by itself, no flush after), are
-/// replayed through their pointers after a stop without a txg, and are
-/// adopted by the next txg when there is one.
+/// in one submission (each write durable by itself, no flush after), and
+/// are replayed through their pointers after a stop without a txg
+/// (adoption by the next txg: `large_writes_are_written_once_...`).
 #[test]
 fn indirect_writes_on_a_mirror_of_files_go_out_with_their_log_block() {
     let dir = tempfile::tempdir().expect("tempdir");
