@@ -32,10 +32,10 @@ pub trait BlockDevice: Send + Sync {
     }
     /// A descriptor that takes `pwritev2(RWF_DSYNC)` for `len` bytes at
     /// `offset`, for a caller that issues several durable writes at once
-    /// (`vdev/uring.rs`), and whether it is a direct-I/O one (the buffer
-    /// must then start on a [`DIRECT_ALIGN`] boundary); `None` (the
-    /// default) if the caller must use `write_sync`.
-    fn dsync_fd(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, bool)> {
+    /// (`vdev/uring.rs`); it may be a direct-I/O one, so the caller's
+    /// buffer starts on a [`DIRECT_ALIGN`] boundary. `None` (the default)
+    /// if the caller must use `write_sync`.
+    fn dsync_fd(&self, offset: u64, len: usize) -> Option<std::os::fd::RawFd> {
         let _ = (offset, len);
         None
     }
@@ -439,7 +439,7 @@ impl BlockDevice for FileDevice {
         }
         Ok(())
     }
-    fn dsync_fd(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, bool)> {
+    fn dsync_fd(&self, offset: u64, len: usize) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         use std::sync::atomic::Ordering::Relaxed;
         if !self.dsync_ok.load(Relaxed) || self.check_inside(offset, len).is_err() {
@@ -455,9 +455,9 @@ impl BlockDevice for FileDevice {
                 if self.direct_ok.load(Relaxed)
                     && (offset as usize | len).is_multiple_of(DIRECT_ALIGN) =>
             {
-                Some((d.as_raw_fd(), true))
+                Some(d.as_raw_fd())
             }
-            _ => Some((self.file.as_raw_fd(), false)),
+            _ => Some(self.file.as_raw_fd()),
         }
     }
     fn direct_refused(&self) {

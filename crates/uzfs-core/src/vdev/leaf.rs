@@ -515,14 +515,12 @@ impl Leaf {
     /// the caller (`vdev/uring.rs`): (descriptor, device offset), when it
     /// would be nothing more than the device's own `write_sync` (no fault
     /// injected, no scan I/O to count).
-    pub fn dsync_target(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, u64, bool)> {
+    pub fn dsync_target(&self, offset: u64, len: usize) -> Option<(std::os::fd::RawFd, u64)> {
         if self.inject.is_armed() || SCAN_IO.with(|c| c.borrow().is_some()) {
             return None;
         }
         let at = super::LABEL_START_SIZE + offset;
-        self.dev
-            .dsync_fd(at, len)
-            .map(|(fd, direct)| (fd, at, direct))
+        self.dev.dsync_fd(at, len).map(|fd| (fd, at))
     }
 
     /// Account a durable write issued at [`dsync_target`](Self::dsync_target)

@@ -776,7 +776,7 @@ impl TopVdev {
         for (r, run) in runs.iter().enumerate() {
             for c in 0..self.children.len() {
                 for l in usable_leaves(&self.children[c]) {
-                    let (fd, at, _) = l.dsync_target(run.offset, run.len())?;
+                    let (fd, at) = l.dsync_target(run.offset, run.len())?;
                     writes.push(super::uring::DsyncWrite {
                         fd,
                         offset: at,
