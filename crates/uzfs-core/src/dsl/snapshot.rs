@@ -116,6 +116,14 @@ impl SnapSync {
     }
 }
 
+/// What [`Pool::neighbours`] finds around a snapshot.
+struct Neighbours {
+    prev_txg: u64,
+    next: Option<Arc<Snapshot>>,
+    head: Option<Arc<Dataset>>,
+    next_dl: u64,
+}
+
 /// A dead list's state in one sync: its whole contents, when a destroy
 /// rewrites it; else what the txg adds to it.
 #[derive(Default)]
@@ -196,16 +204,50 @@ impl Pool {
         out
     }
 
+    /// Dataset `ds`'s snapshot called `name` (the part after '@').
+    fn snapshot_named(&self, ds: u64, name: &str) -> Option<Arc<Snapshot>> {
+        rlock(&self.dsl.snaps)
+            .values()
+            .find(|s| {
+                let p = rlock(&s.phys);
+                p.ds == ds && p.name == name
+            })
+            .cloned()
+    }
+
     /// The snapshot called `name` ("pool/ds@snap") and its dataset.
     pub fn snapshot(&self, name: &str) -> Result<(Arc<Dataset>, Arc<Snapshot>)> {
         let (ds, snap) = split_name(name)?;
         let d = self.dataset(ds)?;
         let s = self
-            .snapshots_of(d.id())
-            .into_iter()
-            .find(|s| rlock(&s.phys).name == snap)
+            .snapshot_named(d.id(), snap)
             .ok_or_else(|| Error::invalid(format!("snapshot '{name}' does not exist")))?;
         Ok((d, s))
+    }
+
+    /// Where snapshot `sp` sits in its dataset's line: the txg of the
+    /// snapshot before it (0: none), the snapshot after it (none: the
+    /// dataset is next), the dataset (none if it is gone), and the dead
+    /// list of whichever is next (0: empty).
+    fn neighbours(&self, sp: &SnapPhys) -> Neighbours {
+        let chain = self.snapshots_of(sp.ds);
+        let at = chain.iter().position(|x| rlock(&x.phys).id == sp.id);
+        let prev_txg = at
+            .and_then(|i| i.checked_sub(1))
+            .map_or(0, |i| rlock(&chain[i].phys).txg);
+        let next = at.and_then(|i| chain.get(i + 1)).cloned();
+        let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
+        let next_dl = match (&next, &head) {
+            (Some(n), _) => rlock(&n.phys).deadlist,
+            (None, Some(h)) => rlock(&h.phys).deadlist,
+            (None, None) => 0,
+        };
+        Neighbours {
+            prev_txg,
+            next,
+            head,
+            next_dl,
+        }
     }
 
     /// A snapshot's object set, read-only (its contents as it was taken).
@@ -233,10 +275,7 @@ impl Pool {
                 let (ds, snap) = split_name(n)?;
                 let d = self.dataset(ds)?;
                 if !seen.insert((d.id(), snap.to_string()))
-                    || self
-                        .snapshots_of(d.id())
-                        .iter()
-                        .any(|s| rlock(&s.phys).name == snap)
+                    || self.snapshot_named(d.id(), snap).is_some()
                 {
                     return Err(Error::invalid(format!(
                         "cannot create snapshot '{n}': dataset already exists"
@@ -288,29 +327,12 @@ impl Pool {
     /// (the next snapshot's, or the dataset's) born after the previous
     /// snapshot. Reads that list.
     pub fn snapshot_unique(&self, s: &Snapshot) -> Result<u64> {
-        let p = s.phys();
-        let chain = self.snapshots_of(p.ds);
-        let at = chain
-            .iter()
-            .position(|x| rlock(&x.phys).id == p.id)
-            .ok_or_else(|| Error::invalid("snapshot vanished"))?;
-        let prev_txg = at.checked_sub(1).map_or(0, |i| rlock(&chain[i].phys).txg);
-        let next_dl = match chain.get(at + 1) {
-            Some(n) => rlock(&n.phys).deadlist,
-            None => {
-                let d = rlock(&self.dsl.list)
-                    .get(&p.ds)
-                    .cloned()
-                    .ok_or_else(|| Error::invalid("dataset vanished"))?;
-                let dl = rlock(&d.phys).deadlist;
-                dl
-            }
-        };
+        let n = self.neighbours(&s.phys());
+        let next = self.read_deadlist(n.next_dl)?;
         let st = lock(&self.st);
-        Ok(self
-            .read_deadlist(next_dl)?
+        Ok(next
             .iter()
-            .filter(|bp| bp.birth > prev_txg)
+            .filter(|bp| bp.birth > n.prev_txg)
             .map(|bp| st.alloc.dsize(bp))
             .sum())
     }
@@ -353,11 +375,7 @@ impl Pool {
                         continue;
                     };
                     let full = format!("{}@{name}", self.ds_name(&d.rel()));
-                    if self
-                        .snapshots_of(ds)
-                        .iter()
-                        .any(|s| rlock(&s.phys).name == name)
-                    {
+                    if self.snapshot_named(ds, &name).is_some() {
                         fail(
                             task,
                             format!("cannot create snapshot '{full}': dataset already exists"),
@@ -372,13 +390,7 @@ impl Pool {
                         &ObjProps::METADATA,
                     )?;
                     self.mos.write_in_sync(extra, id, 0, &root.to_bytes())?;
-                    let new_dl = self.mos.create_in_sync(
-                        extra,
-                        ot::DEADLIST,
-                        DEADLIST_BLOCK,
-                        &ObjProps::METADATA,
-                    )?;
-                    dls.entry(new_dl).or_default().created = true;
+                    let new_dl = self.new_deadlist(extra, &mut dls)?;
                     let space = d.os.synced_space();
                     let mut p = wlock(&d.phys);
                     let snap = SnapPhys {
@@ -413,19 +425,12 @@ impl Pool {
                         continue;
                     };
                     let sp = s.phys();
-                    let chain = self.snapshots_of(sp.ds);
-                    let at = chain
-                        .iter()
-                        .position(|x| rlock(&x.phys).id == sp.id)
-                        .unwrap_or(0);
-                    let prev_txg = at.checked_sub(1).map_or(0, |i| rlock(&chain[i].phys).txg);
-                    let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
-                    let next = chain.get(at + 1).cloned();
-                    let next_dl = match (&next, &head) {
-                        (Some(n), _) => rlock(&n.phys).deadlist,
-                        (None, Some(h)) => rlock(&h.phys).deadlist,
-                        (None, None) => 0,
-                    };
+                    let Neighbours {
+                        prev_txg,
+                        next,
+                        head,
+                        next_dl,
+                    } = self.neighbours(&sp);
                     // N's entries: on disk, then what this txg added.
                     let mut n_all = self.load_dl(&mut dls, next_dl)?;
                     let s_all = self.load_dl(&mut dls, sp.deadlist)?;
@@ -441,13 +446,7 @@ impl Pool {
                     let bytes: u64 = n_all.iter().map(|bp| w.dsize(bp)).sum();
                     let mut n_obj = next_dl;
                     if n_obj == 0 && !n_all.is_empty() {
-                        n_obj = self.mos.create_in_sync(
-                            extra,
-                            ot::DEADLIST,
-                            DEADLIST_BLOCK,
-                            &ObjProps::METADATA,
-                        )?;
-                        dls.entry(n_obj).or_default().created = true;
+                        n_obj = self.new_deadlist(extra, &mut dls)?;
                     }
                     if n_obj != 0 {
                         dls.entry(n_obj).or_default().whole = Some(n_all);
@@ -510,6 +509,15 @@ impl Pool {
         }
         *lock(&self.dsl.dirty) = true;
         Ok(())
+    }
+
+    /// A new, empty dead list (sync context).
+    fn new_deadlist(&self, extra: &mut TxgDirty, dls: &mut BTreeMap<u64, Dl>) -> Result<u64> {
+        let obj =
+            self.mos
+                .create_in_sync(extra, ot::DEADLIST, DEADLIST_BLOCK, &ObjProps::METADATA)?;
+        dls.entry(obj).or_default().created = true;
+        Ok(obj)
     }
 
     /// A dead list's whole contents in this txg (on disk plus what the txg
