@@ -192,16 +192,7 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     let recursive = has(&o, 'r') || has(&o, 'R');
     let kids = pool.descendants(&ds);
     // Snapshots count as children (OpenZFS's message lists them too).
-    let snaps: Vec<String> = kids
-        .iter()
-        .chain(std::iter::once(&ds))
-        .flat_map(|k| {
-            let base = pool.ds_name(&k.rel());
-            pool.snapshots_of(k.id())
-                .into_iter()
-                .map(move |s| format!("{base}@{}", s.phys().name))
-        })
-        .collect();
+    let snaps = pool.snapshot_names_under(&ds);
     if (!kids.is_empty() || !snaps.is_empty()) && !recursive {
         let what = if kids.is_empty() {
             "has snapshots"
@@ -226,23 +217,11 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     // What goes (children first, the order they are destroyed in) and what
     // it frees: OpenZFS's `-v` lines, `-p` their machine form. `-n` only
     // says it ("would"), changing nothing.
-    let mut out = String::new();
-    if has(&o, 'v') || has(&o, 'p') {
-        let (_, reclaim, _) = pool.ds_space(&ds);
-        let will = if has(&o, 'n') { "would" } else { "will" };
-        for n in snaps.iter().chain(&names) {
-            out.push_str(&if has(&o, 'p') {
-                format!("destroy\t{n}\n")
-            } else {
-                format!("{will} destroy {n}\n")
-            });
-        }
-        out.push_str(&if has(&o, 'p') {
-            format!("reclaim\t{reclaim}\n")
-        } else {
-            format!("{will} reclaim {}\n", nicenum(reclaim))
-        });
-    }
+    let out = if has(&o, 'v') || has(&o, 'p') {
+        destroy_report(&o, snaps.iter().chain(&names), pool.ds_space(&ds).1)
+    } else {
+        String::new()
+    };
     if has(&o, 'n') {
         return Response::ok(out);
     }
@@ -259,6 +238,26 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
         }
         Err(e) => err(format!("cannot destroy '{name}': {e}")),
     }
+}
+
+/// `zfs destroy -v`'s lines (`-p`: their machine form; `-n`: "would"):
+/// each name destroyed, then the bytes reclaimed.
+fn destroy_report<'a>(o: &Opts, names: impl Iterator<Item = &'a String>, reclaim: u64) -> String {
+    let will = if has(o, 'n') { "would" } else { "will" };
+    let mut out = String::new();
+    for n in names {
+        out.push_str(&if has(o, 'p') {
+            format!("destroy\t{n}\n")
+        } else {
+            format!("{will} destroy {n}\n")
+        });
+    }
+    out.push_str(&if has(o, 'p') {
+        format!("reclaim\t{reclaim}\n")
+    } else {
+        format!("{will} reclaim {}\n", nicenum(reclaim))
+    });
+    out
 }
 
 /// `zfs destroy [-rRdnvp] DS@SNAP`: that snapshot (with `-r`/`-R`, the
@@ -278,41 +277,29 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
         Ok(x) => x,
         Err(r) => return r,
     };
-    let mut names = vec![name.to_string()];
+    // The one named must exist; with -r, a descendant's only if it has one
+    // of that name.
+    let Ok((_, first)) = pool.snapshot(name) else {
+        return err("could not find any snapshots to destroy; check snapshot names.");
+    };
+    let mut found = vec![(name.to_string(), first)];
     if has(o, 'r') || has(o, 'R') {
         for k in pool.descendants(&ds).iter().rev() {
             let n = format!("{}@{snap}", pool.ds_name(&k.rel()));
-            if pool.snapshot(&n).is_ok() {
-                names.push(n);
+            if let Ok((_, s)) = pool.snapshot(&n) {
+                found.push((n, s));
             }
         }
     }
-    let mut found = Vec::new();
-    for n in &names {
-        match pool.snapshot(n) {
-            Ok((_, s)) => found.push((n.clone(), s)),
-            Err(_) if n != name => {}
-            Err(_) => return err("could not find any snapshots to destroy; check snapshot names."),
-        }
-    }
-    let mut out = String::new();
-    if has(o, 'v') || has(o, 'p') {
-        let will = if has(o, 'n') { "would" } else { "will" };
-        let mut reclaim = 0;
-        for (n, s) in &found {
-            reclaim += pool.snapshot_unique(s).unwrap_or(0);
-            out.push_str(&if has(o, 'p') {
-                format!("destroy\t{n}\n")
-            } else {
-                format!("{will} destroy {n}\n")
-            });
-        }
-        out.push_str(&if has(o, 'p') {
-            format!("reclaim\t{reclaim}\n")
-        } else {
-            format!("{will} reclaim {}\n", nicenum(reclaim))
-        });
-    }
+    let out = if has(o, 'v') || has(o, 'p') {
+        let reclaim = found
+            .iter()
+            .map(|(_, s)| pool.snapshot_unique(s).unwrap_or(0))
+            .sum();
+        destroy_report(o, found.iter().map(|(n, _)| n), reclaim)
+    } else {
+        String::new()
+    };
     if has(o, 'n') {
         return Response::ok(out);
     }

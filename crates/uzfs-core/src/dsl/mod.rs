@@ -367,24 +367,14 @@ impl Pool {
             )));
         }
         // Snapshots first (each frees what only it held), newest first.
-        let snaps: Vec<String> = kids
-            .iter()
-            .chain(std::iter::once(&d))
-            .flat_map(|x| {
-                let ds = self.ds_name(&x.rel());
-                self.snapshots_of(x.id())
-                    .into_iter()
-                    .rev()
-                    .map(move |s| format!("{ds}@{}", rlock(&s.phys).name))
-            })
-            .collect();
+        let snaps = self.snapshot_names_under(&d);
         if !snaps.is_empty() && !recursive {
             return Err(Error::invalid(format!(
                 "cannot destroy '{name}': filesystem has snapshots (use -r to destroy them too)"
             )));
         }
         let mut gone = Vec::new();
-        for s in snaps {
+        for s in snaps.into_iter().rev() {
             self.destroy_snapshot(&s)?;
             gone.push(s);
         }

@@ -215,6 +215,22 @@ impl Pool {
             .cloned()
     }
 
+    /// Full names of the snapshots of `d`'s descendants (deepest first)
+    /// and of `d`, each dataset's oldest first: what `zfs destroy -r d`
+    /// takes with it.
+    pub fn snapshot_names_under(&self, d: &Arc<Dataset>) -> Vec<String> {
+        self.descendants(d)
+            .iter()
+            .chain(std::iter::once(d))
+            .flat_map(|x| {
+                let ds = self.ds_name(&x.rel());
+                self.snapshots_of(x.id())
+                    .into_iter()
+                    .map(move |s| format!("{ds}@{}", rlock(&s.phys).name))
+            })
+            .collect()
+    }
+
     /// The snapshot called `name` ("pool/ds@snap") and its dataset.
     pub fn snapshot(&self, name: &str) -> Result<(Arc<Dataset>, Arc<Snapshot>)> {
         let (ds, snap) = split_name(name)?;
