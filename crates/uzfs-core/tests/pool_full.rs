@@ -45,20 +45,6 @@ fn new_pool(world: &SimWorld, size: u64, seed: u64, tun: Tunables) -> (Arc<Pool>
     (pool, disks)
 }
 
-fn create(fs: &Zpl, name: &str) -> u64 {
-    fs.mknod(
-        fs.root,
-        name.as_bytes(),
-        libc::S_IFREG | 0o644,
-        0,
-        0,
-        0,
-        None,
-    )
-    .expect("create")
-    .ino
-}
-
 /// Write `len` bytes of `pattern(seed)` in 1 MiB calls until done or
 /// ENOSPC; returns the bytes acknowledged. Any other error fails the test.
 fn fill(fs: &Zpl, ino: u64, seed: u64, len: u64) -> u64 {
@@ -104,7 +90,7 @@ fn write_after_delete_on_a_full_pool_is_refused_not_lost() {
     let (pool, disks) = new_pool(&world, 256 * MIB, 1, tun);
     let fs = mount(&pool);
     for i in 0..3 {
-        let ino = create(&fs, &format!("old{i}"));
+        let ino = create_file(&fs, format!("old{i}").as_bytes());
         assert_eq!(fill(&fs, ino, 100 + i, 60 * MIB), 60 * MIB, "old{i}");
     }
     pool.txg_wait_synced().expect("sync");
@@ -113,7 +99,7 @@ fn write_after_delete_on_a_full_pool_is_refused_not_lost() {
             .expect("rm");
     }
     pool.txg_wait_synced().expect("sync");
-    let ino = create(&fs, "new");
+    let ino = create_file(&fs, b"new");
     let got = fill(&fs, ino, 7, 100 * MIB);
     assert!(
         got >= 60 * MIB,
@@ -123,7 +109,7 @@ fn write_after_delete_on_a_full_pool_is_refused_not_lost() {
     assert!(pool.suspended().is_none(), "{:?}", pool.suspended());
     // Removing everything works on the full pool, and commits.
     fs.unlink(fs.root, b"new").expect("rm on a full pool");
-    let ino = create(&fs, "again");
+    let ino = create_file(&fs, b"again");
     let again = fill(&fs, ino, 8, 100 * MIB);
     drop(fs);
     let (pool, disks2) = reopen(&world, pool, &disks);

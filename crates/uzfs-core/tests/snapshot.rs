@@ -68,19 +68,7 @@ fn step(fs: &Zpl, model: &mut Model, rng: &mut SimRng, seed: u64, i: u64) {
                     truncate(fs, a.ino, 0);
                     a.ino
                 }
-                Err(_) => {
-                    fs.mknod(
-                        fs.root,
-                        name.as_bytes(),
-                        libc::S_IFREG | 0o644,
-                        0,
-                        0,
-                        0,
-                        None,
-                    )
-                    .expect("create")
-                    .ino
-                }
+                Err(_) => create_file(fs, name.as_bytes()),
             };
             fs.write(ino, 0, &data).expect("write");
             model.insert(name, data);

@@ -21,12 +21,6 @@ fn mount_with(pool: &Arc<Pool>, name: &str) -> (Zpl, Arc<DsCtx>) {
     (Zpl::mount(ds.os.clone(), ctx.clone()).expect("mount"), ctx)
 }
 
-fn create(fs: &Zpl, name: &[u8]) -> u64 {
-    fs.mknod(fs.root, name, libc::S_IFREG | 0o644, 0, 0, 0, None)
-        .expect("create")
-        .ino
-}
-
 fn read_all(fs: &Zpl, name: &[u8]) -> Option<Vec<u8>> {
     let a = fs.lookup(fs.root, name).ok()?;
     let mut b = Vec::new();
@@ -56,7 +50,7 @@ fn pool_with_a_chain(
     let pool = Pool::create("z", vec![spec(kind, &disks)], opts(seed)).expect("create");
     pool.format_root_fs().expect("format");
     let (fs, ctx) = mount_with(&pool, "z");
-    let f = create(&fs, b"first");
+    let f = create_file(&fs, b"first");
     fs.fsync(f).expect("fsync");
     pool.sync().expect("sync");
     let zil = pool
@@ -103,7 +97,7 @@ fn fsync_writes_the_log_not_a_txg_and_a_power_cut_replays_it() {
         let mut want = Vec::new();
         for i in 0..40u64 {
             let name = format!("f{i}");
-            let ino = create(&fs, name.as_bytes());
+            let ino = create_file(&fs, name.as_bytes());
             let data = pattern(seed * 100 + i, 1000 + (i as usize * 977) % 20_000);
             fs.write(ino, 0, &data).expect("write");
             if i % 3 == 0 {
@@ -171,7 +165,7 @@ fn large_writes_are_written_once_and_logged_by_pointer() {
         let n = if seed < 4 { 2 } else { 3 };
         let (disks, pool, fs, _ctx, zil) = pool_with_a_chain(&world, seed, kind, n);
         // 1 MiB in eight whole 128 KiB blocks, fsynced: eight pointers.
-        let a = create(&fs, b"a");
+        let a = create_file(&fs, b"a");
         let da = pattern(seed, MIB as usize);
         fs.write(a, 0, &da).expect("write");
         let (t0, b0) = (pool.last_txg(), device_bytes(&pool));
@@ -193,7 +187,7 @@ fn large_writes_are_written_once_and_logged_by_pointer() {
         );
         // A second file: logged by pointer, then one block rewritten in
         // part before the txg (that block is not adopted: it is freed).
-        let b = create(&fs, b"b");
+        let b = create_file(&fs, b"b");
         let mut db = pattern(seed + 50, MIB as usize);
         fs.write(b, 0, &db).expect("write");
         fs.fsync(b).expect("fsync");
@@ -271,25 +265,25 @@ fn logbias_is_inherited_and_throughput_logs_every_whole_block_by_pointer() {
     // (16 KiB, below the size latency would copy); a part of one is copied.
     let (fs, _ctx) = mount_with(&pool, "z/c");
     let zil = child.zil.get().cloned().expect("zil");
-    let start = create(&fs, b"start");
+    let start = create_file(&fs, b"start");
     fs.fsync(start).expect("fsync");
     pool.sync().expect("sync");
     let t = pool.last_txg();
     for i in 0..3u64 {
-        let f = create(&fs, format!("t{i}").as_bytes());
+        let f = create_file(&fs, format!("t{i}").as_bytes());
         fs.write(f, 0, &pattern(i, 16384)).expect("write");
         fs.fsync(f).expect("fsync");
     }
     assert_eq!(pool.last_txg(), t, "throughput: an fsync committed a txg");
     assert_eq!(zil.stats.indirect.load(Ordering::Relaxed), 3);
-    let g = create(&fs, b"part");
+    let g = create_file(&fs, b"part");
     fs.write(g, 0, &pattern(9, 5000)).expect("write");
     fs.fsync(g).expect("fsync");
     assert_eq!(zil.stats.indirect.load(Ordering::Relaxed), 3);
     // latency: the same 16 KiB block is copied into the log.
     pool.set_prop(&root, "logbias", "latency").expect("set");
     _ctx.refresh();
-    let h = create(&fs, b"lat");
+    let h = create_file(&fs, b"lat");
     fs.write(h, 0, &pattern(10, 16384)).expect("write");
     fs.fsync(h).expect("fsync");
     assert_eq!(zil.stats.indirect.load(Ordering::Relaxed), 3);
@@ -312,12 +306,12 @@ fn logging_switched_back_on_mid_txg_waits_for_that_txg() {
         let root = pool.dataset("z").expect("root");
         let (fs, ctx) = mount_with(&pool, "z");
         // A chain on disk already, so later commits could use it.
-        let f = create(&fs, b"warm");
+        let f = create_file(&fs, b"warm");
         fs.fsync(f).expect("fsync");
         pool.sync().expect("sync");
         pool.set_prop(&root, "sync", "disabled").expect("set");
         ctx.refresh();
-        let a = create(&fs, b"made-while-off");
+        let a = create_file(&fs, b"made-while-off");
         pool.set_prop(&root, "sync", "standard").expect("set");
         ctx.refresh();
         let data = pattern(seed, 30_000);
@@ -435,7 +429,7 @@ fn a_separate_log_device_takes_the_log_and_its_loss_loses_nothing() {
         assert_eq!(pool.log_vdevs(), vec![1]);
         pool.format_root_fs().expect("format");
         let (fs, _ctx) = mount_with(&pool, "z");
-        let f = create(&fs, b"first");
+        let f = create_file(&fs, b"first");
         fs.fsync(f).expect("fsync");
         pool.sync().expect("sync");
         let tops = pool.io.tops();
@@ -450,7 +444,7 @@ fn a_separate_log_device_takes_the_log_and_its_loss_loses_nothing() {
         let mut want = Vec::new();
         for i in 0..30u64 {
             let name = format!("f{i}");
-            let ino = create(&fs, name.as_bytes());
+            let ino = create_file(&fs, name.as_bytes());
             let bytes = pattern(seed * 100 + i, 3000 + i as usize * 500);
             fs.write(ino, 0, &bytes).expect("write");
             fs.fsync(ino).expect("fsync");
@@ -469,7 +463,7 @@ fn a_separate_log_device_takes_the_log_and_its_loss_loses_nothing() {
         slog.fail_writes(true);
         for i in 30..45u64 {
             let name = format!("f{i}");
-            let ino = create(&fs, name.as_bytes());
+            let ino = create_file(&fs, name.as_bytes());
             let bytes = pattern(seed * 100 + i, 2000);
             fs.write(ino, 0, &bytes).expect("write");
             fs.fsync(ino).unwrap_or_else(|e| {
@@ -518,7 +512,7 @@ fn a_separate_log_device_takes_the_log_and_its_loss_loses_nothing() {
             "seed {seed}: committed data gone"
         );
         // Still takes synchronous writes (through the pool's space).
-        let g = create(&fs, b"after");
+        let g = create_file(&fs, b"after");
         fs.fsync(g).expect("fsync without the log device");
         let _ = slog.name();
     }
@@ -561,7 +555,7 @@ fn files_pool_with_a_chain(
 ) -> (Arc<Pool>, Zpl, Arc<DsCtx>, Arc<uzfs_core::zil::Zil>) {
     let pool = pool_on_files(dir);
     let (fs, ctx) = mount_with(&pool, "z");
-    let f = create(&fs, b"first");
+    let f = create_file(&fs, b"first");
     fs.fsync(f).expect("fsync");
     pool.sync().expect("sync");
     let zil = pool
@@ -590,7 +584,7 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
     let writes = |side: usize| VdevStats::get(&pool.io.tops()[0].children[side].stats.writes);
     let (t0, w0, w1) = (pool.last_txg(), writes(0), writes(1));
     let issued = uzfs_core::vdev::uring::ISSUED.load(Ordering::Relaxed);
-    let ino = create(&fs, b"db");
+    let ino = create_file(&fs, b"db");
     let mut want = vec![0u8; 64 * 4096];
     for i in 0..64u64 {
         // Out of order, so each record lands in the middle of the file.
@@ -602,7 +596,7 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
     }
     // Records larger than a log block (parts of records, so copied): a
     // commit writes several log blocks, all at once.
-    let big = create(&fs, b"big");
+    let big = create_file(&fs, b"big");
     let mut want_big = vec![0u8; 8 * 100_000 + 1000];
     let before_big = uzfs_core::vdev::uring::ISSUED.load(Ordering::Relaxed);
     for i in 0..8u64 {
@@ -655,7 +649,7 @@ fn indirect_writes_on_a_mirror_of_files_go_out_with_their_log_block() {
         zil.stats.indirect.load(Ordering::Relaxed),
         uzfs_core::vdev::uring::ISSUED.load(Ordering::Relaxed),
     );
-    let ino = create(&fs, b"db");
+    let ino = create_file(&fs, b"db");
     let mut want = Vec::new();
     for i in 0..6u64 {
         let data = pattern(500 + i, MIB as usize);
@@ -689,14 +683,14 @@ fn a_log_record_naming_a_block_never_written_ends_the_log_there() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let (pool, fs, _ctx, _zil) = files_pool_with_a_chain(dir.path());
-    let before = create(&fs, b"before");
+    let before = create_file(&fs, b"before");
     fs.write(before, 0, b"acknowledged").expect("write");
-    let big = create(&fs, b"big");
+    let big = create_file(&fs, b"big");
     fs.fsync(before).expect("fsync");
     let block = pattern(77, 128 << 10);
     fs.write(big, 0, &block).expect("write");
     fs.fsync(big).expect("fsync");
-    let after = create(&fs, b"after");
+    let after = create_file(&fs, b"after");
     fs.write(after, 0, b"later").expect("write");
     fs.fsync(after).expect("fsync");
     drop(fs);

@@ -74,6 +74,13 @@ pub fn images(disks: &[SimDevice]) -> Vec<(String, Vec<u8>)> {
     disks.iter().map(|d| (d.name(), d.image())).collect()
 }
 
+/// A regular file `name` (mode 0644) in the root directory of `fs`.
+pub fn create_file(fs: &uzfs_core::zpl::Zpl, name: &[u8]) -> u64 {
+    fs.mknod(fs.root, name, libc::S_IFREG | 0o644, 0, 0, 0, None)
+        .expect("create")
+        .ino
+}
+
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut r = uzfs_core::vdev::sim::SimRng::new(seed);
     let mut v = vec![0u8; len];
