@@ -568,6 +568,28 @@ fn files_pool_with_a_chain(
     (pool, fs, ctx, zil)
 }
 
+/// Import the pool in `dir` (replaying its log), check that each named
+/// file reads back as given (`None`: absent), export; what replay did.
+fn reimport_and_read(
+    dir: &std::path::Path,
+    want: &[(&[u8], Option<&[u8]>)],
+) -> uzfs_core::zil::ReplayReport {
+    let pool = import_from(dir);
+    let report = pool.replay_report();
+    let (fs, _ctx) = mount_with(&pool, "z");
+    for (name, data) in want {
+        assert_eq!(
+            read_all(&fs, name).as_deref(),
+            *data,
+            "{} after replay",
+            String::from_utf8_lossy(name)
+        );
+    }
+    drop(fs);
+    pool.export().expect("export");
+    report
+}
+
 /// Import the one pool found in `dir`.
 fn import_from(dir: &std::path::Path) -> Arc<Pool> {
     use uzfs_core::spa::import::{discover, scan_dir};
@@ -627,13 +649,11 @@ fn fsyncs_on_a_mirror_of_files_are_replayed_after_a_stop_without_a_txg() {
     }
     drop(fs);
     drop(pool);
-    let pool = import_from(dir.path());
-    assert!(pool.replay_report().records > 0, "nothing replayed");
-    let (fs, _ctx) = mount_with(&pool, "z");
-    assert_eq!(read_all(&fs, b"db").as_deref(), Some(&want[..]));
-    assert_eq!(read_all(&fs, b"big").as_deref(), Some(&want_big[..]));
-    drop(fs);
-    pool.export().expect("export");
+    let report = reimport_and_read(
+        dir.path(),
+        &[(b"db", Some(&want)), (b"big", Some(&want_big))],
+    );
+    assert!(report.records > 0, "nothing replayed");
 }
 
 /// Whole blocks fsynced on a mirror of files go out with their log block
@@ -666,12 +686,8 @@ fn indirect_writes_on_a_mirror_of_files_go_out_with_their_log_block() {
     }
     drop(fs);
     drop(pool);
-    let pool = import_from(dir.path());
-    assert!(pool.replay_report().indirect >= 48, "pointers not replayed");
-    let (fs, _ctx) = mount_with(&pool, "z");
-    assert_eq!(read_all(&fs, b"db").as_deref(), Some(&want[..]));
-    drop(fs);
-    pool.export().expect("export");
+    let report = reimport_and_read(dir.path(), &[(b"db", Some(&want))]);
+    assert!(report.indirect >= 48, "pointers not replayed");
 }
 
 /// A log block can reach the disk before the data it names (they go out
@@ -718,14 +734,13 @@ fn a_log_record_naming_a_block_never_written_ends_the_log_there() {
         }
     }
     assert_eq!(erased, 2, "the block's two copies");
-    let pool = import_from(dir.path());
-    let (fs, _ctx) = mount_with(&pool, "z");
-    assert_eq!(
-        read_all(&fs, b"before").as_deref(),
-        Some(&b"acknowledged"[..])
+    // `after` absent: not replayed past the end.
+    reimport_and_read(
+        dir.path(),
+        &[
+            (b"before", Some(b"acknowledged")),
+            (b"big", Some(b"")),
+            (b"after", None),
+        ],
     );
-    assert_eq!(read_all(&fs, b"big").as_deref(), Some(&b""[..]));
-    assert_eq!(read_all(&fs, b"after"), None, "replayed past the end");
-    drop(fs);
-    pool.export().expect("export");
 }
