@@ -49,7 +49,14 @@ fn pool_with_a_chain(
         .collect();
     let pool = Pool::create("z", vec![spec(kind, &disks)], opts(seed)).expect("create");
     pool.format_root_fs().expect("format");
-    let (fs, ctx) = mount_with(&pool, "z");
+    let (fs, ctx, zil) = start_chain(&pool);
+    (disks, pool, fs, ctx, zil)
+}
+
+/// Mount "z" of `pool` and start its log's chain: the first commit of a
+/// chain waits for a txg, which writes the header naming it.
+fn start_chain(pool: &Arc<Pool>) -> (Zpl, Arc<DsCtx>, Arc<uzfs_core::zil::Zil>) {
+    let (fs, ctx) = mount_with(pool, "z");
     let f = create_file(&fs, b"first");
     fs.fsync(f).expect("fsync");
     pool.sync().expect("sync");
@@ -60,7 +67,7 @@ fn pool_with_a_chain(
         .get()
         .cloned()
         .expect("zil");
-    (disks, pool, fs, ctx, zil)
+    (fs, ctx, zil)
 }
 
 /// Cut the power, import (which must replay something) and mount "z".
@@ -554,17 +561,7 @@ fn files_pool_with_a_chain(
     dir: &std::path::Path,
 ) -> (Arc<Pool>, Zpl, Arc<DsCtx>, Arc<uzfs_core::zil::Zil>) {
     let pool = pool_on_files(dir);
-    let (fs, ctx) = mount_with(&pool, "z");
-    let f = create_file(&fs, b"first");
-    fs.fsync(f).expect("fsync");
-    pool.sync().expect("sync");
-    let zil = pool
-        .dataset("z")
-        .expect("ds")
-        .zil
-        .get()
-        .cloned()
-        .expect("zil");
+    let (fs, ctx, zil) = start_chain(&pool);
     (pool, fs, ctx, zil)
 }
 
