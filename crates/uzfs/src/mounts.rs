@@ -110,7 +110,10 @@ pub fn mount(
         .get_prop(ds, "acltype")
         .map(|(v, _)| v == "posix")
         .unwrap_or(false);
-    let mount = || crate::fuse::mount(zpl.clone(), &path, &name, readonly, posix_acl);
+    let mount = || {
+        let ctl = crate::fuse::ctldir::CtlDir::new(pool.clone(), ds.clone());
+        crate::fuse::mount(zpl.clone(), &path, &name, readonly, posix_acl, Some(ctl))
+    };
     let session = match mount() {
         // The check above can miss a dead mount: the kernel answers a
         // stat of its root from the attribute cache. Clear it and retry.

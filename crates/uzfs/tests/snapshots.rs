@@ -96,3 +96,186 @@ fn snapshots_through_the_command_line() {
     );
     e.export_and_zdb("tank");
 }
+
+/// Write a small tree (files of several sizes, a symlink, a subdirectory)
+/// under `root`.
+fn write_tree(root: &std::path::Path, rng: &mut Rng) {
+    for d in ["src", "src/deep", "docs"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    for (i, d) in ["src", "src/deep", "docs"].iter().enumerate() {
+        for j in 0..6 {
+            let len = [0, 100, 4096, 70_000, 300_000, 1 << 20][j];
+            std::fs::write(root.join(d).join(format!("f{i}{j}")), rng.bytes(len)).expect("write");
+        }
+    }
+    std::os::unix::fs::symlink("src/f00", root.join("link")).expect("symlink");
+}
+
+/// `diff -r A B` finds no difference.
+fn same_tree(a: &std::path::Path, b: &std::path::Path) {
+    let o = std::process::Command::new("diff")
+        .arg("-r")
+        .arg(a)
+        .arg(b)
+        .output()
+        .expect("diff");
+    assert!(
+        o.status.success(),
+        "diff -r {} {}:\n{}{}",
+        a.display(),
+        b.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn errno(r: std::io::Result<impl std::fmt::Debug>) -> i32 {
+    r.expect_err("should fail").raw_os_error().unwrap_or(0)
+}
+
+/// `.zfs/snapshot` on a real mount: each snapshot's files as they were,
+/// read-only, browsable with tar, diff and rsync while writes go on in
+/// the head; snapshots created and destroyed while mounted come and go;
+/// `snapdir` hides or lists `.zfs`.
+#[test]
+fn snapshot_directory_on_a_mount() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    let reference = e.dir.path().join("reference");
+    let mut rng = Rng(11);
+    write_tree(&mnt, &mut rng);
+    write_tree(&reference, &mut Rng(11));
+    e.ok(&["zfs", "snapshot", "tank@a"]);
+    // Change the head after it: overwrite, remove, add.
+    std::fs::write(mnt.join("src/f03"), b"changed").expect("overwrite");
+    std::fs::remove_file(mnt.join("docs/f25")).expect("unlink");
+    std::fs::write(mnt.join("added"), b"new").expect("add");
+    e.ok(&["zfs", "snapshot", "tank@b"]);
+
+    // Hidden by default: not listed, but there.
+    let names = |p: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .expect("readdir")
+            .map(|d| d.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(!names(&mnt).contains(&".zfs".to_string()));
+    let snapdir = mnt.join(".zfs/snapshot");
+    assert_eq!(names(&mnt.join(".zfs")), ["snapshot"]);
+    assert_eq!(names(&snapdir), ["a", "b"]);
+    same_tree(&snapdir.join("a"), &reference);
+    assert_eq!(
+        std::fs::read(snapdir.join("b/src/f03")).expect("read"),
+        b"changed"
+    );
+    assert!(!snapdir.join("b/docs/f25").exists());
+    assert_eq!(
+        std::fs::read_link(snapdir.join("a/link")).expect("readlink"),
+        std::path::Path::new("src/f00")
+    );
+    // A snapshot's file is not the head's (another inode).
+    use std::os::unix::fs::MetadataExt;
+    let head_ino = std::fs::metadata(mnt.join("src/f00")).expect("stat").ino();
+    let snap_ino = std::fs::metadata(snapdir.join("a/src/f00"))
+        .expect("stat")
+        .ino();
+    assert_ne!(head_ino, snap_ino);
+
+    // Read-only, every way of changing it.
+    assert_eq!(
+        errno(std::fs::write(snapdir.join("a/x"), b"x")),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(snapdir.join("a/src/f00"))
+        ),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(std::fs::remove_file(snapdir.join("a/src/f00"))),
+        libc::EROFS
+    );
+    assert_eq!(errno(std::fs::create_dir(snapdir.join("c"))), libc::EROFS);
+    assert_eq!(
+        errno(std::fs::rename(mnt.join("added"), snapdir.join("a/added"))),
+        libc::EXDEV
+    );
+    assert_eq!(errno(std::fs::create_dir(mnt.join(".zfs"))), libc::EEXIST);
+
+    // tar, diff and rsync of a snapshot while a writer changes the head.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (mnt, stop) = (mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(5);
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let f = format!("src/f0{}", n % 6);
+                std::fs::write(mnt.join(&f), rng.bytes(50_000)).expect("rewrite");
+                std::fs::write(mnt.join(format!("w{}", n % 50)), rng.bytes(9000)).expect("w");
+                n += 1;
+            }
+            n
+        })
+    };
+    let out = e.dir.path().join("out");
+    for tool in ["tar", "rsync", "diff"] {
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).expect("mkdir");
+        let src = snapdir.join("a");
+        let ok = match tool {
+            "tar" => std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "tar cf - -C {} . | tar xf - -C {}",
+                    src.display(),
+                    out.display()
+                ))
+                .status(),
+            "rsync" => std::process::Command::new("rsync")
+                .arg("-a")
+                .arg(format!("{}/", src.display()))
+                .arg(&out)
+                .status(),
+            _ => {
+                same_tree(&src, &reference);
+                continue;
+            }
+        }
+        .expect(tool);
+        assert!(ok.success(), "{tool} of a snapshot failed");
+        same_tree(&out, &reference);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rewrites = writer.join().expect("writer");
+    assert!(rewrites > 0);
+
+    // Snapshots taken and destroyed while mounted come and go.
+    e.ok(&["zfs", "snapshot", "tank@c"]);
+    assert_eq!(names(&snapdir), ["a", "b", "c"]);
+    let held = snapdir.join("a/src/f01");
+    e.ok(&["zfs", "destroy", "tank@a"]);
+    assert_eq!(names(&snapdir), ["b", "c"]);
+    assert_eq!(
+        errno(std::fs::read(&held)),
+        libc::ENOENT,
+        "a destroyed snapshot's file"
+    );
+    assert_eq!(names(&snapdir.join("c/src")).len(), 7);
+
+    // snapdir=visible lists `.zfs` in the root (once).
+    e.ok(&["zfs", "set", "snapdir=visible", "tank"]);
+    let listed = names(&mnt);
+    assert_eq!(listed.iter().filter(|n| *n == ".zfs").count(), 1);
+    e.fails(&["zfs", "set", "snapdir=shown", "tank"], 1, "snapdir");
+    e.export_and_zdb("tank");
+}

@@ -622,6 +622,7 @@ impl Pool {
             readonly: get("readonly") == "on",
             sync: zpl::fs::SyncMode::parse(&get("sync")),
             throughput: get("logbias") == "throughput",
+            snapdir_visible: get("snapdir") == "visible",
         }
     }
 

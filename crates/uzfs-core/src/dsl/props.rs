@@ -70,6 +70,11 @@ pub const SETTABLE: &[PropDef] = &[
         inherit: true,
     },
     PropDef {
+        name: "snapdir",
+        default: "hidden",
+        inherit: true,
+    },
+    PropDef {
         name: "quota",
         default: "none",
         inherit: false,
@@ -194,6 +199,12 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             "latency" | "throughput" => Ok(v.into()),
             _ => bad("must be 'latency' or 'throughput'"),
         },
+        // `.zfs` answers lookups either way; `visible` also lists it in
+        // the root directory.
+        "snapdir" => match v {
+            "hidden" | "visible" => Ok(v.into()),
+            _ => bad("must be 'hidden' or 'visible'"),
+        },
         "copies" => match v {
             "1" | "2" | "3" => Ok(v.into()),
             _ => bad("must be 1, 2 or 3"),
@@ -250,7 +261,6 @@ pub const NOT_YET: &[&str] = &[
     "sharenfs",
     "sharesmb",
     "snapdev",
-    "snapdir",
     "snapshot_limit",
     "special_small_blocks",
     "utf8only",

@@ -588,13 +588,31 @@ impl Pool {
     /// A snapshot's files, read-only (`.zfs/snapshot/NAME`).
     pub fn mount_snapshot(self: &Arc<Self>, name: &str) -> Result<crate::zpl::Zpl> {
         let (d, s) = self.snapshot(name)?;
-        let os = self.snapshot_objset(&s)?;
+        self.mount_snapshot_of(&d, &s)
+    }
+
+    /// Snapshot `s` of dataset `d`'s files, read-only.
+    pub fn mount_snapshot_of(
+        self: &Arc<Self>,
+        d: &Arc<Dataset>,
+        s: &Snapshot,
+    ) -> Result<crate::zpl::Zpl> {
+        let os = self.snapshot_objset(s)?;
         crate::zpl::Zpl::mount(
             os,
             Arc::new(SnapCtx {
                 pool: self.clone(),
-                ds: d,
+                ds: d.clone(),
             }),
         )
+    }
+
+    /// Snapshot `id`, if it still exists and is the one with `guid` (an
+    /// id is an object number, which a later snapshot may reuse).
+    pub fn live_snapshot(&self, id: u64, guid: u64) -> Option<Arc<Snapshot>> {
+        rlock(&self.dsl.snaps)
+            .get(&id)
+            .filter(|s| rlock(&s.phys).guid == guid)
+            .cloned()
     }
 }

@@ -57,6 +57,8 @@ pub struct ZplProps {
     pub sync: SyncMode,
     /// `logbias=throughput`: the intent log logs whole blocks by pointer.
     pub throughput: bool,
+    /// `snapdir=visible`: the root directory lists `.zfs`.
+    pub snapdir_visible: bool,
 }
 
 /// The `sync` property: when a change is on stable storage.
@@ -92,6 +94,7 @@ impl Default for ZplProps {
             readonly: false,
             sync: SyncMode::Standard,
             throughput: false,
+            snapdir_visible: false,
         }
     }
 }

@@ -248,7 +248,10 @@ pub enum Op<'a> {
         oldnodeid: u64,
         newname: &'a [u8],
     },
-    Open,
+    Open {
+        /// open(2)'s flags (`O_ACCMODE`, `O_TRUNC`, ...).
+        flags: u32,
+    },
     Read {
         offset: u64,
         size: u32,
@@ -399,7 +402,7 @@ pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
             oldnodeid: r.u64(0)?,
             newname: name_only(payload)?,
         },
-        OPEN => Op::Open,
+        OPEN => Op::Open { flags: r.u32(0)? },
         READ => Op::Read {
             offset: r.u64(8)?,
             size: r.u32(16)?,

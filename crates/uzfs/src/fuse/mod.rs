@@ -12,6 +12,7 @@
 //! bit and setattr rights exactly as for a local filesystem.
 
 pub mod abi;
+pub mod ctldir;
 pub mod session;
 pub mod writeback;
 
@@ -30,6 +31,9 @@ const ROOT: u64 = 1;
 
 pub struct FuseFs {
     pub zpl: Arc<Zpl>,
+    /// `.zfs` and the snapshots under it (`ctldir.rs`); none for a mount
+    /// without a dataset behind it.
+    ctl: Option<ctldir::CtlDir>,
     /// Set once the session is up (`negotiated`).
     notifier: std::sync::OnceLock<Notifier>,
     /// Files whose writeback lost data (`writeback.rs`).
@@ -77,37 +81,16 @@ impl FuseFs {
         }
     }
 
-    fn obj(&self, ino: u64) -> u64 {
-        if ino == ROOT {
-            self.zpl.root
-        } else {
-            ino
+    /// The head filesystem's tree.
+    fn head(&self) -> Tree<'_> {
+        Tree {
+            zpl: &self.zpl,
+            tag: 0,
         }
     }
 
-    fn ino(&self, obj: u64) -> u64 {
-        if obj == self.zpl.root {
-            ROOT
-        } else {
-            obj
-        }
-    }
-
-    fn fattr(&self, a: &Attr) -> FAttr {
-        FAttr {
-            ino: self.ino(a.ino),
-            size: a.size,
-            blocks: a.blocks,
-            atime: a.z.atime,
-            mtime: a.z.mtime,
-            ctime: a.z.ctime,
-            mode: a.z.mode,
-            nlink: a.z.nlink,
-            uid: a.z.uid,
-            gid: a.z.gid,
-            rdev: a.z.rdev as u32,
-            blksize: a.blksize,
-        }
+    fn obj(&self, nodeid: u64) -> u64 {
+        self.head().obj(nodeid)
     }
 
     /// Create any kind of node in the request's directory, owned by the
@@ -134,12 +117,6 @@ impl FuseFs {
             h.gid,
             target,
         )
-    }
-
-    fn entry(&self, a: ZResult<Attr>, out: &mut Out<'_>) -> ZResult<()> {
-        let a = a?;
-        out.entry(&self.fattr(&a), a.z.gen, TTL);
-        Ok(())
     }
 
     fn setattr(&self, h: &InHeader, s: &abi::SetattrIn, out: &mut Out<'_>) -> ZResult<()> {
@@ -204,7 +181,64 @@ impl FuseFs {
             }
             r => r?,
         };
-        out.attr_out(&self.fattr(&a), TTL);
+        out.attr_out(&self.head().fattr(&a), TTL);
+        Ok(())
+    }
+}
+
+/// One tree of files the mount serves: the head filesystem (`tag` 0) or
+/// a snapshot's (`tag`: its view in the node id's top bits, `ctldir.rs`).
+#[derive(Clone, Copy)]
+struct Tree<'a> {
+    zpl: &'a Zpl,
+    tag: u64,
+}
+
+impl<'a> Tree<'a> {
+    fn snapshot(zpl: &'a Zpl, view: u64) -> Tree<'a> {
+        Tree {
+            zpl,
+            tag: view << ctldir::VIEW_SHIFT,
+        }
+    }
+
+    fn obj(&self, nodeid: u64) -> u64 {
+        if nodeid == ROOT {
+            self.zpl.root
+        } else {
+            nodeid & ctldir::OBJ_MASK
+        }
+    }
+
+    fn ino(&self, obj: u64) -> u64 {
+        debug_assert!(obj <= ctldir::OBJ_MASK, "object {obj} beyond node ids");
+        if self.tag == 0 && obj == self.zpl.root {
+            ROOT
+        } else {
+            self.tag | obj
+        }
+    }
+
+    fn fattr(&self, a: &Attr) -> FAttr {
+        FAttr {
+            ino: self.ino(a.ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.z.atime,
+            mtime: a.z.mtime,
+            ctime: a.z.ctime,
+            mode: a.z.mode,
+            nlink: a.z.nlink,
+            uid: a.z.uid,
+            gid: a.z.gid,
+            rdev: a.z.rdev as u32,
+            blksize: a.blksize,
+        }
+    }
+
+    fn entry(&self, a: ZResult<Attr>, out: &mut Out<'_>) -> ZResult<()> {
+        let a = a?;
+        out.entry(&self.fattr(&a), a.z.gen, TTL);
         Ok(())
     }
 
@@ -222,28 +256,75 @@ impl FuseFs {
         })
     }
 
-    fn readdir(&self, obj: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
+    /// `ctl`: the root of a mount with `.zfs`, listed after `..` when
+    /// `visible` (a real `.zfs` there is shadowed either way).
+    fn readdir(
+        &self,
+        obj: u64,
+        offset: u64,
+        size: u32,
+        ctl: Option<bool>,
+        out: &mut Out<'_>,
+    ) -> ZResult<()> {
+        let size = size as usize;
         for (next, child, dt, name) in self.zpl.readdir(obj, offset, 256)? {
-            if !out.dirent(size as usize, self.ino(child), next, dt as u32, &name) {
+            if ctl.is_some() && name == ctldir::NAME {
+                continue;
+            }
+            if !out.dirent(size, self.ino(child), next, dt as u32, &name) {
+                break;
+            }
+            if next == 2
+                && ctl == Some(true)
+                && !out.dirent(size, ctldir::CTL_DIR, 2, ctldir::DT_DIR, ctldir::NAME)
+            {
                 break;
             }
         }
         Ok(())
     }
 
-    fn statfs(&self, out: &mut Out<'_>) {
-        let (total, avail, files, ffree) = self.zpl.statfs();
-        let bs = 4096u64;
-        out.statfs(
-            total / bs,
-            avail / bs,
-            avail / bs,
-            files + ffree,
-            ffree,
-            bs as u32,
-            255,
-            bs as u32,
-        )
+    /// The requests that only read, for any tree.
+    fn query(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
+        let zpl = self.zpl;
+        let obj = self.obj(h.nodeid);
+        match op {
+            Op::Lookup { name } => self.entry(zpl.lookup(obj, name), out),
+            Op::Getattr => {
+                let a = zpl.getattr(obj)?;
+                out.attr_out(&self.fattr(&a), TTL);
+                Ok(())
+            }
+            Op::Readlink => {
+                let t = zpl.readlink(obj)?;
+                out.put(&t);
+                Ok(())
+            }
+            Op::Read { offset, size } => self.read(obj, offset, size, out),
+            Op::Getxattr { size, name } => xattr_reply(&zpl.getxattr(obj, name)?, size, out),
+            Op::Listxattr { size } => {
+                let mut b = Vec::new();
+                for n in zpl.listxattr(obj)? {
+                    b.extend_from_slice(&n);
+                    b.push(0);
+                }
+                xattr_reply(&b, size, out)
+            }
+            Op::Opendir => {
+                out.open(0, 0);
+                Ok(())
+            }
+            Op::Readdir { offset, size } => self.readdir(obj, offset, size, None, out),
+            Op::Releasedir => Ok(()),
+            Op::Lseek { offset, whence } => self.lseek(obj, offset, whence, out),
+            // Nothing to do at close (data reaches the DMU on each write);
+            // the kernel stops sending FLUSH after ENOSYS, saving a round
+            // trip per close. Dirty pages are still written back before
+            // close returns.
+            Op::Flush | Op::OneWay | Op::Unsupported => Err(libc::ENOSYS),
+            // Changes (the head answers them before it gets here).
+            _ => Err(libc::EROFS),
+        }
     }
 
     fn lseek(&self, obj: u64, offset: u64, whence: u32, out: &mut Out<'_>) -> ZResult<()> {
@@ -259,11 +340,39 @@ impl FuseFs {
     }
 }
 
+impl FuseFs {
+    fn statfs(&self, out: &mut Out<'_>) {
+        let (total, avail, files, ffree) = self.zpl.statfs();
+        let bs = 4096u64;
+        out.statfs(
+            total / bs,
+            avail / bs,
+            avail / bs,
+            files + ffree,
+            ffree,
+            bs as u32,
+            255,
+            bs as u32,
+        )
+    }
+}
+
 impl Handler for FuseFs {
     /// `sync=always`: every change is committed before it is answered
     /// (files are opened with direct I/O there, so each write(2) arrives
     /// here before it returns, see `open_flags`).
     fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
+        let view = ctldir::view_of(h.nodeid);
+        if view != 0 {
+            let Some(ctl) = &self.ctl else {
+                return Err(libc::ENOENT);
+            };
+            return if view == ctldir::CTL_VIEW {
+                self.ctl_dispatch(ctl, h, op, out)
+            } else {
+                self.snap_dispatch(ctl, view, h, op, out)
+            };
+        }
         let commit = op.is_change() && self.sync_mode() == SyncMode::Always;
         let obj = self.obj(h.nodeid);
         self.dispatch(h, op, out)?;
@@ -296,22 +405,49 @@ impl FuseFs {
         }
     }
 
+    /// Whether `op` in directory `dir` names `.zfs` at the root: creating
+    /// it answers EEXIST, removing or renaming it EBUSY (it is not there
+    /// to change; a real `.zfs` it shadows stays as it is).
+    fn touches_ctl(&self, dir: u64, op: &Op<'_>) -> ZResult<()> {
+        if self.ctl.is_none() {
+            return Ok(());
+        }
+        let at_root = |d: u64, n: &[u8]| d == ROOT && n == ctldir::NAME;
+        match *op {
+            Op::Mknod { name, .. }
+            | Op::Mkdir { name, .. }
+            | Op::Symlink { name, .. }
+            | Op::Create { name, .. }
+            | Op::Link { newname: name, .. }
+                if at_root(dir, name) =>
+            {
+                Err(libc::EEXIST)
+            }
+            Op::Unlink { name } | Op::Rmdir { name } if at_root(dir, name) => Err(libc::EBUSY),
+            Op::Rename {
+                newdir,
+                name,
+                newname,
+                ..
+            } if at_root(dir, name) || at_root(newdir, newname) => Err(libc::EBUSY),
+            _ => Ok(()),
+        }
+    }
+
     fn dispatch(&self, h: &InHeader, op: Op<'_>, out: &mut Out<'_>) -> ZResult<()> {
         let zpl = &self.zpl;
+        let head = self.head();
         let obj = self.obj(h.nodeid);
+        self.touches_ctl(h.nodeid, &op)?;
         match op {
-            Op::Lookup { name } => self.entry(zpl.lookup(obj, name), out),
-            Op::Getattr => {
-                let a = zpl.getattr(obj)?;
-                out.attr_out(&self.fattr(&a), TTL);
-                Ok(())
-            }
+            Op::Lookup { name } if h.nodeid == ROOT && name == ctldir::NAME => match &self.ctl {
+                Some(ctl) => {
+                    ctl.attr_entry(out);
+                    Ok(())
+                }
+                None => head.query(h, op, out),
+            },
             Op::Setattr(s) => self.setattr(h, &s, out),
-            Op::Readlink => {
-                let t = zpl.readlink(obj)?;
-                out.put(&t);
-                Ok(())
-            }
             Op::Mknod {
                 mode,
                 rdev,
@@ -319,18 +455,23 @@ impl FuseFs {
                 name,
             } => {
                 let r = self.make(h, name, mode, umask, rdev as u64, None);
-                self.entry(r, out)
+                head.entry(r, out)
             }
             Op::Mkdir { mode, umask, name } => {
                 let r = self.make(h, name, libc::S_IFDIR | (mode & 0o7777), umask, 0, None);
-                self.entry(r, out)
+                head.entry(r, out)
             }
             Op::Unlink { name } => zpl.unlink(obj, name),
             Op::Rmdir { name } => zpl.rmdir(obj, name),
             Op::Symlink { name, target } => {
                 let r = self.make(h, name, libc::S_IFLNK | 0o777, 0, 0, Some(target));
-                self.entry(r, out)
+                head.entry(r, out)
             }
+            // Into or out of `.zfs`: another (read-only) filesystem.
+            Op::Rename { newdir, .. }
+            | Op::Link {
+                oldnodeid: newdir, ..
+            } if ctldir::view_of(newdir) != 0 => Err(libc::EXDEV),
             Op::Rename {
                 newdir,
                 flags,
@@ -338,62 +479,22 @@ impl FuseFs {
                 newname,
             } => zpl.rename(obj, name, self.obj(newdir), newname, flags),
             Op::Link { oldnodeid, newname } => {
-                self.entry(zpl.link(self.obj(oldnodeid), obj, newname), out)
+                head.entry(zpl.link(self.obj(oldnodeid), obj, newname), out)
             }
-            Op::Open => {
+            Op::Open { .. } => {
                 zpl.open(obj)?;
                 out.open(0, self.open_flags());
                 Ok(())
             }
-            Op::Read { offset, size } => self.read(obj, offset, size, out),
             Op::Write {
                 offset,
                 write_flags,
                 data,
-            } => {
-                let cached = write_flags & abi::WRITE_CACHE != 0;
-                if cached {
-                    self.writeback.before(h.nodeid, offset, || {
-                        zpl.getattr(obj).map_or(u64::MAX, |a| a.size)
-                    })?;
-                }
-                let kill = write_flags & abi::WRITE_KILL_SUIDGID != 0;
-                let (n, mode_changed) = match zpl.write_kill(obj, offset, data, kill) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        if cached && (e == libc::ENOSPC || e == libc::EDQUOT) {
-                            let keep = self.writeback.lost(h.nodeid, offset, e);
-                            self.cut_after_lost_writeback(obj, keep);
-                        }
-                        return Err(e);
-                    }
-                };
-                if cached {
-                    if let Err((keep, e)) = self.writeback.landed(h.nodeid, offset, n as u64) {
-                        self.cut_after_lost_writeback(obj, keep);
-                        return Err(e);
-                    }
-                }
-                // The kernel still caches the set-id mode (it leaves the
-                // clearing to us, HANDLE_KILLPRIV_V2): drop it before the
-                // writer can close and exec the file.
-                if mode_changed {
-                    if let Some(n) = self.notifier.get() {
-                        n.inval_attr(h.nodeid);
-                    }
-                }
-                out.written(n as u32);
-                Ok(())
-            }
+            } => self.write(h, obj, offset, write_flags, data, out),
             Op::Statfs => {
                 self.statfs(out);
                 Ok(())
             }
-            // Nothing to do at close (data reaches the DMU on each write);
-            // the kernel stops sending FLUSH after ENOSYS, saving a round
-            // trip per close. Dirty pages are still written back before
-            // close returns.
-            Op::Flush => Err(libc::ENOSYS),
             Op::Release => {
                 self.writeback.settled(h.nodeid);
                 zpl.release(obj)
@@ -413,26 +514,15 @@ impl FuseFs {
                 let kill_sgid = setxattr_flags & abi::SETXATTR_ACL_KILL_SGID != 0;
                 zpl.setxattr_kill(obj, name, Some(value), flags as i32, kill_sgid)
             }
-            Op::Getxattr { size, name } => xattr_reply(&zpl.getxattr(obj, name)?, size, out),
-            Op::Listxattr { size } => {
-                let mut b = Vec::new();
-                for n in zpl.listxattr(obj)? {
-                    b.extend_from_slice(&n);
-                    b.push(0);
-                }
-                xattr_reply(&b, size, out)
-            }
             Op::Removexattr { name } => zpl.setxattr(obj, name, None, 0),
-            Op::Opendir => {
-                out.open(0, 0);
-                Ok(())
+            Op::Readdir { offset, size } if h.nodeid == ROOT && self.ctl.is_some() => {
+                let visible = zpl.ctx().props().snapdir_visible;
+                head.readdir(obj, offset, size, Some(visible), out)
             }
-            Op::Readdir { offset, size } => self.readdir(obj, offset, size, out),
-            Op::Releasedir => Ok(()),
             Op::Create { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
                 zpl.open(a.ino)?;
-                out.entry(&self.fattr(&a), a.z.gen, TTL);
+                out.entry(&head.fattr(&a), a.z.gen, TTL);
                 out.open(0, self.open_flags());
                 Ok(())
             }
@@ -441,9 +531,53 @@ impl FuseFs {
                 length,
                 mode,
             } => zpl.fallocate(obj, mode as i32, offset, length),
-            Op::Lseek { offset, whence } => self.lseek(obj, offset, whence, out),
-            Op::OneWay | Op::Unsupported => Err(libc::ENOSYS),
+            op => head.query(h, op, out),
         }
+    }
+
+    fn write(
+        &self,
+        h: &InHeader,
+        obj: u64,
+        offset: u64,
+        write_flags: u32,
+        data: &[u8],
+        out: &mut Out<'_>,
+    ) -> ZResult<()> {
+        let zpl = &self.zpl;
+        let cached = write_flags & abi::WRITE_CACHE != 0;
+        if cached {
+            self.writeback.before(h.nodeid, offset, || {
+                zpl.getattr(obj).map_or(u64::MAX, |a| a.size)
+            })?;
+        }
+        let kill = write_flags & abi::WRITE_KILL_SUIDGID != 0;
+        let (n, mode_changed) = match zpl.write_kill(obj, offset, data, kill) {
+            Ok(r) => r,
+            Err(e) => {
+                if cached && (e == libc::ENOSPC || e == libc::EDQUOT) {
+                    let keep = self.writeback.lost(h.nodeid, offset, e);
+                    self.cut_after_lost_writeback(obj, keep);
+                }
+                return Err(e);
+            }
+        };
+        if cached {
+            if let Err((keep, e)) = self.writeback.landed(h.nodeid, offset, n as u64) {
+                self.cut_after_lost_writeback(obj, keep);
+                return Err(e);
+            }
+        }
+        // The kernel still caches the set-id mode (it leaves the clearing
+        // to us, HANDLE_KILLPRIV_V2): drop it before the writer can close
+        // and exec the file.
+        if mode_changed {
+            if let Some(n) = self.notifier.get() {
+                n.inval_attr(h.nodeid);
+            }
+        }
+        out.written(n as u32);
+        Ok(())
     }
 }
 
@@ -511,12 +645,14 @@ pub fn mount(
     fsname: &str,
     readonly: bool,
     posix_acl: bool,
+    ctl: Option<ctldir::CtlDir>,
 ) -> std::io::Result<Session> {
     std::fs::create_dir_all(mountpoint)?;
     let config = session_config(fsname, readonly);
     session::mount(
         Arc::new(FuseFs {
             zpl,
+            ctl,
             notifier: Default::default(),
             writeback: Default::default(),
         }),
