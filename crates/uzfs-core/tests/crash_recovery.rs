@@ -36,10 +36,10 @@ const SMALL: u64 = 64 << 20;
 /// not exist, and every object of the model must hold its bytes.
 fn check_matches(pool: &Pool, model: &Model, seed: u64) {
     let model_max = model.keys().next_back().copied().unwrap_or(0);
-    let span = pool.root.dnode_count_estimate().max(model_max + 1);
+    let span = pool.root().dnode_count_estimate().max(model_max + 1);
     for obj in 1..span {
         let exists = pool
-            .root
+            .root()
             .exists(obj)
             .unwrap_or_else(|e| panic!("seed {seed}: exists({obj}): {e}"));
         match model.get(&obj) {

@@ -21,7 +21,7 @@ fn emptied_dnode_blocks_are_freed() {
     p.format_root_fs().expect("format");
     let fs = mount_fs(&p, "tank");
     p.txg_wait_synced().expect("sync");
-    let base = p.root.space().used;
+    let base = p.root().space().used;
     let r = fs.root;
     for round in 0..2 {
         for d in 0..DIRS {
@@ -43,7 +43,7 @@ fn emptied_dnode_blocks_are_freed() {
             }
         }
         p.txg_wait_synced().expect("sync");
-        let full = p.root.space().used;
+        let full = p.root().space().used;
         assert!(full > base + 1_000_000, "round {round}: {full} vs {base}");
         for d in 0..DIRS {
             let dname = format!("d{d}");
@@ -58,7 +58,7 @@ fn emptied_dnode_blocks_are_freed() {
         for _ in 0..3 {
             p.txg_wait_synced().expect("sync");
         }
-        let after = p.root.space().used;
+        let after = p.root().space().used;
         assert!(
             after <= base + (64 << 10),
             "round {round}: {} objects created and deleted leave {after} bytes used (empty: {base})",

@@ -27,10 +27,10 @@ fn fill(pool: &Pool, objs: &mut Vec<u64>, n: u64) {
     let props = ObjProps::default();
     for _ in 0..n {
         let o = pool
-            .root
+            .root()
             .create_object(ot::PLAIN_FILE, 16384, &props)
             .expect("create");
-        pool.root.write(o, 0, &pattern(o, 16384)).expect("write");
+        pool.root().write(o, 0, &pattern(o, 16384)).expect("write");
         objs.push(o);
     }
     pool.sync().expect("sync while filling");

@@ -254,7 +254,7 @@ fn a_sync_short_of_space_reuses_the_previous_txgs_frees() {
     let want = free - (24 << 20) + (8 << 20);
     assert!(want < free && want < size);
     let data = pattern(2, want as usize);
-    pool.root.write(b, 0, &data).expect("write b");
+    pool.root().write(b, 0, &data).expect("write b");
     pool.sync()
         .unwrap_or_else(|e| panic!("sync of {want} bytes with {free} free (24 MiB deferred): {e}"));
     assert!(pool.suspended().is_none());

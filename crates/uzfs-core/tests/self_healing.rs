@@ -130,7 +130,7 @@ fn both_sides_bad_is_a_clear_error() {
     let o = pool.create_object(4096, &ObjProps::default()).expect("obj");
     pool.write(o, 0, &pattern(5, 64 << 10)).expect("write");
     pool.sync().expect("sync");
-    let dn = pool.root.synced_dnode(o).expect("dnode");
+    let dn = pool.root().synced_dnode(o).expect("dnode");
     let bp = find_l0_bp(&*pool.io, &dn, 3)
         .expect("walk")
         .expect("block 3 exists");

@@ -1,11 +1,11 @@
 //! Snapshots (`dsl/snapshot.rs`): random file operations interleaved with
-//! snapshots and their destruction, against a model. At every check each
+//! snapshots, their destruction and rollbacks to them, against a model. At every check each
 //! snapshot reads back as the model had it when it was taken; its space
 //! figures add up; zdb (which walks every snapshot and checks every dead
 //! list) is clean after export; and destroying every snapshot and file
 //! gives the dataset back the space of an empty one. A power cut at any
 //! I/O while snapshots are taken and destroyed imports to a committed
-//! state with zdb clean.
+//! state with zdb clean, rollbacks included.
 
 mod common;
 use common::*;
@@ -103,6 +103,29 @@ fn step(fs: &Zpl, model: &mut Model, rng: &mut SimRng, seed: u64, i: u64) {
     }
 }
 
+/// Snapshots of `z` taken after `name`'s, oldest first.
+fn later_than(pool: &Pool, name: &str) -> Vec<String> {
+    let (d, s) = pool.snapshot(&format!("z@{name}")).expect("snapshot");
+    let txg = s.phys().txg;
+    pool.snapshots_of(d.id())
+        .iter()
+        .map(|x| x.phys())
+        .filter(|p| p.txg > txg)
+        .map(|p| p.name)
+        .collect()
+}
+
+/// `zfs rollback -r z@name` as the command does it: unmounted, the later
+/// snapshots destroyed, then the rollback; mounted again.
+fn rollback_r(pool: &Arc<Pool>, fs: Zpl, name: &str) -> uzfs_core::Result<Zpl> {
+    drop(fs);
+    for l in later_than(pool, name) {
+        pool.destroy_snapshot(&format!("z@{l}"))?;
+    }
+    pool.rollback(&format!("z@{name}"))?;
+    Ok(mount(pool))
+}
+
 /// Every snapshot reads back as the model had it, and the dataset's
 /// space figures add up.
 fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str) {
@@ -160,6 +183,7 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
 #[test]
 fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() {
     let seeds = env_u64("UZFS_SNAP_SEEDS", 4);
+    let mut rollbacks = 0;
     for seed in 0..seeds {
         let world = SimWorld::new();
         let mut disks: Vec<_> = (0..2)
@@ -195,6 +219,28 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                 }
                 3 => {
                     pool.sync().expect("sync");
+                }
+                4 if !snaps.is_empty() => {
+                    let names: Vec<String> = snaps.keys().cloned().collect();
+                    let name = names[rng.below(names.len() as u64) as usize].clone();
+                    let later = later_than(&pool, &name);
+                    if !later.is_empty() {
+                        let err = pool
+                            .rollback(&format!("z@{name}"))
+                            .expect_err("later snapshots exist");
+                        assert!(err.to_string().contains("more recent"), "{err}");
+                    }
+                    fs = rollback_r(&pool, fs, &name).expect("rollback");
+                    rollbacks += 1;
+                    for l in later {
+                        snaps.remove(&l);
+                    }
+                    model = snaps[&name].clone();
+                    assert_eq!(
+                        contents(&fs),
+                        model,
+                        "seed {seed} step {i}: rolled back to {name}"
+                    );
                 }
                 _ => {}
             }
@@ -240,6 +286,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         pool.export().expect("export");
         assert_zdb_clean(&disks, &format!("seed {seed}: all destroyed"));
     }
+    assert!(rollbacks > 0, "no seed rolled back");
 }
 
 /// `-r`: one call, one txg, every dataset's snapshot; the dataset with
@@ -291,6 +338,7 @@ fn snapshots_of_several_datasets_land_in_one_txg() {
 fn a_power_cut_during_snapshots_leaves_a_committed_state() {
     let seeds = env_u64("UZFS_SNAP_CRASH_SEEDS", 12);
     let base = env_u64("UZFS_SNAP_CRASH_BASE", 0);
+    let mut rollbacks = 0;
     for seed in base..base + seeds {
         let world = SimWorld::new();
         let disks: Vec<_> = (0..2)
@@ -300,7 +348,7 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
             Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
         pool.format_root_fs().expect("format");
         pool.sync().expect("sync");
-        let fs = mount(&pool);
+        let mut fs = mount(&pool);
         let mut rng = SimRng::new(seed ^ 0x5eed);
         world.cut_power_after(world.ops() + 50 + rng.below(1500));
         let mut model = Model::new();
@@ -327,6 +375,29 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
                     let name = &names[rng.below(names.len() as u64) as usize];
                     doomed.insert(name.clone());
                     pool.destroy_snapshot(&format!("z@{name}"))
+                }
+                2 if !taken.is_empty() => {
+                    let latest = pool
+                        .snapshots()
+                        .last()
+                        .map(|(n, _)| n.split_once('@').map_or(String::new(), |x| x.1.to_string()));
+                    match latest {
+                        Some(name) if taken.contains_key(&name) => {
+                            match rollback_r(&pool, fs, &name) {
+                                Ok(f) => {
+                                    rollbacks += 1;
+                                    fs = f;
+                                    model = taken[&name].clone();
+                                    Ok(())
+                                }
+                                Err(e) => {
+                                    fs = mount(&pool);
+                                    Err(e)
+                                }
+                            }
+                        }
+                        _ => Ok(()),
+                    }
                 }
                 _ => Ok(()),
             };
@@ -363,4 +434,5 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
         pool.export().expect("export");
         assert_zdb_clean(&disks, &format!("seed {seed}: after the crash"));
     }
+    assert!(seeds < 4 || rollbacks > 0, "no seed rolled back");
 }

@@ -246,6 +246,42 @@ pub fn mounted_in_pool(d: &Daemon, pool: &str) -> Vec<String> {
         .collect()
 }
 
+/// Mounted datasets among `ds` and its descendants, deepest mount first.
+pub fn mounted_under(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Vec<String> {
+    let mut names: Vec<String> = pool
+        .descendants(ds)
+        .iter()
+        .chain(std::iter::once(ds))
+        .map(|x| pool.ds_name(&x.rel()))
+        .collect();
+    let g = lock(d);
+    names.retain(|n| g.by_name.contains_key(n));
+    names.sort_by_key(|n| {
+        std::cmp::Reverse(g.by_name.get(n).map_or(0, |m| m.path.as_os_str().len()))
+    });
+    names
+}
+
+/// Mount `names` again (shallowest first, so each mount point's parent is
+/// there): what an operation that unmounted them took down. The errors,
+/// one per dataset that did not come back.
+pub fn remount(d: &Daemon, pool: &Arc<Pool>, names: &[String]) -> Vec<String> {
+    let mut errs = Vec::new();
+    for n in names.iter().rev() {
+        if lock(d).by_name.contains_key(n) {
+            continue;
+        }
+        let r = pool
+            .dataset(n)
+            .map_err(|e| format!("cannot mount '{n}': {e}"))
+            .and_then(|ds| mount(d, pool, &ds, None));
+        if let Err(e) = r {
+            errs.push(e);
+        }
+    }
+    errs
+}
+
 pub fn unmount_pool(d: &Daemon, pool: &str, force: bool) -> Result<(), String> {
     unmount_many(d, mounted_in_pool(d, pool), force)
 }

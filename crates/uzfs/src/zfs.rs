@@ -90,10 +90,11 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "unmount" | "umount" => unmount(d, rest),
         "rename" => rename(d, rest),
         "snapshot" | "snap" => snapshot(d, rest),
-        "clone" | "rollback" | "send" | "receive" | "recv" | "promote" | "hold" | "holds"
-        | "release" | "bookmark" | "diff" | "redact" => Response::err(
+        "rollback" => rollback(d, rest),
+        "clone" | "send" | "receive" | "recv" | "promote" | "hold" | "holds" | "release"
+        | "bookmark" | "diff" | "redact" => Response::err(
             2,
-            format!("zfs {cmd}: not supported yet (snapshots are taken, listed and destroyed; clones, rollback and the rest are not implemented yet)"),
+            format!("zfs {cmd}: not supported yet (snapshots are taken, listed, browsed, rolled back to and destroyed; clones and the rest are not implemented yet)"),
         ),
         c if NOT_YET.contains(&c) => Response::err(2, format!("zfs {c}: not supported yet")),
         other => usage_err(&format!("unrecognized command '{other}'")),
@@ -314,6 +315,78 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
 
 /// `zfs snapshot [-r] DS@SNAP...`: every snapshot named (with `-r`, of
 /// every descendant too) in one txg of their pool, or none.
+/// `zfs rollback [-rRf] DS@SNAP`: the dataset becomes its snapshot again
+/// and loses every change since. SNAP must be the latest snapshot unless
+/// `-r` destroys the later ones first (`-R` would also destroy their
+/// clones; uzfs has none yet, so it is `-r`). A mounted filesystem (and
+/// any mounted beneath it) is unmounted around the rollback and mounted
+/// again, so no open file survives it: busy mounts refuse, `-f` detaches
+/// them. (OpenZFS keeps the mount and invalidates its files instead.)
+fn rollback(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "rRf") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [name] = rest.as_slice() else {
+        return usage_err("expected one snapshot name");
+    };
+    let Some((ds_name, _)) = name.split_once('@') else {
+        return usage_err(&format!("'{name}' is not a snapshot"));
+    };
+    let (pool, ds) = match lookup(d, ds_name) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let Ok((_, s)) = pool.snapshot(name) else {
+        return err(format!("cannot open '{name}': dataset does not exist"));
+    };
+    let txg = s.phys().txg;
+    let later: Vec<String> = pool
+        .snapshots_of(ds.id())
+        .iter()
+        .map(|x| x.phys())
+        .filter(|p| p.txg > txg)
+        .map(|p| format!("{ds_name}@{}", p.name))
+        .collect();
+    if !later.is_empty() && !has(&o, 'r') && !has(&o, 'R') {
+        return err(format!(
+            "cannot rollback to '{name}': more recent snapshots or bookmarks exist\n\
+             use '-r' to force deletion of the following snapshots and bookmarks:\n{}",
+            later.join("\n")
+        ));
+    }
+    let mounted = mounts::mounted_under(d, &pool, &ds);
+    if let Err(e) = mounts::unmount_many(d, mounted.clone(), has(&o, 'f')) {
+        let back = mounts::remount(d, &pool, &mounted);
+        return err(format!("cannot rollback '{ds_name}': {e}{}", lines(&back)));
+    }
+    let mut r = Ok(());
+    for l in &later {
+        r = pool.destroy_snapshot(l);
+        if r.is_err() {
+            break;
+        }
+    }
+    let r = r.and_then(|_| pool.rollback(name));
+    let back = mounts::remount(d, &pool, &mounted);
+    match r {
+        Ok(()) => {
+            pool.log_history(&format!("zfs rollback {}", args.join(" ")));
+            if back.is_empty() {
+                Response::ok(String::new())
+            } else {
+                err(format!("rolled back to '{name}', but{}", lines(&back)))
+            }
+        }
+        Err(e) => err(format!("cannot rollback to '{name}': {e}{}", lines(&back))),
+    }
+}
+
+/// Further error lines, each on its own line.
+fn lines(v: &[String]) -> String {
+    v.iter().map(|l| format!("\n{l}")).collect()
+}
+
 fn snapshot(d: &Daemon, args: &[String]) -> Response {
     let (o, rest) = match getopt(args, "ro:") {
         Ok(x) => x,

@@ -244,6 +244,9 @@ pub struct Objset {
     /// (txg, object, block id): the sync of that txg adopts them instead
     /// of writing them again (OpenZFS's `dmu_sync` override).
     overrides: Mutex<HashMap<(u64, u64, u64), Vec<Override>>>,
+    /// Write the object-set block at the next sync even if nothing else
+    /// changed (a rollback's new head: `rewrite_root`).
+    rewrite: std::sync::atomic::AtomicBool,
 }
 
 /// A dirty block written early by the intent log (see `Objset::overrides`).
@@ -408,6 +411,7 @@ impl Objset {
             log: std::sync::OnceLock::new(),
             opened_log_header: [0; LOG_HEADER_SIZE],
             overrides: Mutex::new(HashMap::new()),
+            rewrite: Default::default(),
         }
     }
 
@@ -1216,7 +1220,10 @@ impl Objset {
         // blocks stay lent until it changes again (found by the POSIX
         // suite: 49 MiB of log blocks held by an idle dataset).
         let log_wants = self.log.get().is_some_and(|l| l.wants_header(dirty.txg));
-        if dirty.is_empty() && !os_bp.is_hole() && !log_wants {
+        let rewrite = self
+            .rewrite
+            .swap(false, std::sync::atomic::Ordering::Relaxed);
+        if dirty.is_empty() && !os_bp.is_hole() && !log_wants && !rewrite {
             return Ok(os_bp);
         }
         let reader = &*self.reader;
@@ -1317,29 +1324,22 @@ impl Objset {
 
     /// Free every block of this object set (a destroyed dataset): each
     /// object's tree, the meta-dnode's tree and the object-set block.
-    pub fn free_everything(&self, w: &mut dyn BlockWriter) -> Result<()> {
-        let (meta, bp) = {
-            let st = lock(&self.st);
-            (st.meta.clone(), st.bp)
-        };
-        if bp.is_hole() {
-            return Ok(());
-        }
-        let reader = &*self.reader;
-        let nblocks = meta.size.div_ceil(DNODE_BLOCK_SIZE as u64);
-        for blkid in 0..nblocks {
-            if let Some(block) = read_tree_block(reader, &meta, blkid)? {
-                for chunk in block.chunks_exact(DNODE_SIZE) {
-                    let dn = DnodePhys::decode(chunk)?;
-                    if !dn.is_free() {
-                        free_tree(reader, w, &dn)?;
-                    }
-                }
-            }
-        }
-        free_tree(reader, w, &meta)?;
-        w.free_bp(&bp);
-        Ok(())
+    /// Free every block of this object set born after `min_txg` (0:
+    /// every block), from its last synced state: a destroyed dataset's, or
+    /// a rolled-back head's blocks younger than the snapshot it went back
+    /// to. A subtree born at or before `min_txg` is skipped whole: blocks
+    /// are never changed in place, so nothing beneath it is younger.
+    pub fn free_born_after(&self, w: &mut dyn BlockWriter, min_txg: u64) -> Result<()> {
+        let bp = lock(&self.st).bp;
+        free_after(&*self.reader, w, &bp, min_txg, Holds::ObjsetBlock)
+    }
+
+    /// The next sync writes this set's object-set block even if nothing
+    /// changed: a head rolled back to a snapshot must get a block of its
+    /// own (the snapshot keeps its) and an empty log header.
+    pub fn rewrite_root(&self) {
+        self.rewrite
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A sync-context write (MOS passes after the first): read-modify-write
@@ -1754,6 +1754,53 @@ fn free_node(
         return Ok(BlkPtr::HOLE);
     }
     rewrite_indirect(w, dn, old, level, &children, used)
+}
+
+/// What a block holds, for [`free_after`].
+#[derive(Clone, Copy, PartialEq)]
+enum Holds {
+    /// The object-set block: the meta-dnode.
+    ObjsetBlock,
+    /// Dnodes (the meta-dnode's tree): each one's tree too.
+    Dnodes,
+    /// Data or indirect blocks of an object.
+    Data,
+}
+
+/// Free `bp` and every block beneath it born after `min_txg`.
+fn free_after(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    bp: &BlkPtr,
+    min_txg: u64,
+    holds: Holds,
+) -> Result<()> {
+    if bp.is_hole() || bp.birth <= min_txg {
+        return Ok(());
+    }
+    let trees = |dn: &DnodePhys, holds: Holds, w: &mut dyn BlockWriter| -> Result<()> {
+        for c in dn.blkptr.iter() {
+            free_after(reader, w, c, min_txg, holds)?;
+        }
+        Ok(())
+    };
+    if bp.level > 0 {
+        for c in decode_indirect(&reader.read_bp(bp)?, bp.level)? {
+            free_after(reader, w, &c, min_txg, holds)?;
+        }
+    } else if holds == Holds::ObjsetBlock {
+        let (_, meta) = decode_objset_phys(&reader.read_bp(bp)?)?;
+        trees(&meta, Holds::Dnodes, w)?;
+    } else if holds == Holds::Dnodes {
+        for chunk in reader.read_bp(bp)?.chunks_exact(DNODE_SIZE) {
+            let dn = DnodePhys::decode(chunk)?;
+            if !dn.is_free() {
+                trees(&dn, Holds::Data, w)?;
+            }
+        }
+    }
+    w.free_bp(bp);
+    Ok(())
 }
 
 /// Free every block of an object.

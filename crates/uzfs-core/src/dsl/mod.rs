@@ -95,8 +95,10 @@ pub struct Dsl {
     pub list: RwLock<BTreeMap<u64, Arc<Dataset>>>,
     /// The record changed: rewrite it in the next txg.
     pub dirty: Mutex<bool>,
-    /// Destroyed datasets whose blocks the next sync frees.
-    pub doomed: Mutex<Vec<Arc<Objset>>>,
+    /// Object sets whose blocks the next sync frees, each with the txg
+    /// its blocks must be born after to go (0: all): destroyed datasets,
+    /// and heads rolled back to a snapshot of that txg.
+    pub doomed: Mutex<Vec<(Arc<Objset>, u64)>>,
     /// Snapshots of every dataset, by id (`dsl/snapshot.rs`).
     pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
     /// Snapshot creations and destructions for the next sync.
@@ -394,7 +396,7 @@ impl Pool {
             }
             wlock(&self.dsl.list).remove(&id);
             self.mos.free_object(id)?;
-            lock(&self.dsl.doomed).push(x.os.clone());
+            lock(&self.dsl.doomed).push((x.os.clone(), 0));
             // Its log blocks go back to the log class (a crash before the
             // destroy commits brings the dataset back as of its last txg).
             if let Some(z) = x.zil.get() {
@@ -630,11 +632,11 @@ impl Pool {
     /// create` does this; pools used only through the object interface, as
     /// the engine tests do, never get one).
     pub fn format_root_fs(&self) -> Result<()> {
-        if self.root.exists(1)? {
+        if self.root().exists(1)? {
             return Ok(());
         }
         let open = lock(&self.txg).open;
-        zpl::Zpl::format(&self.root, open, 0, 0, 0o755)
+        zpl::Zpl::format(&self.root(), open, 0, 0, 0o755)
     }
 
     /// Pools made before datasets existed get an empty DSL record.

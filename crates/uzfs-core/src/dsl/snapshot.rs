@@ -96,8 +96,21 @@ impl Snapshot {
 
 /// A change the next sync carries out (`Dsl::tasks`).
 pub enum SnapTask {
-    Create { task: u64, ds: u64, name: String },
-    Destroy { task: u64, snap: u64 },
+    Create {
+        task: u64,
+        ds: u64,
+        name: String,
+    },
+    Destroy {
+        task: u64,
+        snap: u64,
+    },
+    /// Dataset `ds` became its latest snapshot again (`Pool::rollback`):
+    /// its dead list keeps only what this txg added.
+    Rollback {
+        task: u64,
+        ds: u64,
+    },
 }
 
 /// What the datasets' pass of a sync leaves for the snapshot work.
@@ -327,6 +340,98 @@ impl Pool {
         self.finish_tasks(&[task])
     }
 
+    /// `zfs rollback DS@SNAP`: the dataset becomes snapshot SNAP again,
+    /// in one txg, and what it wrote since is freed. SNAP must be its
+    /// latest snapshot (`zfs rollback -r` destroys the later ones first).
+    /// The dataset must not be mounted: its new head is a new object set
+    /// (opened from the snapshot's block), and a mount holds the old one.
+    /// Returns once the txg that did it is on disk.
+    ///
+    /// The old head's blocks born after SNAP are freed by one walk that
+    /// skips every subtree born before it (`Objset::free_born_after`): work
+    /// in proportion to what changed. Its dead list (blocks SNAP holds and
+    /// the old head did not) is emptied without freeing: the new head
+    /// holds them all again.
+    pub fn rollback(&self, name: &str) -> Result<()> {
+        let later = |d: u64, txg: u64| -> Vec<String> {
+            self.snapshots_of(d)
+                .iter()
+                .map(|s| s.phys())
+                .filter(|p| p.txg > txg)
+                .map(|p| p.name)
+                .collect()
+        };
+        let (d, s) = self.snapshot(name)?;
+        let sp = s.phys();
+        let newer = later(d.id(), sp.txg);
+        if !newer.is_empty() {
+            let ds = self.ds_name(&d.rel());
+            return Err(Error::invalid(format!(
+                "cannot rollback to '{name}': more recent snapshots or bookmarks exist\n\
+                 use '-r' to force deletion of the following snapshots and bookmarks:\n{}",
+                newer
+                    .iter()
+                    .map(|n| format!("{ds}@{n}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )));
+        }
+        // The old head's changes land first: whatever it still has dirty
+        // would otherwise be dropped with its object set, its space
+        // still counted as dirty.
+        self.sync()?;
+        let task = {
+            let _g = self.sync_guard()?;
+            let id = d.id();
+            let cur = rlock(&self.dsl.list).get(&id).cloned();
+            if !cur.is_some_and(|c| Arc::ptr_eq(&c, &d))
+                || self.live_snapshot(sp.id, sp.guid).is_none()
+                || !later(id, sp.txg).is_empty()
+            {
+                return Err(Error::invalid(format!(
+                    "cannot rollback to '{name}': the dataset or its snapshots changed meanwhile"
+                )));
+            }
+            if !d.os.open_is_empty() {
+                return Err(Error::invalid(format!(
+                    "cannot rollback to '{name}': the dataset is still being written (unmount it first)"
+                )));
+            }
+            let reader: Arc<dyn BlockReader> = self.io.clone();
+            let os = Arc::new(Objset::open(
+                &s.root,
+                reader,
+                self.mos.gate().clone(),
+                self.open_txg(),
+            )?);
+            os.rewrite_root();
+            let mut phys = rlock(&d.phys).clone();
+            phys.dead_bytes = 0;
+            phys.prev_snap_txg = sp.txg;
+            let head = Arc::new(Dataset {
+                phys: RwLock::new(phys),
+                os: os.clone(),
+                zil: Default::default(),
+            });
+            self.attach_zil(&head)?;
+            // The old head's log is void: its records are changes after
+            // the snapshot (its blocks go back to the log class).
+            if let Some(z) = d.zil.get() {
+                z.close();
+            }
+            if lock(&self.st).dir.root_dataset == id {
+                self.set_root(os);
+            }
+            lock(&self.dsl.doomed).push((d.os.clone(), sp.txg));
+            wlock(&self.dsl.list).insert(id, head);
+            *lock(&self.dsl.dirty) = true;
+            let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dsl.tasks).push(SnapTask::Rollback { task, ds: id });
+            task
+        };
+        self.finish_tasks(&[task])
+    }
+
     /// Sync until the tasks are carried out; their errors, if any.
     fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
         self.sync()?;
@@ -492,6 +597,28 @@ impl Pool {
                         self.name,
                         head.map_or_else(|| "?".to_string(), |h| self.ds_name(&h.rel())),
                         sp.name
+                    );
+                }
+                SnapTask::Rollback { task, ds } => {
+                    let Some(h) = rlock(&self.dsl.list).get(&ds).cloned() else {
+                        fail(
+                            task,
+                            "cannot rollback: its dataset was destroyed".to_string(),
+                        );
+                        continue;
+                    };
+                    // What the list held, the head holds again (it is the
+                    // snapshot's tree); this txg's entries are the new
+                    // head's first kills (the snapshot's object-set block).
+                    let dl = rlock(&h.phys).deadlist;
+                    if dl != 0 {
+                        let e = dls.entry(dl).or_default();
+                        e.whole = Some(std::mem::take(&mut e.append));
+                    }
+                    log::info!(
+                        "pool '{}': '{}' rolled back in txg {txg}",
+                        self.name,
+                        self.ds_name(&h.rel())
                     );
                 }
             }

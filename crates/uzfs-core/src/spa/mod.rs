@@ -29,7 +29,7 @@ use crate::vdev::{self, label, BlockDevice, FlushPolicy, Leaf, TopKind, TopVdev}
 use config::*;
 use io::SpaIo;
 use metaslab::{Allocator, VdevAlloc};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 use uberblock::Uberblock;
 
@@ -97,8 +97,9 @@ pub struct Pool {
     pub guid: u64,
     pub io: Arc<SpaIo>,
     pub mos: Objset,
-    /// The root dataset's object set (also in `dsl`).
-    pub root: Arc<Objset>,
+    /// The root dataset's object set (also in `dsl`); a rollback of the
+    /// root dataset replaces it (`root()`).
+    root: RwLock<Arc<Objset>>,
     /// Every dataset (see `dsl/mod.rs`).
     pub dsl: crate::dsl::Dsl,
     pub(crate) st: Mutex<SpaState>,
@@ -480,7 +481,7 @@ impl Pool {
             guid: st.config.pool_guid,
             io,
             mos,
-            root,
+            root: RwLock::new(root),
             dsl,
             st: Mutex::new(st),
             txg: Mutex::new(TxgState {
@@ -798,6 +799,16 @@ impl Pool {
             .map_err(|_| Error::invalid("dataset already has an intent log"))
     }
 
+    /// The root dataset's object set.
+    pub fn root(&self) -> Arc<Objset> {
+        self.root.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A rollback of the root dataset: its new object set.
+    pub(crate) fn set_root(&self, os: Arc<Objset>) {
+        *self.root.write().unwrap_or_else(|e| e.into_inner()) = os;
+    }
+
     pub fn uberblock(&self) -> Option<Uberblock> {
         self.published().ub
     }
@@ -968,7 +979,7 @@ pub(crate) fn dataset_bp(mos: &Objset, obj: u64) -> Result<BlkPtr> {
 impl Pool {
     pub fn create_object(&self, blksz: u32, props: &ObjProps) -> Result<u64> {
         self.check_writable(0)?;
-        self.root.create_object(ot::PLAIN_FILE, blksz, props)
+        self.root().create_object(ot::PLAIN_FILE, blksz, props)
     }
 
     /// Imported read-only? Then nothing may change it.
@@ -1022,9 +1033,9 @@ impl Pool {
     /// Write through the throttle. Fails with `NoSpace` (losing nothing
     /// already written) when the pool cannot hold the data.
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let copies = self.root.stat(obj)?.copies as u64;
+        let copies = self.root().stat(obj)?.copies as u64;
         self.admit(data.len() as u64 * copies)?;
-        self.root.write(obj, offset, data)?;
+        self.root().write(obj, offset, data)?;
         Ok(())
     }
 
@@ -1042,14 +1053,14 @@ impl Pool {
         self.scan_sig
             .fg_ops
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.root.read(obj, offset, buf)
+        self.root().read(obj, offset, buf)
     }
 
     pub fn free_object(&self, obj: u64) -> Result<()> {
-        self.root.free_object(obj)
+        self.root().free_object(obj)
     }
 
     pub fn object_size(&self, obj: u64) -> Result<u64> {
-        Ok(self.root.stat(obj)?.size)
+        Ok(self.root().stat(obj)?.size)
     }
 }

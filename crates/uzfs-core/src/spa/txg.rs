@@ -927,8 +927,8 @@ impl Pool {
                 new_bps.push((d.id(), bp));
             }
         }
-        for os in &doomed {
-            os.free_everything(&mut w)?;
+        for (os, min_txg) in &doomed {
+            os.free_born_after(&mut w, *min_txg)?;
         }
         let t_data = t_start.elapsed();
         let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
