@@ -27,6 +27,9 @@ pub enum Error {
     /// Beyond the largest object or file size (EFBIG).
     #[error("{0}")]
     TooBig(String),
+    /// In use: a snapshot with clones or holds (EBUSY).
+    #[error("{0}")]
+    Busy(String),
     /// The pool stopped committing (a sync failed or an invariant broke):
     /// writes get EIO until it is exported and imported again.
     #[error("pool '{pool}' is suspended: {why}")]

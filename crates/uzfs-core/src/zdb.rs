@@ -302,7 +302,15 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             let head_id = if id == 1 { dir.root_dataset } else { id };
             let mut snaps: Vec<_> = dsl.snapshots.iter().filter(|s| s.ds == head_id).collect();
             snaps.sort_by_key(|s| s.txg);
-            w.min_birth = 0;
+            // A clone's blocks born by its origin's txg are the origin's
+            // (walked with it).
+            let origin_txg = dsl
+                .datasets
+                .iter()
+                .find(|d| d.id == head_id && d.origin != 0)
+                .and_then(|d| dsl.snapshots.iter().find(|s| s.id == d.origin))
+                .map_or(0, |o| o.txg);
+            w.min_birth = origin_txg;
             let mut trees = Vec::new();
             for s in &snaps {
                 let sbp = crate::spa::dataset_bp(&mos, s.id)?;

@@ -1,5 +1,6 @@
 //! Snapshots (`dsl/snapshot.rs`): random file operations interleaved with
-//! snapshots, their destruction and rollbacks to them, against a model. At every check each
+//! snapshots, their destruction, rollbacks to them and clones of them
+//! (written to in turn), against a model. At every check each
 //! snapshot reads back as the model had it when it was taken; its space
 //! figures add up; zdb (which walks every snapshot and checks every dead
 //! list) is clean after export; and destroying every snapshot and file
@@ -23,7 +24,11 @@ const MIB: u64 = 1 << 20;
 type Model = BTreeMap<String, Vec<u8>>;
 
 fn mount(pool: &Arc<Pool>) -> Zpl {
-    let ds = pool.dataset("z").expect("dataset");
+    mount_ds(pool, "z")
+}
+
+fn mount_ds(pool: &Arc<Pool>, name: &str) -> Zpl {
+    let ds = pool.dataset(name).expect("dataset");
     let ctx = DsCtx::new(pool.clone(), ds.clone());
     Zpl::mount(ds.os.clone(), ctx).expect("mount")
 }
@@ -166,10 +171,26 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
         .0
         .parse()
         .expect("n");
+    // Children: the clones, each charged only what is its own.
+    let mut children = 0;
+    for c in pool.descendants(&d) {
+        let n = |p: &str| -> u64 {
+            pool.get_prop(&c, p)
+                .expect("prop")
+                .0
+                .parse()
+                .expect("number")
+        };
+        assert!(
+            n("usedbydataset") <= n("referenced"),
+            "{what}: clone unique"
+        );
+        children += n("used");
+    }
     assert_eq!(
         used,
-        refd + by_snaps,
-        "{what}: used = referenced + snapshots"
+        refd + by_snaps + children,
+        "{what}: used = referenced + snapshots + clones"
     );
     // What each snapshot alone holds is part of what snapshots hold.
     let unique: u64 = pool
@@ -184,6 +205,7 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
 fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() {
     let seeds = env_u64("UZFS_SNAP_SEEDS", 4);
     let mut rollbacks = 0;
+    let mut clones_written = 0;
     for seed in 0..seeds {
         let world = SimWorld::new();
         let mut disks: Vec<_> = (0..2)
@@ -198,7 +220,10 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         let mut rng = SimRng::new(seed);
         let mut model = Model::new();
         let mut snaps: BTreeMap<String, Model> = BTreeMap::new();
+        // Clone name -> (its files, its model, its origin snapshot).
+        let mut clones: BTreeMap<String, (Zpl, Model, String)> = BTreeMap::new();
         let mut next = 0;
+        let mut next_clone = 0;
         for i in 0..120u64 {
             step(&fs, &mut model, &mut rng, seed, i);
             match rng.below(12) {
@@ -213,34 +238,89 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                 2 if !snaps.is_empty() => {
                     let names: Vec<String> = snaps.keys().cloned().collect();
                     let name = names[rng.below(names.len() as u64) as usize].clone();
-                    pool.destroy_snapshot(&format!("z@{name}"))
-                        .expect("destroy");
-                    snaps.remove(&name);
+                    if !clones.values().any(|c| c.2 == name) {
+                        pool.destroy_snapshot(&format!("z@{name}"))
+                            .expect("destroy");
+                        snaps.remove(&name);
+                    }
                 }
                 3 => {
                     pool.sync().expect("sync");
+                }
+                5 if !snaps.is_empty() && clones.len() < 3 => {
+                    let names: Vec<String> = snaps.keys().cloned().collect();
+                    let name = names[rng.below(names.len() as u64) as usize].clone();
+                    let cname = format!("z/c{next_clone}");
+                    next_clone += 1;
+                    pool.clone_snapshot(&format!("z@{name}"), &cname, &[], false)
+                        .expect("clone");
+                    let cfs = mount_ds(&pool, &cname);
+                    assert_eq!(
+                        contents(&cfs),
+                        snaps[&name],
+                        "seed {seed}: {cname} of {name}"
+                    );
+                    let o = pool.dataset(&cname).expect("clone");
+                    assert_eq!(
+                        pool.get_prop(&o, "origin").expect("origin").0,
+                        format!("z@{name}")
+                    );
+                    // Nothing of its own yet but metadata.
+                    let unique: u64 = pool
+                        .get_prop(&o, "usedbydataset")
+                        .expect("prop")
+                        .0
+                        .parse()
+                        .expect("n");
+                    assert!(unique < 64 << 10, "seed {seed}: new clone uses {unique}");
+                    // Its origin is busy now.
+                    let err = pool
+                        .destroy_snapshot(&format!("z@{name}"))
+                        .expect_err("origin of a clone");
+                    assert!(err.to_string().contains("dependent clones"), "{err}");
+                    clones.insert(cname, (cfs, snaps[&name].clone(), name));
+                }
+                6 if !clones.is_empty() => {
+                    // Write to a clone; now and then destroy one.
+                    let names: Vec<String> = clones.keys().cloned().collect();
+                    let cname = names[rng.below(names.len() as u64) as usize].clone();
+                    if rng.below(4) == 0 {
+                        let (cfs, _, _) = clones.remove(&cname).expect("clone");
+                        drop(cfs);
+                        pool.destroy_dataset(&cname, true).expect("destroy clone");
+                    } else {
+                        let (cfs, cmodel, _) = clones.get_mut(&cname).expect("clone");
+                        for j in 0..3 {
+                            step(cfs, cmodel, &mut rng, seed + 1000, i * 10 + j);
+                        }
+                        clones_written += 1;
+                    }
                 }
                 4 if !snaps.is_empty() => {
                     let names: Vec<String> = snaps.keys().cloned().collect();
                     let name = names[rng.below(names.len() as u64) as usize].clone();
                     let later = later_than(&pool, &name);
-                    if !later.is_empty() {
-                        let err = pool
-                            .rollback(&format!("z@{name}"))
-                            .expect_err("later snapshots exist");
-                        assert!(err.to_string().contains("more recent"), "{err}");
+                    // A later snapshot with clones is not destroyed by -r
+                    // (that takes -R): roll back only when none has.
+                    if !later.iter().any(|l| clones.values().any(|c| &c.2 == l)) {
+                        if !later.is_empty() {
+                            let err = pool
+                                .rollback(&format!("z@{name}"))
+                                .expect_err("later snapshots exist");
+                            assert!(err.to_string().contains("more recent"), "{err}");
+                        }
+                        fs = rollback_r(&pool, fs, &name).expect("rollback");
+                        rollbacks += 1;
+                        for l in later {
+                            snaps.remove(&l);
+                        }
+                        model = snaps[&name].clone();
+                        assert_eq!(
+                            contents(&fs),
+                            model,
+                            "seed {seed} step {i}: rolled back to {name}"
+                        );
                     }
-                    fs = rollback_r(&pool, fs, &name).expect("rollback");
-                    rollbacks += 1;
-                    for l in later {
-                        snaps.remove(&l);
-                    }
-                    model = snaps[&name].clone();
-                    assert_eq!(
-                        contents(&fs),
-                        model,
-                        "seed {seed} step {i}: rolled back to {name}"
-                    );
                 }
                 _ => {}
             }
@@ -250,11 +330,28 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                 assert_eq!(contents(&fs), model, "seed {seed} step {i}: the dataset");
                 // Export, zdb, import: the same after.
                 drop(fs);
+                let open: Vec<String> = clones.keys().cloned().collect();
+                let mut kept = BTreeMap::new();
+                for (cname, (cfs, cmodel, origin)) in std::mem::take(&mut clones) {
+                    assert_eq!(contents(&cfs), cmodel, "seed {seed} step {i}: {cname}");
+                    drop(cfs);
+                    kept.insert(cname, (cmodel, origin));
+                }
                 pool.export().expect("export");
                 assert_zdb_clean(&disks, &format!("seed {seed} step {i}"));
                 (disks, pool) = import_images(images(&disks), seed);
                 check_snapshots(&pool, &snaps, &format!("seed {seed} step {i}, imported"));
                 fs = mount(&pool);
+                for cname in open {
+                    let (cmodel, origin) = kept.remove(&cname).expect("kept");
+                    let cfs = mount_ds(&pool, &cname);
+                    assert_eq!(
+                        contents(&cfs),
+                        cmodel,
+                        "seed {seed} step {i}: {cname} imported"
+                    );
+                    clones.insert(cname, (cfs, cmodel, origin));
+                }
             }
         }
         // A name taken, a snapshot that is not there, a bad name: refused,
@@ -266,6 +363,10 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         assert!(pool.create_snapshots(&["z@a/b".to_string()]).is_err());
         assert!(pool.create_snapshots(&["z".to_string()]).is_err());
         // Destroy everything: the dataset holds what an empty one does.
+        for (cname, (cfs, _, _)) in std::mem::take(&mut clones) {
+            drop(cfs);
+            pool.destroy_dataset(&cname, true).expect("destroy clone");
+        }
         for name in snaps.keys() {
             pool.destroy_snapshot(&format!("z@{name}"))
                 .expect("destroy");
@@ -287,6 +388,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         assert_zdb_clean(&disks, &format!("seed {seed}: all destroyed"));
     }
     assert!(rollbacks > 0, "no seed rolled back");
+    assert!(clones_written > 0, "no seed wrote to a clone");
 }
 
 /// `-r`: one call, one txg, every dataset's snapshot; the dataset with
@@ -374,7 +476,37 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
                     let names: Vec<String> = taken.keys().cloned().collect();
                     let name = &names[rng.below(names.len() as u64) as usize];
                     doomed.insert(name.clone());
-                    pool.destroy_snapshot(&format!("z@{name}"))
+                    match pool.destroy_snapshot(&format!("z@{name}")) {
+                        // The origin of a clone: refused, stays.
+                        Err(uzfs_core::Error::Busy(_)) => {
+                            doomed.remove(name);
+                            Ok(())
+                        }
+                        r => r,
+                    }
+                }
+                3 if !taken.is_empty() && rng.below(2) == 0 => {
+                    // Clone a snapshot, write to the clone, maybe destroy it.
+                    let names: Vec<String> = taken.keys().cloned().collect();
+                    let name = &names[rng.below(names.len() as u64) as usize];
+                    let cname = format!("z/c{i}");
+                    pool.clone_snapshot(&format!("z@{name}"), &cname, &[], false)
+                        .and_then(|_| {
+                            let ds = pool.dataset(&cname)?;
+                            let ctx = DsCtx::new(pool.clone(), ds.clone());
+                            let cfs = Zpl::mount(ds.os.clone(), ctx)?;
+                            if world.power_lost() {
+                                return Err(uzfs_core::Error::PowerLost);
+                            }
+                            let mut cm = taken.get(name).cloned().unwrap_or_default();
+                            step(&cfs, &mut cm, &mut rng, seed + 7, i);
+                            drop(cfs);
+                            if rng.below(2) == 0 {
+                                pool.destroy_dataset(&cname, true).map(|_| ())
+                            } else {
+                                pool.sync().map(|_| ())
+                            }
+                        })
                 }
                 2 if !taken.is_empty() => {
                     let latest = pool

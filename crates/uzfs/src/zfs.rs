@@ -91,7 +91,8 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "rename" => rename(d, rest),
         "snapshot" | "snap" => snapshot(d, rest),
         "rollback" => rollback(d, rest),
-        "clone" | "send" | "receive" | "recv" | "promote" | "hold" | "holds" | "release"
+        "clone" => clone(d, rest),
+        "send" | "receive" | "recv" | "promote" | "hold" | "holds" | "release"
         | "bookmark" | "diff" | "redact" => Response::err(
             2,
             format!("zfs {cmd}: not supported yet (snapshots are taken, listed, browsed, rolled back to and destroyed; clones and the rest are not implemented yet)"),
@@ -229,6 +230,13 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     if let Err(e) = mounts::unmount_many(d, names, has(&o, 'f')) {
         return err(e);
     }
+    if has(&o, 'R') {
+        for sn in &snaps {
+            if let Err(e) = destroy_clones(d, &pool, sn, has(&o, 'f')) {
+                return err(e);
+            }
+        }
+    }
     match pool.destroy_dataset(name, recursive) {
         Ok(_) => {
             pool.log_history(&format!("zfs destroy {}", args.join(" ")));
@@ -293,11 +301,30 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
         }
     }
     let out = if has(o, 'v') || has(o, 'p') {
-        let reclaim = found
+        let reclaim: u64 = found
             .iter()
             .map(|(_, s)| pool.snapshot_unique(s).unwrap_or(0))
             .sum();
-        destroy_report(o, found.iter().map(|(n, _)| n), reclaim)
+        let deps: Vec<String> = if has(o, 'R') {
+            found
+                .iter()
+                .flat_map(|(_, s)| dependents(&pool, s.phys().id))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Each dependent's space (a child's is in its parent's).
+        let deps_space: u64 = deps
+            .iter()
+            .filter(|n| !deps.iter().any(|p| n.starts_with(&format!("{p}/"))))
+            .filter_map(|n| pool.dataset(n).ok())
+            .map(|x| pool.ds_space(&x).1)
+            .sum();
+        destroy_report(
+            o,
+            deps.iter().chain(found.iter().map(|(n, _)| n)),
+            reclaim + deps_space,
+        )
     } else {
         String::new()
     };
@@ -305,16 +332,22 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
         return Response::ok(out);
     }
     for (n, _) in &found {
+        if has(o, 'R') {
+            if let Err(e) = destroy_clones(d, &pool, n, has(o, 'f')) {
+                return err(e);
+            }
+        }
         if let Err(e) = pool.destroy_snapshot(n) {
-            return err(format!("cannot destroy snapshot {n}: {e}"));
+            return err(match e {
+                uzfs_core::Error::Busy(m) => m,
+                e => format!("cannot destroy snapshot {n}: {e}"),
+            });
         }
     }
     pool.log_history(&format!("zfs destroy {}", args.join(" ")));
     Response::ok(out)
 }
 
-/// `zfs snapshot [-r] DS@SNAP...`: every snapshot named (with `-r`, of
-/// every descendant too) in one txg of their pool, or none.
 /// `zfs rollback [-rRf] DS@SNAP`: the dataset becomes its snapshot again
 /// and loses every change since. SNAP must be the latest snapshot unless
 /// `-r` destroys the later ones first (`-R` would also destroy their
@@ -348,6 +381,19 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
         .filter(|p| p.txg > txg)
         .map(|p| format!("{ds_name}@{}", p.name))
         .collect();
+    let clones: Vec<String> = pool
+        .snapshots_of(ds.id())
+        .iter()
+        .filter(|x| x.phys().txg > txg)
+        .flat_map(|x| dependents(&pool, x.phys().id))
+        .collect();
+    if !clones.is_empty() && !has(&o, 'R') {
+        return err(format!(
+            "cannot rollback to '{name}': clones of previous snapshots exist\n\
+             use '-R' to force deletion of the following clones and dependents:\n{}",
+            clones.join("\n")
+        ));
+    }
     if !later.is_empty() && !has(&o, 'r') && !has(&o, 'R') {
         return err(format!(
             "cannot rollback to '{name}': more recent snapshots or bookmarks exist\n\
@@ -362,6 +408,10 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
     }
     let mut r = Ok(());
     for l in &later {
+        if let Err(e) = destroy_clones(d, &pool, l, has(&o, 'f')) {
+            r = Err(uzfs_core::Error::invalid(e));
+            break;
+        }
         r = pool.destroy_snapshot(l);
         if r.is_err() {
             break;
@@ -382,11 +432,98 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
     }
 }
 
+/// What depends on snapshot `id`: its clones, and recursively whatever
+/// depends on their snapshots (and their descendants'), deepest first.
+fn dependents(pool: &Pool, id: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in pool.clones_of(id) {
+        for x in pool.descendants(&c).iter().chain(std::iter::once(&c)) {
+            for s in pool.snapshots_of(x.id()) {
+                out.extend(dependents(pool, s.phys().id));
+            }
+        }
+        for x in pool.descendants(&c) {
+            out.push(pool.ds_name(&x.rel()));
+        }
+        out.push(pool.ds_name(&c.rel()));
+    }
+    out
+}
+
+/// `-R`: destroy the clones of snapshot `snap` (full name) and whatever
+/// depends on them, unmounted first (`force`: even if busy).
+fn destroy_clones(d: &Daemon, pool: &Arc<Pool>, snap: &str, force: bool) -> Result<(), String> {
+    let Ok((_, s)) = pool.snapshot(snap) else {
+        return Ok(());
+    };
+    for c in pool.clones_of(s.phys().id) {
+        let name = pool.ds_name(&c.rel());
+        for x in pool.descendants(&c).iter().chain(std::iter::once(&c)) {
+            let ds = pool.ds_name(&x.rel());
+            for cs in pool.snapshots_of(x.id()) {
+                destroy_clones(d, pool, &format!("{ds}@{}", cs.phys().name), force)?;
+            }
+        }
+        mounts::unmount_many(d, mounts::mounted_under(d, pool, &c), force)?;
+        pool.destroy_dataset(&name, true)
+            .map_err(|e| format!("cannot destroy '{name}': {e}"))?;
+    }
+    Ok(())
+}
+
+/// `zfs clone [-p] [-o prop=value]... SNAP FILESYSTEM`: a new filesystem
+/// sharing every block with the snapshot (writes to either are their
+/// own), mounted like one made by `zfs create` (`-u`: not mounted).
+fn clone(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "po:u") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [snap, name] = rest.as_slice() else {
+        return usage_err("expected a snapshot and a filesystem name");
+    };
+    if !snap.contains('@') {
+        return usage_err(&format!("'{snap}' is not a snapshot"));
+    }
+    let mut props = Vec::new();
+    for kv in values(&o, 'o') {
+        let Some((k, v)) = kv.split_once('=') else {
+            return usage_err(&format!("bad property '{kv}': expected property=value"));
+        };
+        props.push((k.to_string(), v.to_string()));
+    }
+    let ds_name = snap.split('@').next().unwrap_or("");
+    let pool = match lookup(d, ds_name) {
+        Ok((p, _)) => p,
+        Err(r) => return r,
+    };
+    if pool.snapshot(snap).is_err() {
+        return err(format!("cannot open '{snap}': dataset does not exist"));
+    }
+    if let Err(e) = pool.clone_snapshot(snap, name, &props, has(&o, 'p')) {
+        return err(format!("cannot create '{name}': {e}"));
+    }
+    pool.log_history(&format!("zfs clone {}", args.join(" ")));
+    if has(&o, 'u') {
+        return Response::ok(String::new());
+    }
+    let errs = mounts::mount_all(d, &pool);
+    if !errs.is_empty() {
+        return err(format!(
+            "filesystem successfully created, but not mounted\n{}",
+            errs.join("\n")
+        ));
+    }
+    Response::ok(String::new())
+}
+
 /// Further error lines, each on its own line.
 fn lines(v: &[String]) -> String {
     v.iter().map(|l| format!("\n{l}")).collect()
 }
 
+/// `zfs snapshot [-r] DS@SNAP...`: every snapshot named (with `-r`, of
+/// every descendant too) in one txg of their pool, or none.
 fn snapshot(d: &Daemon, args: &[String]) -> Response {
     let (o, rest) = match getopt(args, "ro:") {
         Ok(x) => x,
@@ -668,7 +805,7 @@ fn json_doc(command: &str, datasets: serde_json::Map<String, serde_json::Value>)
 }
 
 /// Properties only snapshots have a value for (datasets show "-").
-const SNAP_PROPS: &[&str] = &["createtxg", "guid"];
+const SNAP_PROPS: &[&str] = &["createtxg", "guid", "clones"];
 
 /// A snapshot's property as `zfs list` shows it (`-p`: exact numbers).
 fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> String {
@@ -684,6 +821,12 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
         "creation" => crate::zpool::format_time(sp.creation),
         "createtxg" => sp.txg.to_string(),
         "guid" => sp.guid.to_string(),
+        "clones" => p
+            .clones_of(sp.id)
+            .iter()
+            .map(|c| p.ds_name(&c.rel()))
+            .collect::<Vec<_>>()
+            .join(","),
         "compressratio" => uzfs_core::dsl::compressratio(sp.logical, sp.referenced),
         _ => "-".into(),
     }

@@ -187,7 +187,8 @@ fn bad_command_lines_get_clear_errors() {
     e.fails(&["zfs", "get", "nosuch", "tank"], 2, "invalid property");
     e.fails(&["zfs", "destroy", "tank"], 1, "root dataset");
     e.fails(&["zfs", "frobnicate"], 2, "unrecognized command");
-    e.fails(&["zfs", "rollback", "tank@a"], 2, "not implemented yet");
+    e.fails(&["zfs", "rollback", "tank@a"], 1, "does not exist");
+    e.fails(&["zfs", "diff", "tank@a"], 2, "not implemented yet");
     e.fails(
         &["zfs", "snapshot", "tank@a", "nope@b"],
         1,

@@ -339,3 +339,87 @@ fn rollback_through_the_command_line() {
     assert!(hist.contains("zfs rollback -r tank/home@a"), "{hist}");
     e.export_and_zdb("tank");
 }
+
+/// `zfs clone` on real mounts: the clone reads as the snapshot, is
+/// mounted and written on its own, is charged only what it writes, shows
+/// `origin` and `clones`; its origin refuses destroy without `-R`, and
+/// `-R` (after a dry run that changes nothing) takes the clone with it;
+/// `rollback -R` likewise; zdb clean.
+#[test]
+fn clones_through_the_command_line() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "tank/db"]);
+    let mut rng = Rng(9);
+    let data = rng.bytes(4 << 20);
+    std::fs::write(mnt.join("db/data"), &data).expect("write");
+    e.ok(&["zfs", "snapshot", "tank/db@s"]);
+    e.ok(&["zfs", "clone", "-o", "atime=off", "tank/db@s", "tank/test"]);
+    assert_eq!(std::fs::read(mnt.join("test/data")).expect("read"), data);
+    // Writes to either side are its own.
+    std::fs::write(mnt.join("test/data"), b"clone").expect("write");
+    std::fs::write(mnt.join("test/new"), rng.bytes(1 << 20)).expect("write");
+    assert_eq!(std::fs::read(mnt.join("db/data")).expect("read"), data);
+    e.ok(&["zpool", "sync", "tank"]);
+    let unique = prop(&e, "tank/test", "usedbydataset");
+    assert!(
+        (1 << 20..(1 << 20) + (256 << 10)).contains(&unique),
+        "clone charged {unique}"
+    );
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-o", "origin", "tank/test"]),
+        "tank/db@s\n"
+    );
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-o", "clones", "tank/db@s"]),
+        "tank/test\n"
+    );
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "atime",
+            "tank/test"
+        ]),
+        "off\tlocal\n"
+    );
+    e.fails(&["zfs", "destroy", "tank/db@s"], 1, "dependent clones");
+    e.fails(
+        &["zfs", "clone", "tank/db@nope", "tank/x"],
+        1,
+        "does not exist",
+    );
+    e.fails(
+        &["zfs", "clone", "tank/db@s", "tank/test"],
+        1,
+        "already exists",
+    );
+    let dry = e.ok(&["zfs", "destroy", "-nvR", "tank/db@s"]);
+    assert!(
+        dry.contains("would destroy tank/test") && dry.contains("would destroy tank/db@s"),
+        "{dry}"
+    );
+    assert!(mnt.join("test/new").exists());
+    // rollback past a snapshot with a clone needs -R.
+    e.ok(&["zfs", "snapshot", "tank/db@t"]);
+    e.ok(&["zfs", "clone", "tank/db@t", "tank/t2"]);
+    e.fails(
+        &["zfs", "rollback", "-r", "tank/db@s"],
+        1,
+        "clones of previous snapshots",
+    );
+    e.ok(&["zfs", "rollback", "-R", "tank/db@s"]);
+    assert!(e.run(&["zfs", "list", "tank/t2"]).status.code() != Some(0));
+    e.ok(&["zfs", "destroy", "-R", "tank/db@s"]);
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-t", "all", "-o", "name"]),
+        "tank\ntank/db\n"
+    );
+    e.export_and_zdb("tank");
+}

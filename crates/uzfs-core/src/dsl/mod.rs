@@ -56,6 +56,15 @@ pub struct DsPhys {
     /// Bytes (as charged to `used`) in its dead list.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dead_bytes: u64,
+    /// A clone's origin snapshot (its id; 0: not a clone). The clone's
+    /// object set began as that snapshot's: blocks born at or before the
+    /// origin's txg are the origin's (`dsl/snapshot.rs`, "Clones").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub origin: u64,
+    /// Bytes of the origin's blocks this clone's line let go of (in its
+    /// dead lists, charged to the origin, not to the clone).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub origin_dead: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -283,7 +292,26 @@ impl Pool {
         props: &[(String, String)],
         parents: bool,
     ) -> Result<()> {
+        self.create_dataset_from(name, props, parents, None)
+    }
+
+    /// [`Pool::create_dataset`]; `origin`: the last one is a clone of that
+    /// snapshot (`zfs clone`), its object set the snapshot's.
+    pub(crate) fn create_dataset_from(
+        &self,
+        name: &str,
+        props: &[(String, String)],
+        parents: bool,
+        origin: Option<(u64, u64)>,
+    ) -> Result<()> {
         let _g = self.sync_guard()?;
+        let origin = match origin {
+            Some((id, guid)) => Some(
+                self.live_snapshot(id, guid)
+                    .ok_or_else(|| Error::invalid("its origin snapshot was destroyed meanwhile"))?,
+            ),
+            None => None,
+        };
         let (plan, local) = self.plan_create_dataset(name, props, parents)?;
         let n = plan.len();
         for (i, sub) in plan.into_iter().enumerate() {
@@ -293,39 +321,70 @@ impl Pool {
                 .into_iter()
                 .find(|d| d.rel() == parent_rel)
                 .ok_or_else(|| Error::invalid("parent vanished"))?;
-            let props = if i + 1 == n {
-                local.clone()
-            } else {
-                BTreeMap::new()
-            };
-            self.add_dataset(&sub, parent.id(), props)?;
+            let last = i + 1 == n;
+            let props = if last { local.clone() } else { BTreeMap::new() };
+            let origin = origin.as_deref().filter(|_| last);
+            self.add_dataset(&sub, parent.id(), props, origin)?;
         }
         Ok(())
     }
 
-    fn add_dataset(&self, rel: &str, parent: u64, props: BTreeMap<String, String>) -> Result<()> {
+    fn add_dataset(
+        &self,
+        rel: &str,
+        parent: u64,
+        props: BTreeMap<String, String>,
+        origin: Option<&snapshot::Snapshot>,
+    ) -> Result<()> {
         let open = lock(&self.txg).open;
         let id = self
             .mos
             .create_object(ot::DSL_DATASET, 512, &ObjProps::METADATA)?;
         self.mos.write(id, 0, &[0u8; 128])?;
         let reader: Arc<dyn BlockReader> = self.io.clone();
-        let os = Arc::new(Objset::create(
-            OS_TYPE_DATASET,
-            reader,
-            self.mos.gate().clone(),
-            open,
-        ));
-        zpl::Zpl::format(&os, open, 0, 0, 0o755)?;
+        let mut phys = DsPhys {
+            id,
+            rel: rel.to_string(),
+            parent,
+            props,
+            creation: crate::spa::scan::now_secs(),
+            ..Default::default()
+        };
+        let os = match origin {
+            None => {
+                let os = Arc::new(Objset::create(
+                    OS_TYPE_DATASET,
+                    reader,
+                    self.mos.gate().clone(),
+                    open,
+                ));
+                zpl::Zpl::format(&os, open, 0, 0, 0o755)?;
+                os
+            }
+            // A clone: the snapshot's object set, under a block of its own
+            // (and an empty log header); the origin's blocks it lets go of
+            // go to its dead list from the start.
+            Some(s) => {
+                let sp = s.phys();
+                let os = Arc::new(Objset::open(
+                    &s.root,
+                    reader,
+                    self.mos.gate().clone(),
+                    open,
+                )?);
+                os.rewrite_root();
+                phys.origin = sp.id;
+                phys.prev_snap_txg = sp.txg;
+                phys.deadlist = self.mos.create_object(
+                    ot::DEADLIST,
+                    snapshot::DEADLIST_BLOCK,
+                    &ObjProps::METADATA,
+                )?;
+                os
+            }
+        };
         let ds = Arc::new(Dataset {
-            phys: RwLock::new(DsPhys {
-                id,
-                rel: rel.to_string(),
-                parent,
-                props,
-                creation: crate::spa::scan::now_secs(),
-                ..Default::default()
-            }),
+            phys: RwLock::new(phys),
             os,
             zil: Default::default(),
         });
@@ -396,7 +455,10 @@ impl Pool {
             }
             wlock(&self.dsl.list).remove(&id);
             self.mos.free_object(id)?;
-            lock(&self.dsl.doomed).push((x.os.clone(), 0));
+            // A clone frees only what it wrote: older blocks are its
+            // origin's.
+            let min_txg = self.origin_of(x).map_or(0, |(_, o)| rlock(&o.phys).txg);
+            lock(&self.dsl.doomed).push((x.os.clone(), min_txg));
             // Its log blocks go back to the log class (a crash before the
             // destroy commits brings the dataset back as of its last txg).
             if let Some(z) = x.zil.get() {
@@ -510,25 +572,49 @@ impl Pool {
     /// (referenced, used incl. descendants, logical incl. descendants).
     pub fn ds_space(&self, d: &Arc<Dataset>) -> (ObjsetSpace, u64, u64) {
         let own = d.os.space();
-        let mut used = own.used + self.snap_space(d);
+        let mut used = self.dataset_unique(d) + self.snap_space(d);
         let mut logical = own.logical;
         for k in self.descendants(d) {
-            let s = k.os.space();
-            used += s.used + self.snap_space(&k);
-            logical += s.logical;
+            used += self.dataset_unique(&k) + self.snap_space(&k);
+            logical += k.os.space().logical;
         }
         (own, used, logical)
     }
 
+    /// `usedbydataset`: what `d` references that nothing else is charged
+    /// for. All it references, unless it is a clone: then less what it
+    /// still shares with its origin (the origin's referenced bytes less
+    /// those of them the clone let go of).
+    pub fn dataset_unique(&self, d: &Arc<Dataset>) -> u64 {
+        let own = d.os.space().used;
+        let (origin, origin_dead) = {
+            let p = rlock(&d.phys);
+            (p.origin, p.origin_dead)
+        };
+        match rlock(&self.dsl.snaps).get(&origin) {
+            Some(o) => {
+                let shared = rlock(&o.phys).referenced.saturating_sub(origin_dead);
+                own.saturating_sub(shared)
+            }
+            None => own,
+        }
+    }
+
     /// `usedbysnapshots`: what `d`'s snapshots hold that `d` no longer
-    /// does, the sum of its line's dead lists (`dsl/snapshot.rs`).
+    /// does, the sum of its line's dead lists (`dsl/snapshot.rs`), less a
+    /// clone's entries that are its origin's.
     pub fn snap_space(&self, d: &Arc<Dataset>) -> u64 {
-        rlock(&d.phys).dead_bytes
+        let (dead, origin_dead) = {
+            let p = rlock(&d.phys);
+            (p.dead_bytes, p.origin_dead)
+        };
+        (dead
             + self
                 .snapshots_of(d.id())
                 .iter()
                 .map(|s| rlock(&s.phys).dead_bytes)
-                .sum::<u64>()
+                .sum::<u64>())
+        .saturating_sub(origin_dead)
     }
 
     fn size_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<u64> {
@@ -597,9 +683,15 @@ impl Pool {
             "type" => "filesystem".into(),
             "creation" => rlock(&d.phys).creation.to_string(),
             "used" => used.to_string(),
-            "usedbydataset" => own.used.to_string(),
+            "usedbydataset" => self.dataset_unique(d).to_string(),
             "usedbysnapshots" => self.snap_space(d).to_string(),
-            "usedbychildren" => (used - own.used - self.snap_space(d)).to_string(),
+            "usedbychildren" => used
+                .saturating_sub(self.dataset_unique(d) + self.snap_space(d))
+                .to_string(),
+            "origin" => match self.origin_of(d) {
+                Some((name, _)) => name,
+                None => "-".into(),
+            },
             "snapshot_count" => self.snapshots_of(d.id()).len().to_string(),
             "referenced" => own.used.to_string(),
             "available" => self.ds_available(d).to_string(),

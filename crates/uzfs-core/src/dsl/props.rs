@@ -102,6 +102,7 @@ pub const READONLY: &[&str] = &[
     "usedbydataset",
     "usedbysnapshots",
     "snapshot_count",
+    "origin",
 ];
 
 pub fn def(name: &str) -> Option<&'static PropDef> {

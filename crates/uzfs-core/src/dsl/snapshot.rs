@@ -37,6 +37,18 @@
 //!   size of the dataset: no tree is walked. The same rule gives a
 //!   snapshot's `used` (what destroying it would free) by reading N's list.
 //!
+//! * **Clones.** A clone is a new dataset whose object set starts as a
+//!   snapshot's (under an object-set block of its own). Every block born
+//!   at or before the origin's txg is the origin's: the clone's
+//!   `prev_snap_txg` starts there, so such a block the clone lets go of
+//!   goes to the clone's dead list (kept for `promote`) and is never
+//!   freed by the clone, while what the clone writes is its own. The
+//!   clone's `used` is what it references less what it still shares with
+//!   the origin (the origin's referenced bytes less the origin's blocks in
+//!   the clone's dead lists, `DsPhys::origin_dead`); destroying it frees
+//!   its blocks born after the origin (one walk that skips older
+//!   subtrees). The origin cannot be destroyed while it has clones.
+//!
 //! * **On disk** (docs/ON_DISK_FORMAT.md, "Snapshots"): each snapshot's
 //!   `SnapPhys` in the DSL record; a dead list is a MOS object of block
 //!   pointers, 128 bytes each, appended by each sync and rewritten whole
@@ -56,7 +68,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 /// Data block size of a dead-list object.
-const DEADLIST_BLOCK: u32 = 16 << 10;
+pub(crate) const DEADLIST_BLOCK: u32 = 16 << 10;
 
 /// One snapshot's record in the DSL directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,6 +206,49 @@ pub fn split_name(name: &str) -> Result<(&str, &str)> {
 }
 
 impl Pool {
+    /// A clone's origin snapshot, with its full name.
+    pub fn origin_of(&self, d: &Dataset) -> Option<(String, Arc<Snapshot>)> {
+        let origin = rlock(&d.phys).origin;
+        let s = rlock(&self.dsl.snaps).get(&origin).cloned()?;
+        let sp = s.phys();
+        let ds = rlock(&self.dsl.list).get(&sp.ds).cloned()?;
+        Some((format!("{}@{}", self.ds_name(&ds.rel()), sp.name), s))
+    }
+
+    /// The clones of snapshot `id`, by name.
+    pub fn clones_of(&self, id: u64) -> Vec<Arc<Dataset>> {
+        let mut v: Vec<Arc<Dataset>> = self
+            .datasets()
+            .into_iter()
+            .filter(|d| rlock(&d.phys).origin == id)
+            .collect();
+        v.sort_by_key(|d| d.rel());
+        v
+    }
+
+    /// `zfs clone SNAP NAME`: a new filesystem sharing every block with
+    /// the snapshot, in one txg (`parents`: `-p`, create missing parents;
+    /// `props`: `-o`). Returns once that txg is on disk.
+    pub fn clone_snapshot(
+        &self,
+        snap: &str,
+        name: &str,
+        props: &[(String, String)],
+        parents: bool,
+    ) -> Result<()> {
+        let (_, s) = self.snapshot(snap)?;
+        let (src_pool, _) = split_name(snap)?;
+        if src_pool.split('/').next() != name.split('/').next() {
+            return Err(Error::invalid(
+                "source and target pools differ (a clone lives in its origin's pool)",
+            ));
+        }
+        let sp = s.phys();
+        self.create_dataset_from(name, props, parents, Some((sp.id, sp.guid)))?;
+        self.sync()?;
+        Ok(())
+    }
+
     /// Snapshots of dataset `ds` (by id), oldest first.
     pub fn snapshots_of(&self, ds: u64) -> Vec<Arc<Snapshot>> {
         let mut v: Vec<Arc<Snapshot>> = rlock(&self.dsl.snaps)
@@ -261,11 +316,16 @@ impl Pool {
     fn neighbours(&self, sp: &SnapPhys) -> Neighbours {
         let chain = self.snapshots_of(sp.ds);
         let at = chain.iter().position(|x| rlock(&x.phys).id == sp.id);
+        let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
+        // A clone's first snapshot follows its origin.
+        let origin_txg = head
+            .as_ref()
+            .and_then(|h| self.origin_of(h))
+            .map_or(0, |(_, o)| rlock(&o.phys).txg);
         let prev_txg = at
             .and_then(|i| i.checked_sub(1))
-            .map_or(0, |i| rlock(&chain[i].phys).txg);
+            .map_or(origin_txg, |i| rlock(&chain[i].phys).txg);
         let next = at.and_then(|i| chain.get(i + 1)).cloned();
-        let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
         let next_dl = match (&next, &head) {
             (Some(n), _) => rlock(&n.phys).deadlist,
             (None, Some(h)) => rlock(&h.phys).deadlist,
@@ -330,6 +390,18 @@ impl Pool {
         let task = {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
+            let clones = self.clones_of(rlock(&s.phys).id);
+            if !clones.is_empty() {
+                return Err(Error::Busy(format!(
+                    "cannot destroy '{name}': snapshot has dependent clones\n\
+                     use '-R' to destroy the following datasets:\n{}",
+                    clones
+                        .iter()
+                        .map(|c| self.ds_name(&c.rel()))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )));
+            }
             let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
             lock(&self.dsl.tasks).push(SnapTask::Destroy {
                 task,
@@ -612,6 +684,19 @@ impl Pool {
                     // head's first kills (the snapshot's object-set block).
                     let dl = rlock(&h.phys).deadlist;
                     if dl != 0 {
+                        // A clone's entries that were its origin's leave
+                        // its charge with them.
+                        if let Some((_, o)) = self.origin_of(&h) {
+                            let otxg = o.phys().txg;
+                            let gone: u64 = self
+                                .read_deadlist(dl)?
+                                .iter()
+                                .filter(|b| b.birth <= otxg)
+                                .map(|b| w.dsize(b))
+                                .sum();
+                            let mut hp = wlock(&h.phys);
+                            hp.origin_dead = hp.origin_dead.saturating_sub(gone);
+                        }
                         let e = dls.entry(dl).or_default();
                         e.whole = Some(std::mem::take(&mut e.append));
                     }

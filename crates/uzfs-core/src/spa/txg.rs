@@ -916,10 +916,28 @@ impl Pool {
             let bp = d.os.sync_pass(&mut w, dirty);
             let dead = w.dead.take();
             let bp = bp?;
-            if let Some((_, dead)) = dead.filter(|(_, l)| !l.is_empty()) {
+            if let Some((_, mut dead)) = dead.filter(|(_, l)| !l.is_empty()) {
+                // A clone: its origin's object-set block is the origin's
+                // alone (never the clone's to list); the origin's other
+                // blocks are listed but charged to the origin.
+                let mut origin_dead = 0;
+                if let Some((_, o)) = self.origin_of(d) {
+                    let otxg = o.phys().txg;
+                    dead.retain(|b| b.dva[0] != o.root.dva[0] || b.birth != o.root.birth);
+                    origin_dead = dead
+                        .iter()
+                        .filter(|b| b.birth <= otxg)
+                        .map(|b| w.alloc.dsize(b))
+                        .sum();
+                }
                 let bytes: u64 = dead.iter().map(|b| w.alloc.dsize(b)).sum();
-                d.phys.write().unwrap_or_else(|e| e.into_inner()).dead_bytes += bytes;
-                snap_sync.appends.entry(deadlist).or_default().extend(dead);
+                let mut p = d.phys.write().unwrap_or_else(|e| e.into_inner());
+                p.dead_bytes += bytes;
+                p.origin_dead += origin_dead;
+                drop(p);
+                if !dead.is_empty() {
+                    snap_sync.appends.entry(deadlist).or_default().extend(dead);
+                }
             }
             snap_sync.roots.insert(d.id(), bp);
             data_bytes += dirty.bytes;

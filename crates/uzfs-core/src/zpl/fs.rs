@@ -148,6 +148,7 @@ pub fn errno(e: Error) -> Errno {
         Error::NoSpace => libc::ENOSPC,
         Error::NotFound(_) => libc::ENOENT,
         Error::TooBig(_) => libc::EFBIG,
+        Error::Busy(_) => libc::EBUSY,
         Error::Invalid(_) => libc::EINVAL,
         Error::Unsupported(_) => libc::EOPNOTSUPP,
         Error::ReadOnly(_) => libc::EROFS,
