@@ -9,8 +9,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # fuse3: fusermount3 and the kernel module helpers; git, sqlite3, make, gcc:
 # the real-program tests on a mounted filesystem; acl: setfacl/getfacl for
-# the POSIX ACL test; rsync: browsing `.zfs/snapshot` while writes go on.
-pkgs=(build-essential pkg-config curl ca-certificates fio e2fsprogs util-linux fuse3 procps python3 coreutils git sqlite3 make gcc tar acl rsync)
+# the POSIX ACL test; rsync: browsing `.zfs/snapshot` while writes go on;
+# sanoid, faketime: sanoid's snapshot and prune cycle, hours compressed.
+pkgs=(build-essential pkg-config curl ca-certificates fio e2fsprogs util-linux fuse3 procps python3 coreutils git sqlite3 make gcc tar acl rsync sanoid faketime)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

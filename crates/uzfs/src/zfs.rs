@@ -832,6 +832,115 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
     }
 }
 
+/// The types `-t` asks for (`all_by_default`: `zfs get`'s default, every
+/// type; `zfs list`'s is filesystems).
+struct Types {
+    fs: bool,
+    snap: bool,
+    typed: bool,
+}
+
+impl Types {
+    fn of(o: &Opts, all_by_default: bool) -> Result<Types, Response> {
+        let typed = !values(o, 't').is_empty();
+        let mut t = Types {
+            fs: true,
+            snap: all_by_default,
+            typed,
+        };
+        if let Some(v) = values(o, 't').last() {
+            (t.fs, t.snap) = (false, false);
+            for x in v.split(',') {
+                match x {
+                    "filesystem" | "fs" => t.fs = true,
+                    "snapshot" | "snap" => t.snap = true,
+                    "all" => (t.fs, t.snap) = (true, true),
+                    "volume" | "vol" | "bookmark" => {}
+                    _ => return Err(usage_err(&format!("invalid type '{x}'"))),
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// The rows `zfs list` and `zfs get` show for `names`: each snapshot
+/// named, and each filesystem named (all with none; `-r`/`-d` their
+/// descendants) if filesystems are wanted, followed by its snapshots if
+/// `snaps_of` its pool says so.
+fn gather(
+    d: &Daemon,
+    names: &[String],
+    types: &Types,
+    recursive: bool,
+    depth: Option<usize>,
+    snaps_of: &dyn Fn(&Pool) -> bool,
+) -> Result<Vec<Item>, Response> {
+    let (snap_names, fs_names): (Vec<String>, Vec<String>) =
+        names.iter().cloned().partition(|n| n.contains('@'));
+    let mut items: Vec<Item> = Vec::new();
+    for n in &snap_names {
+        let pool_name = n.split(['/', '@']).next().unwrap_or("");
+        let found = pools(d)
+            .into_iter()
+            .find(|p| p.name == pool_name)
+            .and_then(|p| p.snapshot(n).ok().map(|(ds, s)| (p, ds, s)));
+        match found {
+            Some((p, ds, s)) => items.push((p, ds, Some((n.clone(), s)))),
+            None => return Err(err(format!("cannot open '{n}': dataset does not exist"))),
+        }
+    }
+    if !fs_names.is_empty() || snap_names.is_empty() {
+        let ts = targets(d, &fs_names, recursive, depth)?;
+        // A filesystem named alone (no -r/-d) brings no snapshots to
+        // `zfs get`; `zfs list` decides through `snaps_of`.
+        for (p, ds) in ts {
+            if types.fs {
+                items.push((p.clone(), ds.clone(), None));
+            }
+            if snaps_of(&p) {
+                let base = p.ds_name(&ds.rel());
+                for s in p.snapshots_of(ds.id()) {
+                    let n = format!("{base}@{}", s.phys().name);
+                    items.push((p.clone(), ds.clone(), Some((n, s))));
+                }
+            }
+        }
+    }
+    Ok(items)
+}
+
+/// A snapshot's entry in `zfs list -j` and `zfs get -j`.
+fn json_snapshot(
+    d: &Daemon,
+    it: &Item,
+    props: &[String],
+    exact: bool,
+    int: bool,
+) -> serde_json::Value {
+    let (p, ds, _) = it;
+    let name = show_item(d, it, "name", exact);
+    let mut pm = serde_json::Map::new();
+    for prop in props.iter().filter(|c| *c != "name") {
+        let v = show_item(d, it, prop, exact || int);
+        let value = match v.parse::<u64>() {
+            Ok(x) if int => serde_json::json!(x),
+            _ => serde_json::json!(v),
+        };
+        pm.insert(
+            prop.clone(),
+            serde_json::json!({ "value": value, "source": { "type": "NONE", "data": "-" } }),
+        );
+    }
+    serde_json::json!({
+        "name": name,
+        "type": "SNAPSHOT",
+        "pool": p.name,
+        "dataset": p.ds_name(&ds.rel()),
+        "properties": pm,
+    })
+}
+
 /// A row of `zfs list`: a dataset, or one of its snapshots.
 type Item = (Arc<Pool>, Arc<Dataset>, Option<(String, Arc<Snapshot>)>);
 
@@ -848,22 +957,10 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
-    // Types shown: filesystems unless `-t` says otherwise (snapshots also
-    // when named, and on a pool with `listsnapshots=on`).
-    let (mut want_fs, mut want_snap) = (true, false);
-    let typed = !values(&o, 't').is_empty();
-    if let Some(t) = values(&o, 't').last() {
-        (want_fs, want_snap) = (false, false);
-        for x in t.split(',') {
-            match x {
-                "filesystem" | "fs" => want_fs = true,
-                "snapshot" | "snap" => want_snap = true,
-                "all" => (want_fs, want_snap) = (true, true),
-                "volume" | "vol" | "bookmark" => {}
-                _ => return usage_err(&format!("invalid type '{x}'")),
-            }
-        }
-    }
+    let types = match Types::of(&o, false) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
     let cols: Vec<String> = values(&o, 'o')
         .last()
         .map(|s| s.split(',').map(canon).collect())
@@ -882,38 +979,13 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let (snap_names, fs_names): (Vec<String>, Vec<String>) =
-        rest.into_iter().partition(|n| n.contains('@'));
-    let mut items: Vec<Item> = Vec::new();
-    for n in &snap_names {
-        let pool_name = n.split(['/', '@']).next().unwrap_or("");
-        let found = pools(d)
-            .into_iter()
-            .find(|p| p.name == pool_name)
-            .and_then(|p| p.snapshot(n).ok().map(|(ds, s)| (p, ds, s)));
-        match found {
-            Some((p, ds, s)) => items.push((p, ds, Some((n.clone(), s)))),
-            None => return err(format!("cannot open '{n}': dataset does not exist")),
-        }
-    }
-    if !fs_names.is_empty() || snap_names.is_empty() {
-        let ts = match targets(d, &fs_names, has(&o, 'r'), depth) {
-            Ok(t) => t,
-            Err(r) => return r,
-        };
-        for (p, ds) in ts {
-            if want_fs {
-                items.push((p.clone(), ds.clone(), None));
-            }
-            if want_snap || (!typed && p.props().listsnapshots) {
-                let base = p.ds_name(&ds.rel());
-                for s in p.snapshots_of(ds.id()) {
-                    let n = format!("{base}@{}", s.phys().name);
-                    items.push((p.clone(), ds.clone(), Some((n, s))));
-                }
-            }
-        }
-    }
+    // Snapshots of the datasets listed: when asked for, or on a pool with
+    // `listsnapshots=on` when no type is.
+    let snaps_of = |p: &Pool| types.snap || (!types.typed && p.props().listsnapshots);
+    let mut items = match gather(d, &rest, &types, has(&o, 'r'), depth, &snaps_of) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     if items.is_empty() {
         return Response::ok("no datasets available\n".into());
     }
@@ -981,27 +1053,9 @@ fn list(d: &Daemon, args: &[String]) -> Response {
                     );
                 }
                 Some((n, _)) => {
-                    let mut pm = serde_json::Map::new();
-                    for prop in cols.iter().filter(|c| *c != "name") {
-                        let v = show_item(d, it, prop, has(&o, 'p') || json_int);
-                        let value = match v.parse::<u64>() {
-                            Ok(x) if json_int => serde_json::json!(x),
-                            _ => serde_json::json!(v),
-                        };
-                        pm.insert(
-                            prop.clone(),
-                            serde_json::json!({ "value": value, "source": { "type": "NONE", "data": "-" } }),
-                        );
-                    }
                     m.insert(
                         n.clone(),
-                        serde_json::json!({
-                            "name": n,
-                            "type": "SNAPSHOT",
-                            "pool": p.name,
-                            "dataset": p.ds_name(&ds.rel()),
-                            "properties": pm,
-                        }),
+                        json_snapshot(d, it, &cols, has(&o, 'p'), json_int),
                     );
                 }
             }
@@ -1035,12 +1089,13 @@ fn get(d: &Daemon, args: &[String]) -> Response {
             .map(|s| s.to_string())
             .collect();
         v.extend(props::SETTABLE.iter().map(|d| d.name.to_string()));
+        v.extend(SNAP_PROPS.iter().map(|p| p.to_string()));
         v
     } else {
         which.split(',').map(canon).collect()
     };
     for p in &props_wanted {
-        if !known(p) {
+        if !known(p) && !SNAP_PROPS.contains(&p.as_str()) {
             return unknown_prop(p, "bad property list: ");
         }
     }
@@ -1070,8 +1125,16 @@ fn get(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let ts = match targets(d, &rest[1..], has(&o, 'r'), depth) {
+    // Every type unless -t says otherwise; a filesystem's snapshots come
+    // with -r or -d (or when no dataset is named), as in OpenZFS.
+    let types = match Types::of(&o, true) {
         Ok(t) => t,
+        Err(r) => return r,
+    };
+    let deep = has(&o, 'r') || depth.is_some() || rest.len() == 1;
+    let snaps_of = |_: &Pool| types.snap && deep;
+    let items = match gather(d, &rest[1..], &types, has(&o, 'r'), depth, &snaps_of) {
+        Ok(x) => x,
         Err(r) => return r,
     };
     // -s source[,source]: only properties whose source is one of them.
@@ -1105,29 +1168,48 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     };
     if has(&o, 'j') || json_int {
         let mut m = serde_json::Map::new();
-        for (p, ds) in &ts {
-            m.insert(
-                p.ds_name(&ds.rel()),
-                json_dataset(
-                    d,
-                    p,
-                    ds,
-                    &props_wanted,
-                    has(&o, 'p'),
-                    json_int,
-                    &wanted_source,
+        for it in &items {
+            let (p, ds, snap) = it;
+            let (name, v) = match snap {
+                None => (
+                    p.ds_name(&ds.rel()),
+                    json_dataset(
+                        d,
+                        p,
+                        ds,
+                        &props_wanted,
+                        has(&o, 'p'),
+                        json_int,
+                        &wanted_source,
+                    ),
                 ),
-            );
+                Some((n, _)) => (
+                    n.clone(),
+                    json_snapshot(d, it, &props_wanted, has(&o, 'p'), json_int),
+                ),
+            };
+            m.insert(name, v);
         }
         return json_doc("zfs get", m);
     }
     let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = Table::new(&h, &vec![false; fields.len()]);
-    for (p, ds) in ts {
-        let name = p.ds_name(&ds.rel());
+    for it in &items {
+        let (p, ds, snap) = it;
+        let name = show_item(d, it, "name", false);
         for prop in &props_wanted {
-            let (v, src) = show(d, &p, &ds, prop, has(&o, 'p'));
+            let (v, src) = match snap {
+                None => show(d, p, ds, prop, has(&o, 'p')),
+                // What a snapshot does not have, `get all` leaves out.
+                Some(_) => {
+                    let v = show_item(d, it, prop, has(&o, 'p'));
+                    if which == "all" && v == "-" {
+                        continue;
+                    }
+                    (v, "-".to_string())
+                }
+            };
             if !wanted_source(&src) {
                 continue;
             }

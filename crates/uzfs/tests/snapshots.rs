@@ -31,6 +31,23 @@ fn snapshots_through_the_command_line() {
     let listed = e.ok(&["zfs", "list", "-H", "-t", "snapshot", "-o", "name"]);
     assert_eq!(listed, "tank@one\ntank/home@one\n");
     assert!(prop(&e, "tank/home@one", "referenced") >= 8 << 20);
+    // zfs get of snapshots, as sanoid asks it: -t snapshot, -r, -p.
+    let got = e.ok(&["zfs", "get", "-Hrpt", "snapshot", "creation,createtxg"]);
+    let rows: Vec<Vec<&str>> = got.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 4, "{got}");
+    for r in &rows {
+        assert!(r[0] == "tank@one" || r[0] == "tank/home@one", "{got}");
+        assert!(r[2].parse::<u64>().is_ok() && r[3] == "-", "{got}");
+    }
+    // A filesystem alone brings no snapshots; -r does.
+    assert_eq!(
+        e.ok(&["zfs", "get", "-H", "-o", "name", "used", "tank/home"]),
+        "tank/home\n"
+    );
+    assert_eq!(
+        e.ok(&["zfs", "get", "-rH", "-o", "name", "used", "tank/home"]),
+        "tank/home\ntank/home@one\n"
+    );
     assert_eq!(prop(&e, "tank/home", "usedbysnapshots"), 0);
     // Overwrite half: the snapshot now holds 4 MiB the file no longer does.
     {
@@ -421,5 +438,103 @@ fn clones_through_the_command_line() {
         e.ok(&["zfs", "list", "-H", "-t", "all", "-o", "name"]),
         "tank\ntank/db\n"
     );
+    e.export_and_zdb("tank");
+}
+
+/// sanoid (Debian's package, unchanged) with uzfs's `zfs` first in PATH:
+/// it takes its hourly and daily snapshots, and prunes the hourlies past
+/// its retention once they are old (the hours passed by faketime).
+#[test]
+fn sanoid_takes_and_prunes_snapshots() {
+    if !can_mount() {
+        return;
+    }
+    let have = |t: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {t}"))
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("sanoid") || !have("faketime") {
+        assert!(
+            std::env::var_os("UZFS_REQUIRE_FUSE").is_none(),
+            "sanoid and faketime are missing: run scripts/setup.sh"
+        );
+        eprintln!("skipped: sanoid or faketime not installed");
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "tank/home"]);
+    std::fs::write(mnt.join("home/f"), b"data").expect("write");
+    let dir = e.dir.path();
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    for name in ["zfs", "zpool"] {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_uzfs"), bin.join(name)).expect("link");
+    }
+    let conf = dir.join("sanoid");
+    std::fs::create_dir_all(conf.join("cache")).expect("mkdir");
+    std::fs::write(
+        conf.join("sanoid.conf"),
+        "[tank/home]\n\tuse_template = production\n\n\
+         [template_production]\n\tfrequently = 0\n\thourly = 2\n\tdaily = 1\n\
+         \tmonthly = 0\n\tyearly = 0\n\tautosnap = yes\n\tautoprune = yes\n",
+    )
+    .expect("conf");
+    for f in [
+        "/usr/share/sanoid/sanoid.defaults.conf",
+        "/etc/sanoid/sanoid.defaults.conf",
+    ] {
+        if std::path::Path::new(f).exists() {
+            std::fs::copy(f, conf.join("sanoid.defaults.conf")).expect("defaults");
+            break;
+        }
+    }
+    let sanoid = |hours: u32, what: &str| {
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let o = std::process::Command::new("faketime")
+            .arg(format!("+{hours} hours"))
+            .arg("sanoid")
+            .arg(format!("--configdir={}", conf.display()))
+            .arg(format!("--cache-dir={}", conf.join("cache").display()))
+            .arg(format!("--run-dir={}", conf.display()))
+            .arg(what)
+            .arg("--force-update")
+            .env("PATH", path)
+            .env("UZFS_RUNDIR", &e.rundir)
+            .env("UZFS_TXG_TIMEOUT", "1")
+            .env("UZFS_ALTROOT", dir.join("mnt"))
+            .output()
+            .expect("sanoid");
+        assert!(
+            o.status.success(),
+            "sanoid {what}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let snaps = |kind: &str| -> usize {
+        e.ok(&["zfs", "list", "-H", "-t", "snapshot", "-o", "name"])
+            .lines()
+            .filter(|l| l.starts_with("tank/home@autosnap_") && l.ends_with(kind))
+            .count()
+    };
+    for h in 0..4 {
+        sanoid(h, "--take-snapshots");
+    }
+    assert_eq!(snaps("_hourly"), 4);
+    // Two if the faked hours crossed midnight.
+    assert!(snaps("_daily") >= 1);
+    sanoid(30, "--prune-snapshots");
+    assert_eq!(snaps("_hourly"), 2, "pruned to the retention");
+    assert_eq!(snaps("_daily"), 1);
+    // The files are untouched; the pool is clean.
+    assert_eq!(std::fs::read(mnt.join("home/f")).expect("read"), b"data");
     e.export_and_zdb("tank");
 }
