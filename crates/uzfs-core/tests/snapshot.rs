@@ -131,6 +131,15 @@ fn rollback_r(pool: &Arc<Pool>, fs: Zpl, name: &str) -> uzfs_core::Result<Zpl> {
     Ok(mount(pool))
 }
 
+fn usedbysnapshots(pool: &Pool) -> u64 {
+    let d = pool.dataset("z").expect("ds");
+    pool.get_prop(&d, "usedbysnapshots")
+        .expect("prop")
+        .0
+        .parse()
+        .expect("number")
+}
+
 /// Every snapshot reads back as the model had it, and the dataset's
 /// space figures add up.
 fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str) {
@@ -224,6 +233,8 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         let mut clones: BTreeMap<String, (Zpl, Model, String)> = BTreeMap::new();
         let mut next = 0;
         let mut next_clone = 0;
+        // Snapshots `destroy -d` marked, kept by a clone.
+        let mut deferred = std::collections::BTreeSet::new();
         for i in 0..120u64 {
             step(&fs, &mut model, &mut rng, seed, i);
             match rng.below(12) {
@@ -280,14 +291,94 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     assert!(err.to_string().contains("dependent clones"), "{err}");
                     clones.insert(cname, (cfs, snaps[&name].clone(), name));
                 }
+                7 if !snaps.is_empty() => {
+                    // Rename one; clones keep their origin under the new name.
+                    let names: Vec<String> = snaps.keys().cloned().collect();
+                    let old = names[rng.below(names.len() as u64) as usize].clone();
+                    let new = format!("r{next}");
+                    next += 1;
+                    pool.rename_snapshot(&format!("z@{old}"), &format!("z@{new}"))
+                        .expect("rename");
+                    let m = snaps.remove(&old).expect("model");
+                    snaps.insert(new.clone(), m);
+                    if deferred.remove(&old) {
+                        deferred.insert(new.clone());
+                    }
+                    for c in clones.values_mut() {
+                        if c.2 == old {
+                            c.2 = new.clone();
+                        }
+                    }
+                }
+                8 if snaps.len() >= 2 => {
+                    // A range of consecutive snapshots, none an origin:
+                    // destroying it frees exactly what was predicted.
+                    let d = pool.dataset("z").expect("ds");
+                    let chain: Vec<String> = pool
+                        .snapshots_of(d.id())
+                        .iter()
+                        .map(|s| s.phys().name)
+                        .collect();
+                    let a = rng.below(chain.len() as u64) as usize;
+                    let b = (a + rng.below(3) as usize).min(chain.len() - 1);
+                    let run: std::collections::BTreeSet<String> =
+                        chain[a..=b].iter().cloned().collect();
+                    if !clones.values().any(|c| run.contains(&c.2)) {
+                        pool.sync().expect("sync");
+                        let before = usedbysnapshots(&pool);
+                        let would = pool.snapshots_wouldfree(d.id(), &run).expect("wouldfree");
+                        for n in &run {
+                            pool.destroy_snapshot(&format!("z@{n}")).expect("destroy");
+                            snaps.remove(n);
+                        }
+                        pool.sync().expect("sync");
+                        let after = usedbysnapshots(&pool);
+                        assert_eq!(
+                            before - after,
+                            would,
+                            "seed {seed} step {i}: destroying {run:?} freed what -nv said"
+                        );
+                    }
+                }
+                9 if !snaps.is_empty() => {
+                    // Held: destroy refuses; -d defers; the release destroys.
+                    let names: Vec<String> = snaps.keys().cloned().collect();
+                    let name = names[rng.below(names.len() as u64) as usize].clone();
+                    let full = vec![format!("z@{name}")];
+                    pool.hold("keep", &full).expect("hold");
+                    assert!(pool.hold("keep", &full).is_err(), "a tag twice");
+                    let err = pool.destroy_snapshot(&full[0]).expect_err("held");
+                    assert!(matches!(err, uzfs_core::Error::Busy(_)), "{err}");
+                    if rng.below(2) == 0 {
+                        assert!(!pool.destroy_snapshot_deferred(&full[0]).expect("-d"));
+                        assert!(pool.snapshot(&full[0]).is_ok(), "deferred, still there");
+                        pool.release("keep", &full).expect("release");
+                        let cloned = clones.values().any(|c| c.2 == name);
+                        assert_eq!(pool.snapshot(&full[0]).is_ok(), cloned, "released");
+                        if cloned {
+                            deferred.insert(name.clone());
+                        } else {
+                            snaps.remove(&name);
+                        }
+                    } else {
+                        pool.release("keep", &full).expect("release");
+                        assert!(pool.release("keep", &full).is_err(), "no such tag");
+                    }
+                }
                 6 if !clones.is_empty() => {
                     // Write to a clone; now and then destroy one.
                     let names: Vec<String> = clones.keys().cloned().collect();
                     let cname = names[rng.below(names.len() as u64) as usize].clone();
                     if rng.below(4) == 0 {
-                        let (cfs, _, _) = clones.remove(&cname).expect("clone");
+                        let (cfs, _, origin) = clones.remove(&cname).expect("clone");
                         drop(cfs);
                         pool.destroy_dataset(&cname, true).expect("destroy clone");
+                        // A deferred origin goes with its last clone.
+                        if deferred.contains(&origin) && !clones.values().any(|c| c.2 == origin) {
+                            assert!(pool.snapshot(&format!("z@{origin}")).is_err(), "deferred");
+                            deferred.remove(&origin);
+                            snaps.remove(&origin);
+                        }
                     } else {
                         let (cfs, cmodel, _) = clones.get_mut(&cname).expect("clone");
                         for j in 0..3 {
@@ -366,6 +457,13 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         for (cname, (cfs, _, _)) in std::mem::take(&mut clones) {
             drop(cfs);
             pool.destroy_dataset(&cname, true).expect("destroy clone");
+        }
+        for name in &deferred {
+            assert!(
+                pool.snapshot(&format!("z@{name}")).is_err(),
+                "deferred {name}"
+            );
+            snaps.remove(name);
         }
         for name in snaps.keys() {
             pool.destroy_snapshot(&format!("z@{name}"))

@@ -14,15 +14,23 @@ use uzfs_core::spa::Pool;
 const USAGE: &str = "usage: zfs command args ...
 \tcreate [-p] [-o property=value] ... <filesystem>
 \tdestroy [-fnpRrv] <filesystem>
+\tdestroy [-dnpRrv] <filesystem>@<snap>[%<snap>][,...]
+\tsnapshot [-r] <filesystem>@<snapname> ...
+\trollback [-rRf] <snapshot>
+\tclone [-p] [-o property=value] ... <snapshot> <filesystem>
 \tlist [-rHp] [-j [--json-int]] [-d depth] [-o property[,...]] [-s|-S property] ...
-\t    [-t type[,...]] [filesystem] ...
-\tget [-rHp] [-j [--json-int]] [-d depth] [-o field[,...]] [-s source[,...]]
-\t    <\"all\" | property[,...]> [filesystem] ...
+\t    [-t type[,...]] [filesystem|snapshot] ...
+\tget [-rHp] [-j [--json-int]] [-d depth] [-o field[,...]] [-t type[,...]]
+\t    [-s source[,...]] <\"all\" | property[,...]> [filesystem|snapshot] ...
 \tset [-u] <property=value> ... <filesystem> ...
 \tinherit [-r] <property> <filesystem> ...
 \tmount [-a] [filesystem]
 \tunmount [-f] <-a | filesystem | mountpoint>
 \trename <filesystem> <filesystem>
+\trename [-r] <snapshot> <snapshot>
+\thold [-r] <tag> <snapshot> ...
+\tholds [-rHp] <snapshot> ...
+\trelease [-r] <tag> <snapshot> ...
 ";
 
 fn usage_err(msg: &str) -> Response {
@@ -92,10 +100,12 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "snapshot" | "snap" => snapshot(d, rest),
         "rollback" => rollback(d, rest),
         "clone" => clone(d, rest),
-        "send" | "receive" | "recv" | "promote" | "hold" | "holds" | "release"
-        | "bookmark" | "diff" | "redact" => Response::err(
+        "hold" => hold_release(d, rest, true),
+        "release" => hold_release(d, rest, false),
+        "holds" => holds(d, rest),
+        "send" | "receive" | "recv" | "promote" | "bookmark" | "diff" | "redact" => Response::err(
             2,
-            format!("zfs {cmd}: not supported yet (snapshots are taken, listed, browsed, rolled back to and destroyed; clones and the rest are not implemented yet)"),
+            format!("zfs {cmd}: not supported yet (snapshots are taken, listed, browsed, held, renamed, cloned, rolled back to and destroyed; the rest is not implemented yet)"),
         ),
         c if NOT_YET.contains(&c) => Response::err(2, format!("zfs {c}: not supported yet")),
         other => usage_err(&format!("unrecognized command '{other}'")),
@@ -177,7 +187,7 @@ fn create(d: &Daemon, args: &[String]) -> Response {
 }
 
 fn destroy(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "d!rfRnvp") {
+    let (o, rest) = match getopt(args, "drfRnvp") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -186,6 +196,9 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
     };
     if name.contains('@') {
         return destroy_snapshots(d, &o, name, args);
+    }
+    if has(&o, 'd') {
+        return usage_err("-d applies to snapshots only");
     }
     let (pool, ds) = match lookup(d, name) {
         Ok(x) => x,
@@ -276,34 +289,45 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
     let Some((ds_name, snap)) = name.split_once('@') else {
         return usage_err("expected a snapshot name");
     };
-    if snap.contains('%') || snap.contains(',') {
-        return Response::err(
-            2,
-            format!("cannot destroy '{name}': snapshot ranges and lists are not supported yet"),
-        );
-    }
     let (pool, ds) = match lookup(d, ds_name) {
         Ok(x) => x,
         Err(r) => return r,
     };
-    // The one named must exist; with -r, a descendant's only if it has one
-    // of that name.
-    let Ok((_, first)) = pool.snapshot(name) else {
-        return err("could not find any snapshots to destroy; check snapshot names.");
+    // The spec must name something in the dataset itself; with -r, each
+    // descendant contributes what the spec names there.
+    let mine = match resolve_snaps(&pool, &ds, snap) {
+        Ok(v) if !v.is_empty() => v,
+        Ok(_) | Err(_) => {
+            return err("could not find any snapshots to destroy; check snapshot names.")
+        }
     };
-    let mut found = vec![(name.to_string(), first)];
+    // (dataset, its short names), the named dataset first.
+    let mut sets = vec![(ds.clone(), mine)];
     if has(o, 'r') || has(o, 'R') {
         for k in pool.descendants(&ds).iter().rev() {
-            let n = format!("{}@{snap}", pool.ds_name(&k.rel()));
-            if let Ok((_, s)) = pool.snapshot(&n) {
-                found.push((n, s));
+            if let Ok(v) = resolve_snaps(&pool, k, snap) {
+                if !v.is_empty() {
+                    sets.push((k.clone(), v));
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for (x, names) in &sets {
+        let base = pool.ds_name(&x.rel());
+        for n in names {
+            if let Ok((_, s)) = pool.snapshot(&format!("{base}@{n}")) {
+                found.push((format!("{base}@{n}"), s));
             }
         }
     }
     let out = if has(o, 'v') || has(o, 'p') {
-        let reclaim: u64 = found
+        let reclaim: u64 = sets
             .iter()
-            .map(|(_, s)| pool.snapshot_unique(s).unwrap_or(0))
+            .map(|(x, names)| {
+                let set: std::collections::BTreeSet<String> = names.iter().cloned().collect();
+                pool.snapshots_wouldfree(x.id(), &set).unwrap_or(0)
+            })
             .sum();
         let deps: Vec<String> = if has(o, 'R') {
             found
@@ -337,7 +361,12 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
                 return err(e);
             }
         }
-        if let Err(e) = pool.destroy_snapshot(n) {
+        let r = if has(o, 'd') {
+            pool.destroy_snapshot_deferred(n).map(|_| ())
+        } else {
+            pool.destroy_snapshot(n)
+        };
+        if let Err(e) = r {
             return err(match e {
                 uzfs_core::Error::Busy(m) => m,
                 e => format!("cannot destroy snapshot {n}: {e}"),
@@ -430,6 +459,47 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
         }
         Err(e) => err(format!("cannot rollback to '{name}': {e}{}", lines(&back))),
     }
+}
+
+/// The snapshots of `ds` a destroy spec names (the part after '@'):
+/// `a`, a range `a%b` (either end may be left out: from the first, to the
+/// last; inclusive, in txg order), or a comma list of those. Short names,
+/// oldest first; an end that is not there is an error.
+fn resolve_snaps(pool: &Pool, ds: &Arc<Dataset>, spec: &str) -> Result<Vec<String>, String> {
+    let chain: Vec<String> = pool
+        .snapshots_of(ds.id())
+        .iter()
+        .map(|s| s.phys().name)
+        .collect();
+    let at = |n: &str| {
+        chain
+            .iter()
+            .position(|x| x == n)
+            .ok_or_else(|| format!("no snapshot '{n}'"))
+    };
+    let mut take = vec![false; chain.len()];
+    for part in spec.split(',') {
+        match part.split_once('%') {
+            Some((a, b)) => {
+                let from = if a.is_empty() { 0 } else { at(a)? };
+                let to = if b.is_empty() {
+                    chain.len().saturating_sub(1)
+                } else {
+                    at(b)?
+                };
+                for t in take.iter_mut().take(to + 1).skip(from) {
+                    *t = true;
+                }
+            }
+            None => take[at(part)?] = true,
+        }
+    }
+    Ok(chain
+        .into_iter()
+        .zip(take)
+        .filter(|(_, t)| *t)
+        .map(|(n, _)| n)
+        .collect())
 }
 
 /// What depends on snapshot `id`: its clones, and recursively whatever
@@ -805,7 +875,7 @@ fn json_doc(command: &str, datasets: serde_json::Map<String, serde_json::Value>)
 }
 
 /// Properties only snapshots have a value for (datasets show "-").
-const SNAP_PROPS: &[&str] = &["createtxg", "guid", "clones"];
+const SNAP_PROPS: &[&str] = &["createtxg", "guid", "clones", "userrefs", "defer_destroy"];
 
 /// A snapshot's property as `zfs list` shows it (`-p`: exact numbers).
 fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> String {
@@ -821,6 +891,8 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
         "creation" => crate::zpool::format_time(sp.creation),
         "createtxg" => sp.txg.to_string(),
         "guid" => sp.guid.to_string(),
+        "userrefs" => sp.holds.len().to_string(),
+        "defer_destroy" => if sp.defer_destroy { "on" } else { "off" }.into(),
         "clones" => p
             .clones_of(sp.id)
             .iter()
@@ -1432,7 +1504,156 @@ fn unmount(d: &Daemon, args: &[String]) -> Response {
     Response::ok(String::new())
 }
 
+/// `zfs rename [-r] DS@OLD DS@NEW` (or `@NEW`, or `NEW`): a snapshot's
+/// name; `-r`, the snapshot of that name of every descendant too.
+fn rename_snapshots(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "fr") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [from, to] = rest.as_slice() else {
+        return usage_err("expected two snapshot names");
+    };
+    let Some((ds_name, old)) = from.split_once('@') else {
+        return usage_err("expected a snapshot name");
+    };
+    let new = match to.split_once('@') {
+        Some((tds, n)) if tds.is_empty() || tds == ds_name => n,
+        Some(_) => {
+            return err(format!(
+                "cannot rename to '{to}': snapshots must be part of same dataset"
+            ))
+        }
+        None => to.as_str(),
+    };
+    let (pool, ds) = match lookup(d, ds_name) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if pool.snapshot(from).is_err() {
+        return err(format!("cannot open '{from}': dataset does not exist"));
+    }
+    let mut pairs = vec![(from.clone(), format!("{ds_name}@{new}"))];
+    if has(&o, 'r') {
+        for k in pool.descendants(&ds) {
+            let base = pool.ds_name(&k.rel());
+            if pool.snapshot(&format!("{base}@{old}")).is_ok() {
+                pairs.push((format!("{base}@{old}"), format!("{base}@{new}")));
+            }
+        }
+    }
+    // Every new name free first: all are renamed, or none.
+    for (_, t) in &pairs {
+        if pool.snapshot(t).is_ok() {
+            return err(format!("cannot rename to '{t}': dataset already exists"));
+        }
+    }
+    for (f, t) in &pairs {
+        if let Err(e) = pool.rename_snapshot(f, t) {
+            return err(format!("cannot rename '{f}': {e}"));
+        }
+    }
+    pool.log_history(&format!("zfs rename {}", args.join(" ")));
+    Response::ok(String::new())
+}
+
+/// Snapshot names given on a command line, each checked, with `-r` the
+/// snapshot of that name of every descendant too; all of one pool.
+fn snapshot_args(
+    d: &Daemon,
+    snaps: &[String],
+    recursive: bool,
+) -> Result<(Arc<Pool>, Vec<String>), Response> {
+    let mut pool: Option<Arc<Pool>> = None;
+    let mut names = Vec::new();
+    for n in snaps {
+        let Some((ds_name, snap)) = n.split_once('@') else {
+            return Err(err(format!("'{n}' is not a snapshot")));
+        };
+        let (p, ds) = lookup(d, ds_name)?;
+        if p.snapshot(n).is_err() {
+            return Err(err(format!("cannot open '{n}': dataset does not exist")));
+        }
+        names.push(n.clone());
+        if recursive {
+            for k in p.descendants(&ds) {
+                let kn = format!("{}@{snap}", p.ds_name(&k.rel()));
+                if p.snapshot(&kn).is_ok() {
+                    names.push(kn);
+                }
+            }
+        }
+        if pool.as_ref().is_some_and(|q| q.name != p.name) {
+            return Err(err("snapshots of one pool at a time".to_string()));
+        }
+        pool = Some(p);
+    }
+    match pool {
+        Some(p) => Ok((p, names)),
+        None => Err(usage_err("missing snapshot name")),
+    }
+}
+
+/// `zfs hold [-r] TAG SNAP...` / `zfs release [-r] TAG SNAP...`: all or
+/// none.
+fn hold_release(d: &Daemon, args: &[String], hold: bool) -> Response {
+    let (o, rest) = match getopt(args, "r") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [tag, snaps @ ..] = rest.as_slice() else {
+        return usage_err("missing tag");
+    };
+    let (pool, names) = match snapshot_args(d, snaps, has(&o, 'r')) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let r = if hold {
+        pool.hold(tag, &names)
+    } else {
+        pool.release(tag, &names)
+    };
+    match r {
+        Ok(()) => {
+            let cmd = if hold { "hold" } else { "release" };
+            pool.log_history(&format!("zfs {cmd} {}", args.join(" ")));
+            Response::ok(String::new())
+        }
+        Err(e) => err(e.to_string()),
+    }
+}
+
+/// `zfs holds [-rHp] SNAP...`: NAME, TAG, TIMESTAMP of each hold.
+fn holds(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "rHp") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let (pool, names) = match snapshot_args(d, &rest, has(&o, 'r')) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let mut t = Table::new(&["NAME", "TAG", "TIMESTAMP"], &[false, false, false]);
+    for n in names {
+        let Ok((_, s)) = pool.snapshot(&n) else {
+            continue;
+        };
+        for (tag, when) in s.phys().holds {
+            let ts = if has(&o, 'p') {
+                when.to_string()
+            } else {
+                crate::zpool::format_time(when)
+            };
+            t.rows.push(vec![n.clone(), tag, ts]);
+        }
+    }
+    Response::ok(t.render(has(&o, 'H')))
+}
+
 fn rename(d: &Daemon, args: &[String]) -> Response {
+    if args.iter().any(|a| !a.starts_with('-') && a.contains('@')) {
+        return rename_snapshots(d, args);
+    }
     let (o, rest) = match getopt(args, "fpr!u!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),

@@ -538,3 +538,105 @@ fn sanoid_takes_and_prunes_snapshots() {
     assert_eq!(std::fs::read(mnt.join("home/f")).expect("read"), b"data");
     e.export_and_zdb("tank");
 }
+
+/// `zfs hold`/`holds`/`release`, `destroy -d`, snapshot `rename [-r]`
+/// (followed by `.zfs/snapshot`) and destroy ranges `a%b` and lists, with
+/// `-nv` saying exactly what a range frees.
+#[test]
+fn holds_renames_and_ranges_through_the_command_line() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "tank/home"]);
+    let mut rng = Rng(21);
+    for s in ["s1", "s2", "s3", "s4", "s5"] {
+        std::fs::write(mnt.join("home/f"), rng.bytes(1 << 20)).expect("write");
+        e.ok(&["zfs", "snapshot", "-r", &format!("tank@{s}")]);
+    }
+    // Holds: a held snapshot refuses destroy; -d defers it to the release.
+    e.ok(&["zfs", "hold", "-r", "keep", "tank@s1"]);
+    e.fails(
+        &["zfs", "hold", "keep", "tank/home@s1"],
+        1,
+        "tag already exists",
+    );
+    let h = e.ok(&["zfs", "holds", "-rHp", "tank@s1"]);
+    assert_eq!(h.lines().count(), 2, "{h}");
+    assert!(h.starts_with("tank@s1\tkeep\t"), "{h}");
+    assert_eq!(prop(&e, "tank/home@s1", "userrefs"), 1);
+    e.fails(&["zfs", "destroy", "tank/home@s1"], 1, "busy");
+    e.ok(&["zfs", "destroy", "-d", "tank/home@s1"]);
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-o", "defer_destroy", "tank/home@s1"]),
+        "on\n"
+    );
+    e.ok(&["zfs", "release", "keep", "tank/home@s1"]);
+    assert!(e.run(&["zfs", "list", "tank/home@s1"]).status.code() != Some(0));
+    e.fails(
+        &["zfs", "release", "keep", "tank/home@s2"],
+        1,
+        "no such tag",
+    );
+    e.ok(&["zfs", "release", "keep", "tank@s1"]);
+    // Rename, -r, seen in .zfs/snapshot at once.
+    e.ok(&["zfs", "rename", "-r", "tank@s2", "@two"]);
+    assert!(mnt.join("home/.zfs/snapshot/two/f").exists());
+    assert!(!mnt.join("home/.zfs/snapshot/s2").exists());
+    e.ok(&["zfs", "rename", "tank/home@two", "tank/home@deux"]);
+    e.fails(
+        &["zfs", "rename", "tank/home@deux", "tank/home@s3"],
+        1,
+        "already exists",
+    );
+    e.fails(
+        &["zfs", "rename", "tank/home@deux", "tank@x"],
+        1,
+        "same dataset",
+    );
+    // A range: -nv says what it frees, exactly what goes.
+    e.ok(&["zpool", "sync", "tank"]);
+    let before = prop(&e, "tank/home", "usedbysnapshots");
+    let dry = e.ok(&["zfs", "destroy", "-nvp", "tank/home@deux%s4"]);
+    assert!(
+        dry.contains("destroy\ttank/home@deux") && dry.contains("destroy\ttank/home@s4"),
+        "{dry}"
+    );
+    let would: u64 = dry
+        .lines()
+        .find_map(|l| l.strip_prefix("reclaim\t"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{dry}"));
+    assert!(would >= 2 << 20, "{dry}");
+    e.ok(&["zfs", "destroy", "tank/home@deux%s4"]);
+    e.ok(&["zpool", "sync", "tank"]);
+    assert_eq!(before - prop(&e, "tank/home", "usedbysnapshots"), would);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "list",
+            "-H",
+            "-t",
+            "snapshot",
+            "-o",
+            "name",
+            "-r",
+            "tank/home"
+        ]),
+        "tank/home@s5\n"
+    );
+    // A list with an open-ended range, -r over descendants (tank/home has
+    // no s3 left, so the spec names nothing there).
+    e.ok(&["zfs", "destroy", "-r", "tank@two,s3%"]);
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-t", "snapshot", "-o", "name"]),
+        "tank@s1\ntank/home@s5\n"
+    );
+    e.fails(
+        &["zfs", "destroy", "tank/home@nope%s5"],
+        1,
+        "could not find",
+    );
+    e.export_and_zdb("tank");
+}

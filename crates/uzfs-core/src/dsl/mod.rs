@@ -467,6 +467,20 @@ impl Pool {
             gone.push(self.ds_name(&x.rel()));
         }
         *lock(&self.dsl.dirty) = true;
+        let origins: Vec<u64> = kids
+            .iter()
+            .chain(std::iter::once(&d))
+            .map(|x| rlock(&x.phys).origin)
+            .filter(|o| *o != 0)
+            .collect();
+        drop(_g);
+        // An origin marked by `destroy -d` goes with its last clone.
+        if !origins.is_empty() {
+            self.sync()?;
+            for o in origins {
+                self.reap_deferred(o)?;
+            }
+        }
         Ok(gone)
     }
 

@@ -91,6 +91,14 @@ pub struct SnapPhys {
     /// The dataset's `used` and `logicalused` of its own blocks then.
     pub referenced: u64,
     pub logical: u64,
+    /// User holds (`zfs hold`): tag -> seconds since the epoch. A held
+    /// snapshot is not destroyed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holds: BTreeMap<String, u64>,
+    /// `zfs destroy -d` of a held or cloned snapshot: destroyed when the
+    /// last hold is released or the last clone destroyed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defer_destroy: bool,
 }
 
 /// A snapshot in memory.
@@ -188,6 +196,16 @@ pub fn read_deadlist_of(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
 /// Split `name` ("pool/ds@snap") into the dataset's name and the
 /// snapshot's, checking the latter (zfs(8): the same characters as a
 /// dataset name component).
+/// A hold's tag: 1-255 bytes, no NUL (OpenZFS allows any other).
+fn check_tag(tag: &str) -> Result<()> {
+    if tag.is_empty() || tag.len() > 255 || tag.contains('\0') {
+        return Err(Error::invalid(format!(
+            "invalid tag '{tag}': 1 to 255 bytes, no NUL"
+        )));
+    }
+    Ok(())
+}
+
 pub fn split_name(name: &str) -> Result<(&str, &str)> {
     let (ds, snap) = name
         .split_once('@')
@@ -390,6 +408,11 @@ impl Pool {
         let task = {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
+            if !rlock(&s.phys).holds.is_empty() {
+                return Err(Error::Busy(format!(
+                    "cannot destroy snapshot {name}: dataset is busy (it has user holds: see 'zfs holds')"
+                )));
+            }
             let clones = self.clones_of(rlock(&s.phys).id);
             if !clones.is_empty() {
                 return Err(Error::Busy(format!(
@@ -504,6 +527,127 @@ impl Pool {
         self.finish_tasks(&[task])
     }
 
+    /// `zfs destroy -d`: destroy `name` now, or, while it is held or
+    /// cloned, mark it to be destroyed when the last hold or clone goes.
+    /// Returns whether it was destroyed now.
+    pub fn destroy_snapshot_deferred(&self, name: &str) -> Result<bool> {
+        {
+            let _g = self.sync_guard()?;
+            let (_, s) = self.snapshot(name)?;
+            let id = rlock(&s.phys).id;
+            if !rlock(&s.phys).holds.is_empty() || !self.clones_of(id).is_empty() {
+                wlock(&s.phys).defer_destroy = true;
+                *lock(&self.dsl.dirty) = true;
+                drop(_g);
+                self.sync()?;
+                return Ok(false);
+            }
+        }
+        self.destroy_snapshot(name)?;
+        Ok(true)
+    }
+
+    /// `zfs hold TAG SNAP...`: every snapshot gets the hold, or none does
+    /// (a tag already on one refuses all). Committed before returning.
+    pub fn hold(&self, tag: &str, names: &[String]) -> Result<()> {
+        check_tag(tag)?;
+        {
+            let _g = self.sync_guard()?;
+            let mut found = Vec::new();
+            for n in names {
+                let (_, s) = self.snapshot(n)?;
+                if rlock(&s.phys).holds.contains_key(tag) {
+                    return Err(Error::invalid(format!(
+                        "cannot hold snapshot '{n}': tag already exists on this dataset"
+                    )));
+                }
+                found.push(s);
+            }
+            let now = crate::spa::scan::now_secs();
+            for s in found {
+                wlock(&s.phys).holds.insert(tag.to_string(), now);
+            }
+            *lock(&self.dsl.dirty) = true;
+        }
+        self.sync()?;
+        Ok(())
+    }
+
+    /// `zfs release TAG SNAP...`: the hold leaves every snapshot, or none
+    /// (a snapshot without it refuses all). A snapshot marked by `destroy
+    /// -d` goes with its last hold (and no clone). Committed before
+    /// returning.
+    pub fn release(&self, tag: &str, names: &[String]) -> Result<()> {
+        let mut doomed = Vec::new();
+        {
+            let _g = self.sync_guard()?;
+            let mut found = Vec::new();
+            for n in names {
+                let (_, s) = self.snapshot(n)?;
+                if !rlock(&s.phys).holds.contains_key(tag) {
+                    return Err(Error::invalid(format!(
+                        "cannot release hold from snapshot '{n}': no such tag on this dataset"
+                    )));
+                }
+                found.push((n.clone(), s));
+            }
+            for (n, s) in found {
+                let mut p = wlock(&s.phys);
+                p.holds.remove(tag);
+                if p.defer_destroy && p.holds.is_empty() && self.clones_of(p.id).is_empty() {
+                    doomed.push(n);
+                }
+            }
+            *lock(&self.dsl.dirty) = true;
+        }
+        self.sync()?;
+        for n in doomed {
+            self.destroy_snapshot(&n)?;
+        }
+        Ok(())
+    }
+
+    /// After a clone is destroyed: its origin, if `destroy -d` marked it
+    /// and nothing else keeps it, goes too.
+    pub(crate) fn reap_deferred(&self, origin: u64) -> Result<()> {
+        let Some(s) = rlock(&self.dsl.snaps).get(&origin).cloned() else {
+            return Ok(());
+        };
+        let p = s.phys();
+        if !p.defer_destroy || !p.holds.is_empty() || !self.clones_of(p.id).is_empty() {
+            return Ok(());
+        }
+        let Some(d) = rlock(&self.dsl.list).get(&p.ds).cloned() else {
+            return Ok(());
+        };
+        self.destroy_snapshot(&format!("{}@{}", self.ds_name(&d.rel()), p.name))
+    }
+
+    /// `zfs rename DS@OLD DS@NEW`: the snapshot's name only (its data,
+    /// guid and clones stay). Committed before returning.
+    pub fn rename_snapshot(&self, from: &str, to: &str) -> Result<()> {
+        let (fds, _) = split_name(from)?;
+        let (tds, new) = split_name(to)?;
+        if fds != tds {
+            return Err(Error::invalid(format!(
+                "cannot rename to '{to}': snapshots must be part of same dataset"
+            )));
+        }
+        {
+            let _g = self.sync_guard()?;
+            let (d, s) = self.snapshot(from)?;
+            if self.snapshot_named(d.id(), new).is_some() {
+                return Err(Error::invalid(format!(
+                    "cannot rename to '{to}': dataset already exists"
+                )));
+            }
+            wlock(&s.phys).name = new.to_string();
+            *lock(&self.dsl.dirty) = true;
+        }
+        self.sync()?;
+        Ok(())
+    }
+
     /// Sync until the tasks are carried out; their errors, if any.
     fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
         self.sync()?;
@@ -528,6 +672,54 @@ impl Pool {
             .filter(|bp| bp.birth > n.prev_txg)
             .map(|bp| st.alloc.dsize(bp))
             .sum())
+    }
+
+    /// What destroying the snapshots of dataset `ds` named in `names`
+    /// together would free: for each run of consecutive ones (P before
+    /// the run, N after it or the dataset), the entries born after P of
+    /// the dead lists from the run's second snapshot through N's, which is
+    /// what `snapshot_unique` gives for a run of one.
+    pub fn snapshots_wouldfree(&self, ds: u64, names: &BTreeSet<String>) -> Result<u64> {
+        let chain = self.snapshots_of(ds);
+        let head_dl = rlock(&self.dsl.list)
+            .get(&ds)
+            .map_or(0, |h| rlock(&h.phys).deadlist);
+        let origin_txg = rlock(&self.dsl.list)
+            .get(&ds)
+            .and_then(|h| self.origin_of(h))
+            .map_or(0, |(_, o)| rlock(&o.phys).txg);
+        let st_dsize = |bps: &[BlkPtr], after: u64| -> u64 {
+            let st = lock(&self.st);
+            bps.iter()
+                .filter(|b| b.birth > after)
+                .map(|b| st.alloc.dsize(b))
+                .sum()
+        };
+        let mut total = 0;
+        let mut i = 0;
+        while i < chain.len() {
+            if !names.contains(&chain[i].phys().name) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < chain.len() && names.contains(&chain[i].phys().name) {
+                i += 1;
+            }
+            let prev = match start.checked_sub(1) {
+                Some(p) => chain[p].phys().txg,
+                None => origin_txg,
+            };
+            let mut lists: Vec<u64> = chain[start + 1..i]
+                .iter()
+                .map(|s| s.phys().deadlist)
+                .collect();
+            lists.push(chain.get(i).map_or(head_dl, |n| n.phys().deadlist));
+            for dl in lists.into_iter().filter(|dl| *dl != 0) {
+                total += st_dsize(&self.read_deadlist(dl)?, prev);
+            }
+        }
+        Ok(total)
     }
 
     /// The entries of dead list `obj` as the last txg left them.
@@ -597,6 +789,7 @@ impl Pool {
                         dead_bytes: p.dead_bytes,
                         referenced: space.used,
                         logical: space.logical,
+                        ..Default::default()
                     };
                     p.deadlist = new_dl;
                     p.dead_bytes = 0;
