@@ -666,3 +666,48 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
     }
     assert!(seeds < 4 || rollbacks > 0, "no seed rolled back");
 }
+
+/// A clone shares the block cache with its origin: reading an unchanged
+/// file through the clone after reading it through the origin misses the
+/// cache only for the little metadata that is the clone's own.
+#[test]
+fn a_clone_reads_its_origins_blocks_from_the_cache() {
+    let world = SimWorld::new();
+    let disks: Vec<_> = (0..2)
+        .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+        .collect();
+    // A cache larger than the file (the tests' default is 4 MiB).
+    let mut o = opts(3);
+    o.tunables.cache_bytes = 64 << 20;
+    let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
+    pool.format_root_fs().expect("format");
+    let fs = mount(&pool);
+    let data = pattern(1, 8 << 20);
+    let ino = create_file(&fs, b"big");
+    fs.write(ino, 0, &data).expect("write");
+    pool.create_snapshots(&["z@s".to_string()])
+        .expect("snapshot");
+    pool.clone_snapshot("z@s", "z/c", &[], false)
+        .expect("clone");
+    let clone = mount_ds(&pool, "z/c");
+    pool.io.cache.clear();
+    let misses = || pool.io.cache.stats().2;
+    let read = |fs: &Zpl| {
+        let a = fs.lookup(fs.root, b"big").expect("lookup");
+        let mut b = Vec::new();
+        fs.read_into(a.ino, 0, a.size as usize, &mut b)
+            .expect("read");
+        assert!(b == data, "the file reads back");
+    };
+    let m0 = misses();
+    read(&fs);
+    let first = misses() - m0;
+    let m1 = misses();
+    read(&clone);
+    let second = misses() - m1;
+    assert!(first >= 64, "8 MiB read cold: {first} misses");
+    assert!(
+        second * 10 < first,
+        "the clone missed {second} times after the origin missed {first}"
+    );
+}
