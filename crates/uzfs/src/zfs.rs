@@ -18,6 +18,7 @@ const USAGE: &str = "usage: zfs command args ...
 \tsnapshot [-r] <filesystem>@<snapname> ...
 \trollback [-rRf] <snapshot>
 \tclone [-p] [-o property=value] ... <snapshot> <filesystem>
+\tpromote <clone-filesystem>
 \tlist [-rHp] [-j [--json-int]] [-d depth] [-o property[,...]] [-s|-S property] ...
 \t    [-t type[,...]] [filesystem|snapshot] ...
 \tget [-rHp] [-j [--json-int]] [-d depth] [-o field[,...]] [-t type[,...]]
@@ -103,7 +104,8 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "hold" => hold_release(d, rest, true),
         "release" => hold_release(d, rest, false),
         "holds" => holds(d, rest),
-        "send" | "receive" | "recv" | "promote" | "bookmark" | "diff" | "redact" => Response::err(
+        "promote" => promote(d, rest),
+        "send" | "receive" | "recv" | "bookmark" | "diff" | "redact" => Response::err(
             2,
             format!("zfs {cmd}: not supported yet (snapshots are taken, listed, browsed, held, renamed, cloned, rolled back to and destroyed; the rest is not implemented yet)"),
         ),
@@ -1591,6 +1593,29 @@ fn snapshot_args(
     match pool {
         Some(p) => Ok((p, names)),
         None => Err(usage_err("missing snapshot name")),
+    }
+}
+
+/// `zfs promote CLONE`: the clone takes over its origin and the
+/// snapshots before it; the origin's dataset becomes its clone.
+fn promote(d: &Daemon, args: &[String]) -> Response {
+    let (_, rest) = match getopt(args, "") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let [name] = rest.as_slice() else {
+        return usage_err("expected one filesystem name");
+    };
+    let (pool, _) = match lookup(d, name) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    match pool.promote(name) {
+        Ok(()) => {
+            pool.log_history(&format!("zfs promote {}", args.join(" ")));
+            Response::ok(String::new())
+        }
+        Err(e) => err(e.to_string()),
     }
 }
 

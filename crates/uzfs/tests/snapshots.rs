@@ -640,3 +640,47 @@ fn holds_renames_and_ranges_through_the_command_line() {
     );
     e.export_and_zdb("tank");
 }
+
+/// `zfs promote` on real mounts: the clone takes the origin and the
+/// snapshots before it (seen in both `.zfs/snapshot` directories), the
+/// old dataset becomes its clone, and can be destroyed while the promoted
+/// clone lives on; zdb clean.
+#[test]
+fn promote_through_the_command_line() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "tank/db"]);
+    std::fs::write(mnt.join("db/v1"), b"one").expect("write");
+    e.ok(&["zfs", "snapshot", "tank/db@a"]);
+    std::fs::write(mnt.join("db/v2"), b"two").expect("write");
+    e.ok(&["zfs", "snapshot", "tank/db@b"]);
+    std::fs::write(mnt.join("db/v3"), b"three").expect("write");
+    e.ok(&["zfs", "snapshot", "tank/db@c"]);
+    e.ok(&["zfs", "clone", "tank/db@b", "tank/next"]);
+    std::fs::write(mnt.join("next/v4"), b"four").expect("write");
+    e.fails(&["zfs", "promote", "tank/db"], 1, "not a cloned filesystem");
+    e.ok(&["zfs", "promote", "tank/next"]);
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r", "tank"]),
+        "tank/db@c\ntank/next@a\ntank/next@b\n"
+    );
+    assert_eq!(
+        e.ok(&["zfs", "list", "-H", "-o", "origin", "tank/db", "tank/next"]),
+        "tank/next@b\n-\n"
+    );
+    assert!(mnt.join("next/.zfs/snapshot/a/v1").exists());
+    assert!(!mnt.join("db/.zfs/snapshot/a").exists());
+    // The old dataset is now the clone: it can go, the new line stays.
+    e.ok(&["zfs", "destroy", "-r", "tank/db"]);
+    assert_eq!(std::fs::read(mnt.join("next/v4")).expect("read"), b"four");
+    assert_eq!(
+        std::fs::read(mnt.join("next/.zfs/snapshot/a/v1")).expect("read"),
+        b"one"
+    );
+    let hist = e.ok(&["zpool", "history", "tank"]);
+    assert!(hist.contains("zfs promote tank/next"), "{hist}");
+    e.export_and_zdb("tank");
+}

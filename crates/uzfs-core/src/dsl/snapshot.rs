@@ -47,7 +47,17 @@
 //!   the origin (the origin's referenced bytes less the origin's blocks in
 //!   the clone's dead lists, `DsPhys::origin_dead`); destroying it frees
 //!   its blocks born after the origin (one walk that skips older
-//!   subtrees). The origin cannot be destroyed while it has clones.
+//!   subtrees). The origin cannot be destroyed while it has clones. A
+//!   clone never lists its origin's object-set block (the origin's line
+//!   does, once its dataset lets go of it).
+//!
+//! * **Promote** moves the origin and the snapshots before it to the
+//!   clone and makes their old dataset a clone of the origin. No dead
+//!   list is rewritten but one: every list keeps describing the same
+//!   history in its new line (the clone's list after the origin holds the
+//!   origin's blocks the clone let go of, which is what the origin's next
+//!   list must hold), and the origin's object-set block moves from the old
+//!   line's next list to the new one's. `origin_dead` is recounted.
 //!
 //! * **On disk** (docs/ON_DISK_FORMAT.md, "Snapshots"): each snapshot's
 //!   `SnapPhys` in the DSL record; a dead list is a MOS object of block
@@ -130,6 +140,14 @@ pub enum SnapTask {
     Rollback {
         task: u64,
         ds: u64,
+    },
+    /// `Pool::promote` moved snapshot `snap` (and those before it) from
+    /// dataset `from` to its clone: the snapshot's object-set block moves
+    /// from `from`'s dead lists to the one after it in its new line.
+    Promote {
+        task: u64,
+        snap: u64,
+        from: u64,
     },
 }
 
@@ -648,6 +666,98 @@ impl Pool {
         Ok(())
     }
 
+    /// `zfs promote CLONE`: the clone takes over its origin snapshot and
+    /// every snapshot before it in the origin's dataset, and that dataset
+    /// becomes a clone of the origin (which now belongs to CLONE), in one
+    /// txg. Space moves with the snapshots: what they hold is charged to
+    /// CLONE from then on. Returns once committed.
+    ///
+    /// Dead lists stay as they are: the lists of the snapshots that move
+    /// describe the same history in their new line, the clone's next list
+    /// after the origin holds exactly the origin's blocks the clone let go
+    /// of, and the old dataset's next list now holds its origin's blocks.
+    /// Only the origin's object-set block moves from one line's lists to
+    /// the other's (`SnapTask::Promote`), and each dataset's `origin_dead`
+    /// is recounted from its line's lists.
+    pub fn promote(&self, clone: &str) -> Result<()> {
+        self.sync()?;
+        let task = {
+            let _g = self.sync_guard()?;
+            let c = self.dataset(clone)?;
+            let Some((oname, s)) = self.origin_of(&c) else {
+                return Err(Error::invalid(format!(
+                    "cannot promote '{clone}': not a cloned filesystem"
+                )));
+            };
+            let sp = s.phys();
+            let o = rlock(&self.dsl.list)
+                .get(&sp.ds)
+                .cloned()
+                .ok_or_else(|| Error::invalid(format!("{oname}: its dataset is gone")))?;
+            let moving: Vec<Arc<Snapshot>> = self
+                .snapshots_of(o.id())
+                .into_iter()
+                .filter(|x| rlock(&x.phys).txg <= sp.txg)
+                .collect();
+            for m in &moving {
+                let n = m.phys().name;
+                if self.snapshot_named(c.id(), &n).is_some() {
+                    return Err(Error::invalid(format!(
+                        "cannot promote '{clone}': snapshot name '@{n}' conflicts with one of its own"
+                    )));
+                }
+            }
+            let grand = rlock(&o.phys).origin;
+            for m in &moving {
+                wlock(&m.phys).ds = c.id();
+            }
+            wlock(&c.phys).origin = grand;
+            wlock(&o.phys).origin = sp.id;
+            // Recount what each line holds of its (new) origin.
+            let grand_txg = rlock(&self.dsl.snaps)
+                .get(&grand)
+                .map_or(0, |g| rlock(&g.phys).txg);
+            let c_dead = self.line_dead_born_by(&c, grand_txg)?;
+            let o_dead = self.line_dead_born_by(&o, sp.txg)?;
+            wlock(&c.phys).origin_dead = if grand == 0 { 0 } else { c_dead };
+            wlock(&o.phys).origin_dead = o_dead;
+            *lock(&self.dsl.dirty) = true;
+            let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dsl.tasks).push(SnapTask::Promote {
+                task,
+                snap: sp.id,
+                from: o.id(),
+            });
+            task
+        };
+        self.finish_tasks(&[task])
+    }
+
+    /// Bytes of the entries born by `txg` in every dead list of `d`'s
+    /// line (its snapshots' and its own), as the last txg left them.
+    fn line_dead_born_by(&self, d: &Dataset, txg: u64) -> Result<u64> {
+        if txg == 0 {
+            return Ok(0);
+        }
+        let mut lists: Vec<u64> = self
+            .snapshots_of(d.id())
+            .iter()
+            .map(|s| rlock(&s.phys).deadlist)
+            .collect();
+        lists.push(rlock(&d.phys).deadlist);
+        let mut total = 0;
+        for dl in lists.into_iter().filter(|dl| *dl != 0) {
+            let entries = self.read_deadlist(dl)?;
+            let st = lock(&self.st);
+            total += entries
+                .iter()
+                .filter(|b| b.birth <= txg)
+                .map(|b| st.alloc.dsize(b))
+                .sum::<u64>();
+        }
+        Ok(total)
+    }
+
     /// Sync until the tasks are carried out; their errors, if any.
     fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
         self.sync()?;
@@ -861,6 +971,83 @@ impl Pool {
                         "pool '{}': snapshot '{}@{}' destroyed in txg {txg}",
                         self.name,
                         head.map_or_else(|| "?".to_string(), |h| self.ds_name(&h.rel())),
+                        sp.name
+                    );
+                }
+                SnapTask::Promote { task, snap, from } => {
+                    let Some(s) = rlock(&self.dsl.snaps).get(&snap).cloned() else {
+                        fail(task, "cannot promote: the origin was destroyed".to_string());
+                        continue;
+                    };
+                    let sp = s.phys();
+                    let dsize = w.dsize(&s.root);
+                    let is_root = |b: &BlkPtr| b.dva[0] == s.root.dva[0] && b.birth == s.root.birth;
+                    // Out of the old line: the first dead list after the
+                    // snapshot there (the next snapshot's, or the
+                    // dataset's), if the old dataset let go of it yet.
+                    let old_next = self
+                        .snapshots_of(from)
+                        .into_iter()
+                        .find(|x| rlock(&x.phys).txg > sp.txg);
+                    let old_head = rlock(&self.dsl.list).get(&from).cloned();
+                    let old_dl = match (&old_next, &old_head) {
+                        (Some(n), _) => rlock(&n.phys).deadlist,
+                        (None, Some(h)) => rlock(&h.phys).deadlist,
+                        (None, None) => 0,
+                    };
+                    let mut list = self.load_dl(&mut dls, old_dl)?;
+                    let before = list.len();
+                    list.retain(|b| !is_root(b));
+                    let removed = before != list.len();
+                    if old_dl != 0 {
+                        dls.entry(old_dl).or_default().whole = Some(list);
+                    }
+                    if removed {
+                        match (&old_next, &old_head) {
+                            (Some(n), _) => {
+                                let mut np = wlock(&n.phys);
+                                np.dead_bytes = np.dead_bytes.saturating_sub(dsize);
+                            }
+                            (None, Some(h)) => {
+                                let mut hp = wlock(&h.phys);
+                                hp.dead_bytes = hp.dead_bytes.saturating_sub(dsize);
+                            }
+                            (None, None) => {}
+                        }
+                        if let Some(h) = &old_head {
+                            let mut hp = wlock(&h.phys);
+                            hp.origin_dead = hp.origin_dead.saturating_sub(dsize);
+                        }
+                    }
+                    // Into the new line: the snapshot's next there holds it
+                    // (its new line never let go of it: a clone never lists
+                    // its origin's object-set block).
+                    let n = self.neighbours(&sp);
+                    let mut new_dl = n.next_dl;
+                    if new_dl == 0 {
+                        new_dl = self.new_deadlist(extra, &mut dls)?;
+                    }
+                    let e = dls.entry(new_dl).or_default();
+                    match &mut e.whole {
+                        Some(all) => all.push(s.root),
+                        None => e.append.push(s.root),
+                    }
+                    match (&n.next, &n.head) {
+                        (Some(x), _) => {
+                            let mut xp = wlock(&x.phys);
+                            xp.deadlist = new_dl;
+                            xp.dead_bytes += dsize;
+                        }
+                        (None, Some(h)) => {
+                            let mut hp = wlock(&h.phys);
+                            hp.deadlist = new_dl;
+                            hp.dead_bytes += dsize;
+                        }
+                        (None, None) => {}
+                    }
+                    log::info!(
+                        "pool '{}': snapshots through '@{}' promoted in txg {txg}",
+                        self.name,
                         sp.name
                     );
                 }
