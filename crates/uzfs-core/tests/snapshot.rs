@@ -131,6 +131,37 @@ fn rollback_r(pool: &Arc<Pool>, fs: Zpl, name: &str) -> uzfs_core::Result<Zpl> {
     Ok(mount(pool))
 }
 
+/// Counts the blocks a walk hands it (object-set blocks left out, as in
+/// `referenced`): with `Objset::free_born_after`, the bytes of a tree born
+/// after a txg, by walking it.
+struct Born(u64);
+
+impl uzfs_core::dmu::objset::BlockWriter for Born {
+    fn txg(&self) -> u64 {
+        0
+    }
+    fn write_bp(
+        &mut self,
+        _old: &uzfs_core::dmu::blkptr::BlkPtr,
+        _data: &[u8],
+        _wp: uzfs_core::dmu::objset::WriteParams,
+    ) -> uzfs_core::Result<uzfs_core::dmu::blkptr::BlkPtr> {
+        Err(uzfs_core::Error::invalid("a counting walk writes nothing"))
+    }
+    fn free_bp(&mut self, bp: &uzfs_core::dmu::blkptr::BlkPtr) {
+        if bp.obj_type != uzfs_core::dmu::dnode::ot::OBJSET {
+            self.0 += bp.asize();
+        }
+    }
+}
+
+/// Bytes of `os`'s tree (as last synced) born after `txg`, walked.
+fn born_after(os: &uzfs_core::dmu::objset::Objset, txg: u64) -> u64 {
+    let mut b = Born(0);
+    os.free_born_after(&mut b, txg).expect("walk");
+    b.0
+}
+
 fn usedbysnapshots(pool: &Pool) -> u64 {
     let d = pool.dataset("z").expect("ds");
     pool.get_prop(&d, "usedbysnapshots")
@@ -208,6 +239,35 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
         .map(|(_, s)| pool.snapshot_unique(s).expect("unique"))
         .sum();
     assert!(unique <= by_snaps, "{what}: unique {unique} > {by_snaps}");
+    // `written` and `written@S`, against walks of the trees: the bytes
+    // born after the snapshot (or the one before it).
+    let chain = pool.snapshots_of(d.id());
+    for (i, s) in chain.iter().enumerate() {
+        let sp = s.phys();
+        let w: u64 = pool
+            .get_prop(&d, &format!("written@{}", sp.name))
+            .expect("written@")
+            .0
+            .parse()
+            .expect("n");
+        assert_eq!(w, born_after(&d.os, sp.txg), "{what}: written@{}", sp.name);
+        let prev = i.checked_sub(1).map_or(0, |p| chain[p].phys().txg);
+        let os = pool.snapshot_objset(s).expect("objset");
+        assert_eq!(
+            pool.snapshot_written(s).expect("written"),
+            born_after(&os, prev),
+            "{what}: written of @{}",
+            sp.name
+        );
+    }
+    let w: u64 = pool
+        .get_prop(&d, "written")
+        .expect("written")
+        .0
+        .parse()
+        .expect("n");
+    let last = chain.last().map_or(0, |s| s.phys().txg);
+    assert_eq!(w, born_after(&d.os, last), "{what}: written");
 }
 
 #[test]

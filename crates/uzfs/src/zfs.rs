@@ -545,9 +545,9 @@ fn destroy_clones(d: &Daemon, pool: &Arc<Pool>, snap: &str, force: bool) -> Resu
 
 /// `zfs clone [-p] [-o prop=value]... SNAP FILESYSTEM`: a new filesystem
 /// sharing every block with the snapshot (writes to either are their
-/// own), mounted like one made by `zfs create` (`-u`: not mounted).
+/// own), mounted like one made by `zfs create`.
 fn clone(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "po:u") {
+    let (o, rest) = match getopt(args, "po:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
@@ -576,9 +576,6 @@ fn clone(d: &Daemon, args: &[String]) -> Response {
         return err(format!("cannot create '{name}': {e}"));
     }
     pool.log_history(&format!("zfs clone {}", args.join(" ")));
-    if has(&o, 'u') {
-        return Response::ok(String::new());
-    }
     let errs = mounts::mount_all(d, &pool);
     if !errs.is_empty() {
         return err(format!(
@@ -597,16 +594,10 @@ fn lines(v: &[String]) -> String {
 /// `zfs snapshot [-r] DS@SNAP...`: every snapshot named (with `-r`, of
 /// every descendant too) in one txg of their pool, or none.
 fn snapshot(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "ro:") {
+    let (o, rest) = match getopt(args, "ro:!") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
-    if has(&o, 'o') {
-        return Response::err(
-            2,
-            "zfs snapshot -o: properties on snapshots are not supported yet",
-        );
-    }
     if rest.is_empty() {
         return usage_err("missing snapshot argument");
     }
@@ -791,7 +782,9 @@ fn canon(p: &str) -> String {
 }
 
 fn known(p: &str) -> bool {
-    props::def(p).is_some() || props::READONLY.contains(&p)
+    props::def(p).is_some()
+        || props::READONLY.contains(&p)
+        || p.strip_prefix("written@").is_some_and(|s| !s.is_empty())
 }
 
 /// The refusal of a property `known` does not know: one zfsprops(7) has
@@ -894,6 +887,7 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
         "createtxg" => sp.txg.to_string(),
         "guid" => sp.guid.to_string(),
         "userrefs" => sp.holds.len().to_string(),
+        "written" => p.snapshot_written(s).map_or_else(|_| "-".into(), num),
         "defer_destroy" => if sp.defer_destroy { "on" } else { "off" }.into(),
         "clones" => p
             .clones_of(sp.id)

@@ -65,7 +65,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool remove -p P", "-p"),
     ("zpool remove -s P", "-s"),
     ("zpool remove -w P D", "-w"),
-    ("zfs destroy -d F", "-d"),
+    ("zfs snapshot -o p=v tank/fs@s", "-o"),
 ];
 
 #[test]
@@ -1315,6 +1315,13 @@ const OPENZFS: &[(&str, &str)] = &[
     ("zfs mount", "afloOv"),
     ("zfs unmount", "afu"),
     ("zfs rename", "fpru"),
+    ("zfs snapshot", "or"),
+    ("zfs rollback", "fRr"),
+    ("zfs clone", "op"),
+    ("zfs promote", ""),
+    ("zfs hold", "r"),
+    ("zfs holds", "Hpr"),
+    ("zfs release", "r"),
 ];
 
 /// The options uzfs does, and the tests that show each one's effect.
@@ -1338,7 +1345,7 @@ const ACCEPTED: &[(&str, &str, &str)] = &[
     ("zpool wait", "Ht", "redundancy_cli.rs"),
     ("zpool upgrade", "av", "cli.rs"),
     ("zfs create", "nopPuv", "options.rs (zfs_create_dry_run_verbose_and_unmounted, every_dataset_property), fs.rs"),
-    ("zfs destroy", "fnpRrv", "options.rs (dry_runs), fs.rs"),
+    ("zfs destroy", "dfnpRrv", "options.rs (dry_runs), fs.rs, snapshots.rs (holds_renames_and_ranges, clones)"),
     ("zfs list", "dHjopSstr", "options.rs (zfs_list_and_get_depth_sort_and_source, zfs_list_and_get_json)"),
     ("zfs get", "dHjoprst", "options.rs (zfs_list_and_get_depth_sort_and_source, zfs_list_and_get_json, get_fields)"),
     ("zfs set", "u", "fs.rs (zfs_set_u_leaves_mounts_as_they_are)"),
@@ -1346,6 +1353,13 @@ const ACCEPTED: &[(&str, &str, &str)] = &[
     ("zfs mount", "aoOv", "options.rs (zfs_mount_ro_and_rw_are_temporary), fs.rs"),
     ("zfs unmount", "afu", "fs.rs"),
     ("zfs rename", "fp", "fs.rs"),
+    ("zfs snapshot", "r", "snapshots.rs, core tests/snapshot.rs"),
+    ("zfs rollback", "fRr", "snapshots.rs (rollback_through_the_command_line, clones)"),
+    ("zfs clone", "op", "snapshots.rs (clones_through_the_command_line)"),
+    ("zfs promote", "", "snapshots.rs (promote_through_the_command_line)"),
+    ("zfs hold", "r", "snapshots.rs (holds_renames_and_ranges)"),
+    ("zfs holds", "Hpr", "snapshots.rs (holds_renames_and_ranges)"),
+    ("zfs release", "r", "snapshots.rs (holds_renames_and_ranges)"),
 ];
 
 /// Every letter of every subcommand, run: OpenZFS's options are accepted

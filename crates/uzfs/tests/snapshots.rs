@@ -565,6 +565,23 @@ fn holds_renames_and_ranges_through_the_command_line() {
     let h = e.ok(&["zfs", "holds", "-rHp", "tank@s1"]);
     assert_eq!(h.lines().count(), 2, "{h}");
     assert!(h.starts_with("tank@s1\tkeep\t"), "{h}");
+    // written: what each snapshot added over the one before (1 MiB each),
+    // and what the dataset wrote since one.
+    let w2 = prop(&e, "tank/home@s2", "written");
+    assert!(
+        (1 << 20..(1 << 20) + (128 << 10)).contains(&w2),
+        "written {w2}"
+    );
+    std::fs::write(mnt.join("home/g"), rng.bytes(2 << 20)).expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    let since = prop(&e, "tank/home", "written@s5");
+    assert!(
+        (2 << 20..(2 << 20) + (128 << 10)).contains(&since),
+        "written@s5 {since}"
+    );
+    assert_eq!(prop(&e, "tank/home", "written"), since);
+    let since3 = prop(&e, "tank/home", "written@s3");
+    assert!(since3 >= since + (1 << 20), "written@s3 {since3}");
     assert_eq!(prop(&e, "tank/home@s1", "userrefs"), 1);
     e.fails(&["zfs", "destroy", "tank/home@s1"], 1, "busy");
     e.ok(&["zfs", "destroy", "-d", "tank/home@s1"]);

@@ -676,17 +676,18 @@ impl Pool {
     }
 
     fn computed_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<String> {
-        let spacey = matches!(
-            name,
-            "used"
-                | "usedbydataset"
-                | "usedbychildren"
-                | "usedbysnapshots"
-                | "referenced"
-                | "logicalused"
-                | "logicalreferenced"
-                | "compressratio"
-        );
+        let spacey = name.starts_with("written")
+            || matches!(
+                name,
+                "used"
+                    | "usedbydataset"
+                    | "usedbychildren"
+                    | "usedbysnapshots"
+                    | "referenced"
+                    | "logicalused"
+                    | "logicalreferenced"
+                    | "compressratio"
+            );
         let (own, used, logical) = if spacey {
             self.ds_space(d)
         } else {
@@ -702,6 +703,34 @@ impl Pool {
             "usedbychildren" => used
                 .saturating_sub(self.dataset_unique(d) + self.snap_space(d))
                 .to_string(),
+            "written" => {
+                // Since the latest snapshot (or the origin); all of it if none.
+                let last = self
+                    .snapshots_of(d.id())
+                    .last()
+                    .cloned()
+                    .or_else(|| self.origin_of(d).map(|(_, o)| o));
+                match last {
+                    Some(s) => self.written_since(d, &s).ok()?.to_string(),
+                    None => own.used.to_string(),
+                }
+            }
+            w if w.starts_with("written@") => {
+                let snap = &w["written@".len()..];
+                let full = if snap.contains('@') {
+                    snap.to_string()
+                } else {
+                    format!("{}@{snap}", self.ds_name(&d.rel()))
+                };
+                let (_, s) = self.snapshot(&full).ok()?;
+                let sd = rlock(&s.phys).ds;
+                let in_line =
+                    sd == d.id() || self.origin_of(d).is_some_and(|(_, o)| Arc::ptr_eq(&o, &s));
+                if !in_line {
+                    return None;
+                }
+                self.written_since(d, &s).ok()?.to_string()
+            }
             "origin" => match self.origin_of(d) {
                 Some((name, _)) => name,
                 None => "-".into(),

@@ -103,6 +103,7 @@ pub const READONLY: &[&str] = &[
     "usedbysnapshots",
     "snapshot_count",
     "origin",
+    "written",
 ];
 
 pub fn def(name: &str) -> Option<&'static PropDef> {
