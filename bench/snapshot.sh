@@ -6,7 +6,13 @@
 #     buffered random writes): latency of taking a snapshot;
 #   * a snapshot that alone holds SIZE of data (a file written, snapshotted,
 #     then deleted): time for the destroy command to return, and until the
-#     space is back (btrfs: `subvolume sync`), for two sizes.
+#     space is back (btrfs: `subvolume sync`), for two sizes;
+#   * rollback of the 20,000-file dataset after 10% of its files changed
+#     (btrfs: delete the subvolume, snapshot the snapshot back in place);
+#   * uzfs only, against itself: 16 KiB random overwrites (fio, 15 s, end
+#     fsync) of a file laid out before, and 20,000 creates, in a dataset
+#     with 100 snapshots (taken between small changes, so overwrites feed
+#     a dead list) and in one with none, in alternating order.
 # Medians and ranges over the rounds; uzfs daemon CPU seconds and peak RSS.
 #
 # usage: bench/snapshot.sh [ROUNDS]   (release binary: target/release/uzfs)
@@ -37,6 +43,22 @@ for i in range(200):
             f.write(os.urandom(1024))
 PY
 }
+# Rewrite 10% of mkfiles' files (20 of its 200 directories).
+change10() { python3 - "$1" <<'PY'
+import os, sys
+d = sys.argv[1]
+for i in range(0, 200, 10):
+    for j in range(100):
+        with open(os.path.join(d, f"d{i}", f"f{j}"), "wb") as f:
+            f.write(os.urandom(1024))
+PY
+}
+# 16 KiB random overwrites of a laid-out 256 MiB file for 15 s: IOPS.
+randw() { fio --name=r --directory="$1" --rw=randwrite --bs=16k --size=256M \
+  --time_based=1 --runtime=15 --end_fsync=1 --overwrite=1 --output-format=json 2>/dev/null |
+  python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["write"]["iops"]))'; }
+layout() { fio --name=r --directory="$1" --rw=write --bs=1M --size=256M --create_only=1 \
+  --overwrite=1 --output=/dev/null >/dev/null 2>&1; }
 writer() { fio --name=w --directory="$1" --rw=randwrite --bs=16k --size=256M \
   --time_based=1 --runtime=600 --output=/dev/null >/dev/null 2>&1 & echo $!; }
 LOOPS=()
@@ -61,6 +83,25 @@ round_uzfs() {
   local t0 t1; t0=$(now); "$U" zfs snapshot sb/meta@s1; t1=$(now)
   rec uzfs snapshot_20k_files_s "$(el "$t0" "$t1")"
   kill "$WP"; wait "$WP" 2>/dev/null || true; WP=
+  "$U" zfs snapshot sb/meta@r0
+  change10 "$D/umnt/meta"; "$U" zpool sync sb
+  t0=$(now); "$U" zfs rollback sb/meta@r0; t1=$(now)
+  rec uzfs rollback_20k_files_10pct_s "$(el "$t0" "$t1")"
+  # 100 snapshots against none, alternating which goes first.
+  local order="none snap100"; [ $((RANDOM % 2)) = 0 ] && order="snap100 none"
+  for x in none snap100; do
+    "$U" zfs create "sb/$x"; layout "$D/umnt/$x"; "$U" zpool sync sb
+  done
+  for i in $(seq 100); do
+    head -c 4096 /dev/urandom > "$D/umnt/snap100/small"
+    "$U" zfs snapshot "sb/snap100@p$i"
+  done
+  for x in $order; do
+    rec uzfs "randwrite16k_iops_$x" "$(randw "$D/umnt/$x")"
+    mkdir -p "$D/umnt/$x/c"
+    t0=$(now); mkfiles "$D/umnt/$x/c"; sync -f "$D/umnt/$x"; t1=$(now)
+    rec uzfs "creates_20k_s_$x" "$(el "$t0" "$t1")"
+  done
   for sz in $SIZES; do
     "$U" zfs create "sb/big$sz"
     dd if=/dev/urandom of="$D/umnt/big$sz/f" bs=4M count=$(( $(numfmt --from=iec "$sz") >> 22 )) status=none
@@ -88,6 +129,13 @@ round_btrfs() {
   local t0 t1; t0=$(now); btrfs subvolume snapshot -r "$D/bmnt/meta" "$D/bmnt/meta@s1" >/dev/null; t1=$(now)
   rec btrfs snapshot_20k_files_s "$(el "$t0" "$t1")"
   kill "$WP"; wait "$WP" 2>/dev/null || true; WP=
+  btrfs subvolume snapshot -r "$D/bmnt/meta" "$D/bmnt/meta@r0" >/dev/null
+  change10 "$D/bmnt/meta"; sync -f "$D/bmnt"
+  t0=$(now)
+  btrfs subvolume delete "$D/bmnt/meta" >/dev/null
+  btrfs subvolume snapshot "$D/bmnt/meta@r0" "$D/bmnt/meta" >/dev/null
+  sync -f "$D/bmnt"; t1=$(now)
+  rec btrfs rollback_20k_files_10pct_s "$(el "$t0" "$t1")"
   for sz in $SIZES; do
     btrfs subvolume create "$D/bmnt/big$sz" >/dev/null
     dd if=/dev/urandom of="$D/bmnt/big$sz/f" bs=4M count=$(( $(numfmt --from=iec "$sz") >> 22 )) status=none

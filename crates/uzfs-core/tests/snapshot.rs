@@ -162,6 +162,43 @@ fn born_after(os: &uzfs_core::dmu::objset::Objset, txg: u64) -> u64 {
     b.0
 }
 
+/// `zfs diff z@name z` against the models: a name only in the old model
+/// is removed, only in the new one created, in both with other contents
+/// modified (or removed and created again); nothing is renamed; the root
+/// is modified when names came or went.
+fn check_diff(pool: &Arc<Pool>, name: &str, old: &Model, new: &Model, what: &str) {
+    let d = pool.diff(&format!("z@{name}"), None).expect("diff");
+    let has = |c: char, n: &str| d.iter().any(|e| e.change == c && e.path == format!("/{n}"));
+    for n in old.keys().filter(|n| !new.contains_key(*n)) {
+        assert!(has('-', n), "{what}: diff @{name}: {n} removed: {d:?}");
+    }
+    for n in new.keys().filter(|n| !old.contains_key(*n)) {
+        assert!(has('+', n), "{what}: diff @{name}: {n} created: {d:?}");
+    }
+    for (n, v) in new {
+        if old.get(n).is_some_and(|o| o != v) {
+            assert!(
+                has('M', n) || (has('-', n) && has('+', n)),
+                "{what}: diff @{name}: {n} modified: {d:?}"
+            );
+        }
+    }
+    for e in &d {
+        let n = e.path.trim_start_matches('/');
+        assert!(e.change != 'R', "{what}: diff @{name}: a rename: {e:?}");
+        assert!(
+            n.is_empty() || old.contains_key(n) || new.contains_key(n),
+            "{what}: diff @{name}: {e:?} is in neither model"
+        );
+    }
+    if old.keys().ne(new.keys()) {
+        assert!(
+            has('M', ""),
+            "{what}: diff @{name}: the root changed: {d:?}"
+        );
+    }
+}
+
 fn usedbysnapshots(pool: &Pool) -> u64 {
     let d = pool.dataset("z").expect("ds");
     pool.get_prop(&d, "usedbysnapshots")
@@ -479,6 +516,9 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                 pool.sync().expect("sync");
                 check_snapshots(&pool, &snaps, &format!("seed {seed} step {i}"));
                 assert_eq!(contents(&fs), model, "seed {seed} step {i}: the dataset");
+                for (name, old) in &snaps {
+                    check_diff(&pool, name, old, &model, &format!("seed {seed} step {i}"));
+                }
                 // Export, zdb, import: the same after.
                 drop(fs);
                 let open: Vec<String> = clones.keys().cloned().collect();

@@ -19,6 +19,7 @@ const USAGE: &str = "usage: zfs command args ...
 \trollback [-rRf] <snapshot>
 \tclone [-p] [-o property=value] ... <snapshot> <filesystem>
 \tpromote <clone-filesystem>
+\tdiff [-FHt] <snapshot> [snapshot|filesystem]
 \tlist [-rHp] [-j [--json-int]] [-d depth] [-o property[,...]] [-s|-S property] ...
 \t    [-t type[,...]] [filesystem|snapshot] ...
 \tget [-rHp] [-j [--json-int]] [-d depth] [-o field[,...]] [-t type[,...]]
@@ -105,7 +106,8 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         "release" => hold_release(d, rest, false),
         "holds" => holds(d, rest),
         "promote" => promote(d, rest),
-        "send" | "receive" | "recv" | "bookmark" | "diff" | "redact" => Response::err(
+        "diff" => diff(d, rest),
+        "send" | "receive" | "recv" | "bookmark" | "redact" => Response::err(
             2,
             format!("zfs {cmd}: not supported yet (snapshots are taken, listed, browsed, held, renamed, cloned, rolled back to and destroyed; the rest is not implemented yet)"),
         ),
@@ -1588,6 +1590,69 @@ fn snapshot_args(
         Some(p) => Ok((p, names)),
         None => Err(usage_err("missing snapshot name")),
     }
+}
+
+/// `zfs diff [-FHt] SNAP [SNAP|FILESYSTEM]`: `+` created, `-` removed,
+/// `M` modified, `R` renamed, each under the filesystem's mount point
+/// (`-F`: the file type, `-t`: the change time, `-H`: tabs, no arrows).
+fn diff(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "FHt") {
+        Ok(x) => x,
+        Err(e) => return usage_err(&e),
+    };
+    let (from, to) = match rest.as_slice() {
+        [f] => (f, None),
+        [f, t] => (f, Some(t.as_str())),
+        _ => {
+            return usage_err("expected a snapshot and, optionally, a later snapshot or filesystem")
+        }
+    };
+    let Some((ds_name, _)) = from.split_once('@') else {
+        return usage_err(&format!("'{from}' is not a snapshot"));
+    };
+    let (pool, ds) = match lookup(d, ds_name) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let entries = match pool.diff(from, to) {
+        Ok(x) => x,
+        Err(e) => return err(e.to_string()),
+    };
+    let base = mounts::is_mounted(d, ds_name)
+        .map(|p| p.display().to_string())
+        .or_else(|| {
+            mounts::mountpoint_of(d, &pool, &ds)
+                .ok()
+                .map(|p| p.display().to_string())
+        })
+        .unwrap_or_default();
+    let base = base.trim_end_matches('/');
+    let mut out = String::new();
+    for e in entries {
+        if has(&o, 't') {
+            out.push_str(&format!(
+                "{}.{:09}\t",
+                e.ctime.div_euclid(1_000_000_000),
+                e.ctime.rem_euclid(1_000_000_000)
+            ));
+        }
+        out.push(e.change);
+        out.push('\t');
+        if has(&o, 'F') {
+            out.push(e.kind);
+            out.push('\t');
+        }
+        out.push_str(&format!("{base}{}", e.path));
+        if let Some(n) = e.new_path {
+            if has(&o, 'H') {
+                out.push_str(&format!("\t{base}{n}"));
+            } else {
+                out.push_str(&format!(" -> {base}{n}"));
+            }
+        }
+        out.push('\n');
+    }
+    Response::ok(out)
 }
 
 /// `zfs promote CLONE`: the clone takes over its origin and the

@@ -188,7 +188,7 @@ fn bad_command_lines_get_clear_errors() {
     e.fails(&["zfs", "destroy", "tank"], 1, "root dataset");
     e.fails(&["zfs", "frobnicate"], 2, "unrecognized command");
     e.fails(&["zfs", "rollback", "tank@a"], 1, "does not exist");
-    e.fails(&["zfs", "diff", "tank@a"], 2, "not implemented yet");
+    e.fails(&["zfs", "send", "tank@a"], 2, "not implemented yet");
     e.fails(
         &["zfs", "snapshot", "tank@a", "nope@b"],
         1,

@@ -1322,6 +1322,7 @@ const OPENZFS: &[(&str, &str)] = &[
     ("zfs hold", "r"),
     ("zfs holds", "Hpr"),
     ("zfs release", "r"),
+    ("zfs diff", "FHt"),
 ];
 
 /// The options uzfs does, and the tests that show each one's effect.
@@ -1360,6 +1361,7 @@ const ACCEPTED: &[(&str, &str, &str)] = &[
     ("zfs hold", "r", "snapshots.rs (holds_renames_and_ranges)"),
     ("zfs holds", "Hpr", "snapshots.rs (holds_renames_and_ranges)"),
     ("zfs release", "r", "snapshots.rs (holds_renames_and_ranges)"),
+    ("zfs diff", "FHt", "snapshots.rs (diff_through_the_command_line), core tests/snapshot.rs"),
 ];
 
 /// Every letter of every subcommand, run: OpenZFS's options are accepted

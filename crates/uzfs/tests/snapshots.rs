@@ -701,3 +701,65 @@ fn promote_through_the_command_line() {
     assert!(hist.contains("zfs promote tank/next"), "{hist}");
     e.export_and_zdb("tank");
 }
+
+/// `zfs diff` between a snapshot and the live filesystem, and between two
+/// snapshots: created, removed, modified and renamed files, with `-F`,
+/// `-H` and `-t`.
+#[test]
+fn diff_through_the_command_line() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "tank/home"]);
+    let h = mnt.join("home");
+    std::fs::create_dir(h.join("dir")).expect("mkdir");
+    for f in ["keep", "change", "gone", "dir/old"] {
+        std::fs::write(h.join(f), f).expect("write");
+    }
+    e.ok(&["zfs", "snapshot", "tank/home@a"]);
+    std::fs::write(h.join("change"), b"changed").expect("write");
+    std::fs::remove_file(h.join("gone")).expect("rm");
+    std::fs::write(h.join("new"), b"new").expect("write");
+    std::fs::rename(h.join("dir/old"), h.join("dir/renamed")).expect("mv");
+    std::os::unix::fs::symlink("keep", h.join("link")).expect("ln");
+    let base = h.display().to_string();
+    let got = e.ok(&["zfs", "diff", "tank/home@a"]);
+    let want = format!(
+        "M\t{base}/\n\
+         M\t{base}/change\n\
+         M\t{base}/dir\n\
+         R\t{base}/dir/old -> {base}/dir/renamed\n\
+         -\t{base}/gone\n\
+         +\t{base}/link\n\
+         +\t{base}/new\n"
+    );
+    assert_eq!(got, want);
+    // Two snapshots; -F types, -H tabs, -t times.
+    e.ok(&["zfs", "snapshot", "tank/home@b"]);
+    std::fs::write(h.join("later"), b"x").expect("write");
+    let fh = e.ok(&["zfs", "diff", "-FH", "tank/home@a", "tank/home@b"]);
+    assert!(
+        fh.contains(&format!("R\tF\t{base}/dir/old\t{base}/dir/renamed\n")),
+        "{fh}"
+    );
+    assert!(fh.contains(&format!("+\t@\t{base}/link\n")), "{fh}");
+    assert!(fh.contains(&format!("M\t/\t{base}/dir\n")), "{fh}");
+    assert!(!fh.contains("later"), "{fh}");
+    let t = e.ok(&["zfs", "diff", "-t", "tank/home@b", "tank/home"]);
+    let line = t
+        .lines()
+        .find(|l| l.ends_with("/later"))
+        .expect("later listed");
+    let (secs, _) = line.split_once('.').expect("seconds.nanoseconds");
+    assert!(secs.parse::<u64>().is_ok_and(|s| s > 1_600_000_000), "{t}");
+    assert_eq!(e.ok(&["zfs", "diff", "tank/home@b", "tank/home@b"]), "");
+    e.fails(&["zfs", "diff", "tank/home@b", "tank/home@a"], 1, "earlier");
+    e.fails(
+        &["zfs", "diff", "tank/home@a", "tank"],
+        1,
+        "same filesystem",
+    );
+    e.export_and_zdb("tank");
+}

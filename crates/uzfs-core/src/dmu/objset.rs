@@ -1334,6 +1334,67 @@ impl Objset {
         free_after(&*self.reader, w, &bp, min_txg, Holds::ObjsetBlock)
     }
 
+    /// Object numbers whose dnodes may differ from the set as of `min_txg`:
+    /// every slot of each dnode block born after it (the rest of the
+    /// meta-dnode's tree, born by then, is skipped whole). From the last
+    /// synced state. `zfs diff` (`zpl/diff.rs`).
+    pub fn objects_changed_after(&self, min_txg: u64) -> Result<Vec<u64>> {
+        let meta = lock(&self.st).meta.clone();
+        let mut out = Vec::new();
+        if meta.is_free() || meta.nlevels == 0 {
+            return Ok(out);
+        }
+        let epb = meta.epb();
+        let span = meta.capacity(meta.nlevels) / 3;
+        for (i, bp) in meta.blkptr.iter().enumerate() {
+            self.changed_l0(
+                bp,
+                meta.nlevels - 1,
+                i as u64 * span,
+                span,
+                epb,
+                min_txg,
+                &mut out,
+            )?;
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn changed_l0(
+        &self,
+        bp: &BlkPtr,
+        level: u8,
+        first: u64,
+        span: u64,
+        epb: u64,
+        min_txg: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        if bp.is_hole() || bp.birth <= min_txg {
+            return Ok(());
+        }
+        if level == 0 {
+            let per = DNODES_PER_BLOCK;
+            out.extend(first * per..(first + 1) * per);
+            return Ok(());
+        }
+        let child_span = span / epb;
+        let children = decode_indirect(&self.reader.read_bp(bp)?, level)?;
+        for (i, c) in children.iter().enumerate() {
+            self.changed_l0(
+                c,
+                level - 1,
+                first + i as u64 * child_span,
+                child_span,
+                epb,
+                min_txg,
+                out,
+            )?;
+        }
+        Ok(())
+    }
+
     /// The next sync writes this set's object-set block even if nothing
     /// changed: a head rolled back to a snapshot must get a block of its
     /// own (the snapshot keeps its) and an empty log header.

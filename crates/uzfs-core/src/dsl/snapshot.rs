@@ -1241,6 +1241,60 @@ impl Pool {
         self.mount_snapshot_of(&d, &s)
     }
 
+    /// `zfs diff FROM [TO]`: what changed from snapshot FROM to TO (a
+    /// later snapshot of the same dataset, or the dataset itself; `None`:
+    /// the dataset). Syncs first when TO is the dataset, so every change
+    /// that returned is seen. See `zpl/diff.rs`.
+    pub fn diff(
+        self: &Arc<Self>,
+        from: &str,
+        to: Option<&str>,
+    ) -> Result<Vec<crate::zpl::diff::DiffEntry>> {
+        let (d, a) = self.snapshot(from)?;
+        let atxg = a.phys().txg;
+        let old = self.mount_snapshot_of(&d, &a)?;
+        let same = |other: &Dataset| -> Result<()> {
+            if other.id() != d.id() {
+                return Err(Error::invalid(format!(
+                    "cannot diff '{from}' with '{}': not a snapshot of the same filesystem, or the filesystem",
+                    to.unwrap_or("")
+                )));
+            }
+            Ok(())
+        };
+        let (new, objects) = match to {
+            Some(t) if t.contains('@') => {
+                let (d2, b) = self.snapshot(t)?;
+                same(&d2)?;
+                if b.phys().txg < atxg {
+                    return Err(Error::invalid(format!(
+                        "cannot diff '{from}' with '{t}': '{t}' is the earlier snapshot"
+                    )));
+                }
+                let os = self.snapshot_objset(&b)?;
+                let objects = os.objects_changed_after(atxg)?;
+                (self.mount_snapshot_of(&d, &b)?, objects)
+            }
+            _ => {
+                if let Some(t) = to {
+                    same(&*self.dataset(t)?)?;
+                }
+                self.sync()?;
+                let objects = d.os.objects_changed_after(atxg)?;
+                let zpl = crate::zpl::Zpl::mount(
+                    d.os.clone(),
+                    Arc::new(SnapCtx {
+                        pool: self.clone(),
+                        ds: d.clone(),
+                    }),
+                )?;
+                (zpl, objects)
+            }
+        };
+        crate::zpl::diff::diff(&old, &new, &objects)
+            .map_err(|e| Error::invalid(format!("cannot diff '{from}': errno {e}")))
+    }
+
     /// Snapshot `s` of dataset `d`'s files, read-only.
     pub fn mount_snapshot_of(
         self: &Arc<Self>,

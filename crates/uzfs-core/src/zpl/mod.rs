@@ -27,6 +27,7 @@
 //! after a concurrent write to it.
 
 pub mod acl;
+pub mod diff;
 pub mod fs;
 pub mod verify;
 pub mod zap;
