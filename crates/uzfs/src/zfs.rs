@@ -596,10 +596,26 @@ fn lines(v: &[String]) -> String {
 /// `zfs snapshot [-r] DS@SNAP...`: every snapshot named (with `-r`, of
 /// every descendant too) in one txg of their pool, or none.
 fn snapshot(d: &Daemon, args: &[String]) -> Response {
-    let (o, rest) = match getopt(args, "ro:!") {
+    let (o, rest) = match getopt(args, "ro:") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
+    // -o: user properties only (a snapshot's native ones are fixed).
+    let mut set = Vec::new();
+    for kv in values(&o, 'o') {
+        let Some((k, v)) = kv.split_once('=') else {
+            return usage_err(&format!("bad property '{kv}': expected property=value"));
+        };
+        if !props::is_user_prop(k) {
+            return err(format!(
+                "cannot create snapshot: property '{k}' cannot be set on a snapshot (only user properties, module:name)"
+            ));
+        }
+        if let Err(e) = props::validate(k, v) {
+            return err(format!("cannot create snapshot: {e}"));
+        }
+        set.push((k.to_string(), v.to_string()));
+    }
     if rest.is_empty() {
         return usage_err("missing snapshot argument");
     }
@@ -647,6 +663,14 @@ fn snapshot(d: &Daemon, args: &[String]) -> Response {
     match pool.create_snapshots(&names) {
         Ok(()) => {
             pool.log_history(&format!("zfs snapshot {}", args.join(" ")));
+            // (A txg after the snapshots': their contents are unaffected.)
+            for n in &names {
+                for (k, v) in &set {
+                    if let Err(e) = pool.set_snapshot_prop(n, k, Some(v)) {
+                        return err(format!("snapshot '{n}' taken, but: {e}"));
+                    }
+                }
+            }
             Response::ok(String::new())
         }
         Err(e) => err(format!("cannot create snapshots: {e}")),
@@ -785,6 +809,7 @@ fn canon(p: &str) -> String {
 
 fn known(p: &str) -> bool {
     props::def(p).is_some()
+        || props::is_user_prop(p)
         || props::READONLY.contains(&p)
         || p.strip_prefix("written@").is_some_and(|s| !s.is_empty())
 }
@@ -792,7 +817,7 @@ fn known(p: &str) -> bool {
 /// The refusal of a property `known` does not know: one zfsprops(7) has
 /// and uzfs does not yet, or one that does not exist (usage errors both).
 fn unknown_prop(p: &str, prefix: &str) -> Response {
-    if props::NOT_YET.contains(&p) || p.contains(':') {
+    if props::NOT_YET.contains(&p) {
         return Response::err(2, format!("property '{p}' is not supported yet"));
     }
     usage_err(&format!("{prefix}invalid property '{p}'"))
@@ -1016,6 +1041,7 @@ type Item = (Arc<Pool>, Arc<Dataset>, Option<(String, Arc<Snapshot>)>);
 
 fn show_item(d: &Daemon, (p, ds, snap): &Item, prop: &str, exact: bool) -> String {
     match snap {
+        Some((_, s)) if props::is_user_prop(prop) => p.snapshot_user_prop(ds, s, prop).0,
         Some((n, s)) => show_snap(p, n, s, prop, exact),
         None => show(d, p, ds, prop, exact).0,
     }
@@ -1268,9 +1294,19 @@ fn get(d: &Daemon, args: &[String]) -> Response {
     for it in &items {
         let (p, ds, snap) = it;
         let name = show_item(d, it, "name", false);
-        for prop in &props_wanted {
+        // `all`: the user properties this one has, too.
+        let users: Vec<String> = if which == "all" {
+            p.user_props(ds).into_iter().map(|(n, _, _)| n).collect()
+        } else {
+            Vec::new()
+        };
+        for prop in props_wanted.iter().chain(&users) {
             let (v, src) = match snap {
                 None => show(d, p, ds, prop, has(&o, 'p')),
+                Some((_, s)) if props::is_user_prop(prop) => {
+                    let (v, src) = p.snapshot_user_prop(ds, s, prop);
+                    (v, src.to_string())
+                }
                 // What a snapshot does not have, `get all` leaves out.
                 Some(_) => {
                     let v = show_item(d, it, prop, has(&o, 'p'));
@@ -1339,6 +1375,12 @@ fn set(d: &Daemon, args: &[String], no_mount: bool) -> Response {
     }
     let mut notes = Vec::new();
     for n in names {
+        if n.contains('@') {
+            if let Err(r) = set_on_snapshot(d, n, kvs.iter().map(|kv| kv.as_str()), args) {
+                return r;
+            }
+            continue;
+        }
         let (pool, ds) = match lookup(d, n) {
             Ok(x) => x,
             Err(r) => return r,
@@ -1384,6 +1426,36 @@ fn acl_notes(notes: Vec<String>) -> Response {
     r
 }
 
+/// `zfs set` (`kvs` as `name=value`; `None` values: `zfs inherit`) on a
+/// snapshot: user properties only.
+fn set_on_snapshot<'a>(
+    d: &Daemon,
+    snap: &str,
+    kvs: impl Iterator<Item = &'a str>,
+    args: &[String],
+) -> Result<(), Response> {
+    let ds_name = snap.split('@').next().unwrap_or("");
+    let (pool, _) = lookup(d, ds_name)?;
+    if pool.snapshot(snap).is_err() {
+        return Err(err(format!("cannot open '{snap}': dataset does not exist")));
+    }
+    for kv in kvs {
+        let (k, v) = match kv.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (kv, None),
+        };
+        pool.set_snapshot_prop(snap, k, v)
+            .map_err(|e| err(format!("cannot set property for '{snap}': {e}")))?;
+    }
+    let cmd = if args.iter().any(|a| a.contains('=')) {
+        "set"
+    } else {
+        "inherit"
+    };
+    pool.log_history(&format!("zfs {cmd} {}", args.join(" ")));
+    Ok(())
+}
+
 fn inherit(d: &Daemon, args: &[String]) -> Response {
     let (o, rest) = match getopt(args, "rS!") {
         Ok(x) => x,
@@ -1398,6 +1470,12 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
     let prop = canon(prop);
     let mut notes = Vec::new();
     for n in names {
+        if n.contains('@') {
+            if let Err(r) = set_on_snapshot(d, n, std::iter::once(prop.as_str()), args) {
+                return r;
+            }
+            continue;
+        }
         let ts = match targets(d, std::slice::from_ref(n), has(&o, 'r'), None) {
             Ok(t) => t,
             Err(r) => return r,

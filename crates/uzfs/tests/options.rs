@@ -65,7 +65,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("zpool remove -p P", "-p"),
     ("zpool remove -s P", "-s"),
     ("zpool remove -w P D", "-w"),
-    ("zfs snapshot -o p=v tank/fs@s", "-o"),
 ];
 
 #[test]
@@ -1354,7 +1353,7 @@ const ACCEPTED: &[(&str, &str, &str)] = &[
     ("zfs mount", "aoOv", "options.rs (zfs_mount_ro_and_rw_are_temporary), fs.rs"),
     ("zfs unmount", "afu", "fs.rs"),
     ("zfs rename", "fp", "fs.rs"),
-    ("zfs snapshot", "r", "snapshots.rs, core tests/snapshot.rs"),
+    ("zfs snapshot", "or", "snapshots.rs (user_properties), core tests/snapshot.rs"),
     ("zfs rollback", "fRr", "snapshots.rs (rollback_through_the_command_line, clones)"),
     ("zfs clone", "op", "snapshots.rs (clones_through_the_command_line)"),
     ("zfs promote", "", "snapshots.rs (promote_through_the_command_line)"),

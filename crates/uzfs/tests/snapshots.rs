@@ -763,3 +763,116 @@ fn diff_through_the_command_line() {
     );
     e.export_and_zdb("tank");
 }
+
+/// User properties (`module:name`): set, inherited down the tree and by
+/// snapshots, shown by `get all` and `list -o`, set on snapshots by `zfs
+/// snapshot -o` and `zfs set`, removed by `zfs inherit`; kept across
+/// export and import. Native properties cannot be set on a snapshot.
+#[test]
+fn user_properties() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    e.tank();
+    e.ok(&["zfs", "create", "tank/home"]);
+    e.ok(&["zfs", "set", "com.example:backup=daily", "tank"]);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "com.example:backup",
+            "tank/home"
+        ]),
+        "daily\tinherited from tank\n"
+    );
+    e.ok(&[
+        "zfs",
+        "snapshot",
+        "-o",
+        "com.example:note=before upgrade",
+        "tank/home@s",
+    ]);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "com.example:note",
+            "tank/home@s"
+        ]),
+        "before upgrade\tlocal\n"
+    );
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "com.example:backup",
+            "tank/home@s"
+        ]),
+        "daily\tinherited from tank\n"
+    );
+    let all = e.ok(&["zfs", "get", "-H", "all", "tank/home"]);
+    assert!(
+        all.contains("tank/home\tcom.example:backup\tdaily\tinherited from tank"),
+        "{all}"
+    );
+    e.ok(&["zfs", "set", "com.example:backup=none", "tank/home@s"]);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "list",
+            "-H",
+            "-o",
+            "name,com.example:backup",
+            "-t",
+            "all",
+            "-r",
+            "tank"
+        ]),
+        "tank\tdaily\ntank/home\tdaily\ntank/home@s\tnone\n"
+    );
+    e.ok(&["zfs", "inherit", "com.example:backup", "tank/home@s"]);
+    e.ok(&["zfs", "inherit", "com.example:backup", "tank"]);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value",
+            "com.example:backup",
+            "tank/home@s"
+        ]),
+        "-\n"
+    );
+    e.fails(
+        &["zfs", "set", "atime=off", "tank/home@s"],
+        1,
+        "cannot be set on a snapshot",
+    );
+    e.fails(&["zfs", "set", "Bad:Name=x", "tank"], 1, "invalid property");
+    e.ok(&["zpool", "export", "tank"]);
+    e.ok(&["zpool", "import", "-d", ".", "tank"]);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value",
+            "com.example:note",
+            "tank/home@s"
+        ]),
+        "before upgrade\n"
+    );
+    e.export_and_zdb("tank");
+}

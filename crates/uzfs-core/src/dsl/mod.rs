@@ -529,6 +529,9 @@ impl Pool {
         if let Some(v) = self.computed_prop(d, name) {
             return Ok((v, Source::None));
         }
+        if props::is_user_prop(name) {
+            return Ok(self.user_prop(d, name));
+        }
         let def =
             props::def(name).ok_or_else(|| Error::invalid(format!("invalid property '{name}'")))?;
         if let Some(v) = rlock(&d.phys).props.get(name) {
@@ -571,8 +574,47 @@ impl Pool {
         Ok(())
     }
 
+    /// A user property of `d`: local, inherited from the nearest ancestor
+    /// that sets it, or "-" (source none).
+    pub fn user_prop(&self, d: &Arc<Dataset>, name: &str) -> (String, Source) {
+        if let Some(v) = rlock(&d.phys).props.get(name) {
+            return (v.clone(), Source::Local);
+        }
+        let mut cur = self.parent_of(d);
+        while let Some(p) = cur {
+            if let Some(v) = rlock(&p.phys).props.get(name) {
+                return (v.clone(), Source::Inherited(self.ds_name(&p.rel())));
+            }
+            cur = self.parent_of(&p);
+        }
+        ("-".into(), Source::None)
+    }
+
+    /// The user properties `d` has, set on it or inherited, by name.
+    pub fn user_props(&self, d: &Arc<Dataset>) -> Vec<(String, String, Source)> {
+        let mut names = std::collections::BTreeSet::new();
+        let mut cur = Some(d.clone());
+        while let Some(x) = cur {
+            names.extend(
+                rlock(&x.phys)
+                    .props
+                    .keys()
+                    .filter(|k| props::is_user_prop(k))
+                    .cloned(),
+            );
+            cur = self.parent_of(&x);
+        }
+        names
+            .into_iter()
+            .map(|n| {
+                let (v, s) = self.user_prop(d, &n);
+                (n, v, s)
+            })
+            .collect()
+    }
+
     pub fn inherit_prop(&self, d: &Arc<Dataset>, name: &str) -> Result<()> {
-        if props::def(name).is_none() {
+        if props::def(name).is_none() && !props::is_user_prop(name) {
             return Err(Error::invalid(format!(
                 "'{name}' is not an inheritable property"
             )));

@@ -221,15 +221,33 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             }
             Ok(n.to_string())
         }
-        _ if NOT_YET.contains(&name) || name.contains(':') => Err(Error::Unsupported(format!(
+        _ if is_user_prop(name) => {
+            if v.len() > 8192 {
+                return bad("a user property's value is at most 8192 bytes");
+            }
+            Ok(v.into())
+        }
+        _ if NOT_YET.contains(&name) => Err(Error::Unsupported(format!(
             "property '{name}' is not supported yet"
         ))),
         _ => Err(Error::invalid(format!("invalid property '{name}'"))),
     }
 }
 
-/// zfsprops(7) properties uzfs does not have yet (and user properties,
-/// `module:name`): refused as such, never stored without effect.
+/// A user property (zfsprops(7), "User Properties"): `module:name`, at
+/// most 256 bytes of lowercase letters, digits and `:-._`, with a colon.
+/// Stored and inherited like native ones; uzfs gives them no meaning.
+pub fn is_user_prop(name: &str) -> bool {
+    name.contains(':')
+        && !name.starts_with(':')
+        && name.len() <= 256
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ":-._".contains(c))
+}
+
+/// zfsprops(7) properties uzfs does not have yet: refused as such, never
+/// stored without effect.
 pub const NOT_YET: &[&str] = &[
     "aclinherit",
     "aclmode",

@@ -109,6 +109,10 @@ pub struct SnapPhys {
     /// last hold is released or the last clone destroyed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub defer_destroy: bool,
+    /// User properties set on the snapshot (`module:name` -> value); the
+    /// others it inherits from its dataset.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub props: BTreeMap<String, String>,
 }
 
 /// A snapshot in memory.
@@ -639,6 +643,49 @@ impl Pool {
             return Ok(());
         };
         self.destroy_snapshot(&format!("{}@{}", self.ds_name(&d.rel()), p.name))
+    }
+
+    /// `zfs set module:name=value DS@SNAP` (`None`: `zfs inherit`): a user
+    /// property of a snapshot; native properties of a snapshot are fixed.
+    /// Committed before returning.
+    pub fn set_snapshot_prop(&self, snap: &str, name: &str, value: Option<&str>) -> Result<()> {
+        if !super::props::is_user_prop(name) {
+            return Err(Error::invalid(format!(
+                "property '{name}' cannot be set on a snapshot (only user properties, module:name)"
+            )));
+        }
+        let v = match value {
+            Some(v) => Some(super::props::validate(name, v)?),
+            None => None,
+        };
+        {
+            let _g = self.sync_guard()?;
+            let (_, s) = self.snapshot(snap)?;
+            let mut p = wlock(&s.phys);
+            match v {
+                Some(v) => p.props.insert(name.to_string(), v),
+                None => p.props.remove(name),
+            };
+            *lock(&self.dsl.dirty) = true;
+        }
+        self.sync()?;
+        Ok(())
+    }
+
+    /// A user property of snapshot `s` of `d`: its own, or its dataset's.
+    pub fn snapshot_user_prop(
+        &self,
+        d: &Arc<Dataset>,
+        s: &Snapshot,
+        name: &str,
+    ) -> (String, super::Source) {
+        if let Some(v) = rlock(&s.phys).props.get(name) {
+            return (v.clone(), super::Source::Local);
+        }
+        match self.user_prop(d, name) {
+            (v, super::Source::Local) => (v, super::Source::Inherited(self.ds_name(&d.rel()))),
+            x => x,
+        }
     }
 
     /// `zfs rename DS@OLD DS@NEW`: the snapshot's name only (its data,
