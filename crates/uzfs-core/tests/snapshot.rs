@@ -23,6 +23,21 @@ const MIB: u64 = 1 << 20;
 
 type Model = BTreeMap<String, Vec<u8>>;
 
+/// Pool "z": a mirror of two 128 MiB simulated disks, its root formatted
+/// as a filesystem and synced.
+fn mirror_pool(
+    world: &SimWorld,
+    o: uzfs_core::spa::CreateOptions,
+) -> (Vec<uzfs_core::vdev::sim::SimDevice>, Arc<Pool>) {
+    let disks: Vec<_> = (0..2)
+        .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
+        .collect();
+    let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
+    pool.format_root_fs().expect("format");
+    pool.sync().expect("sync");
+    (disks, pool)
+}
+
 fn mount(pool: &Arc<Pool>) -> Zpl {
     mount_ds(pool, "z")
 }
@@ -314,13 +329,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
     let mut clones_written = 0;
     for seed in 0..seeds {
         let world = SimWorld::new();
-        let mut disks: Vec<_> = (0..2)
-            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-            .collect();
-        let mut pool =
-            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        pool.sync().expect("sync");
+        let (mut disks, mut pool) = mirror_pool(&world, opts(seed));
         let empty_used = pool.dataset("z").expect("ds").os.space().used;
         let mut fs = mount(&pool);
         let mut rng = SimRng::new(seed);
@@ -594,11 +603,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
 #[test]
 fn snapshots_of_several_datasets_land_in_one_txg() {
     let world = SimWorld::new();
-    let disks: Vec<_> = (0..2)
-        .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-        .collect();
-    let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(7)).expect("create");
-    pool.format_root_fs().expect("format");
+    let (disks, pool) = mirror_pool(&world, opts(7));
     for n in ["z/a", "z/a/b", "z/c"] {
         pool.create_dataset(n, &[], false).expect("create");
     }
@@ -641,13 +646,7 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
     let mut rollbacks = 0;
     for seed in base..base + seeds {
         let world = SimWorld::new();
-        let disks: Vec<_> = (0..2)
-            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-            .collect();
-        let pool =
-            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        pool.sync().expect("sync");
+        let (_disks, pool) = mirror_pool(&world, opts(seed));
         let mut fs = mount(&pool);
         let mut rng = SimRng::new(seed ^ 0x5eed);
         world.cut_power_after(world.ops() + 50 + rng.below(1500));
@@ -854,13 +853,7 @@ fn promote_moves_snapshots_and_their_space_and_back() {
     let seeds = env_u64("UZFS_PROMOTE_SEEDS", 4);
     for seed in 0..seeds {
         let world = SimWorld::new();
-        let mut disks: Vec<_> = (0..2)
-            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-            .collect();
-        let mut pool =
-            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        pool.sync().expect("sync");
+        let (mut disks, mut pool) = mirror_pool(&world, opts(seed));
         let empty = used_of(&pool, "z", "used");
         pool.create_dataset("z/o", &[], false).expect("create");
         let mut rng = SimRng::new(seed ^ 0x9e0);
@@ -971,12 +964,7 @@ fn a_power_cut_during_promote_leaves_a_committed_state() {
     let seeds = env_u64("UZFS_PROMOTE_CRASH_SEEDS", 12);
     for seed in 0..seeds {
         let world = SimWorld::new();
-        let disks: Vec<_> = (0..2)
-            .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
-            .collect();
-        let pool =
-            Pool::create("z", vec![spec(TopKind::Mirror, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
+        let (_disks, pool) = mirror_pool(&world, opts(seed));
         pool.create_dataset("z/o", &[], false).expect("create");
         let mut rng = SimRng::new(seed ^ 0xc0);
         let mut om = Model::new();

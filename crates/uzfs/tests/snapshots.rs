@@ -6,6 +6,18 @@
 mod common;
 use common::*;
 
+/// Pool "tank" mounted, with filesystem `ds` created in it: the
+/// environment and tank's mount point (`None` where FUSE cannot mount).
+fn tank_with(ds: &str) -> Option<(Env, std::path::PathBuf)> {
+    if !can_mount() {
+        return None;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", ds]);
+    Some((e, mnt))
+}
+
 /// A `zfs list -Hp -o name,PROP` value for `name`.
 fn prop(e: &Env, name: &str, p: &str) -> u64 {
     let out = e.ok(&["zfs", "list", "-Hp", "-o", p, name]);
@@ -16,12 +28,9 @@ fn prop(e: &Env, name: &str, p: &str) -> u64 {
 
 #[test]
 fn snapshots_through_the_command_line() {
-    if !can_mount() {
+    let Some((e, mnt)) = tank_with("tank/home") else {
         return;
-    }
-    let e = Env::new();
-    let mnt = e.tank();
-    e.ok(&["zfs", "create", "tank/home"]);
+    };
     let file = mnt.join("home/f");
     let mut rng = Rng(7);
     // Written through the page cache, not synced: `zfs snapshot` must see
@@ -303,12 +312,9 @@ fn snapshot_directory_on_a_mount() {
 /// as snapshotted through the mount; zdb clean (nothing leaked).
 #[test]
 fn rollback_through_the_command_line() {
-    if !can_mount() {
+    let Some((e, mnt)) = tank_with("tank/home") else {
         return;
-    }
-    let e = Env::new();
-    let mnt = e.tank();
-    e.ok(&["zfs", "create", "tank/home"]);
+    };
     let mut rng = Rng(3);
     let first = rng.bytes(3 << 20);
     std::fs::write(mnt.join("home/f"), &first).expect("write");
@@ -364,12 +370,9 @@ fn rollback_through_the_command_line() {
 /// `rollback -R` likewise; zdb clean.
 #[test]
 fn clones_through_the_command_line() {
-    if !can_mount() {
+    let Some((e, mnt)) = tank_with("tank/db") else {
         return;
-    }
-    let e = Env::new();
-    let mnt = e.tank();
-    e.ok(&["zfs", "create", "tank/db"]);
+    };
     let mut rng = Rng(9);
     let data = rng.bytes(4 << 20);
     std::fs::write(mnt.join("db/data"), &data).expect("write");
@@ -544,12 +547,9 @@ fn sanoid_takes_and_prunes_snapshots() {
 /// `-nv` saying exactly what a range frees.
 #[test]
 fn holds_renames_and_ranges_through_the_command_line() {
-    if !can_mount() {
+    let Some((e, mnt)) = tank_with("tank/home") else {
         return;
-    }
-    let e = Env::new();
-    let mnt = e.tank();
-    e.ok(&["zfs", "create", "tank/home"]);
+    };
     let mut rng = Rng(21);
     for s in ["s1", "s2", "s3", "s4", "s5"] {
         std::fs::write(mnt.join("home/f"), rng.bytes(1 << 20)).expect("write");
@@ -664,12 +664,9 @@ fn holds_renames_and_ranges_through_the_command_line() {
 /// clone lives on; zdb clean.
 #[test]
 fn promote_through_the_command_line() {
-    if !can_mount() {
+    let Some((e, mnt)) = tank_with("tank/db") else {
         return;
-    }
-    let e = Env::new();
-    let mnt = e.tank();
-    e.ok(&["zfs", "create", "tank/db"]);
+    };
     std::fs::write(mnt.join("db/v1"), b"one").expect("write");
     e.ok(&["zfs", "snapshot", "tank/db@a"]);
     std::fs::write(mnt.join("db/v2"), b"two").expect("write");
@@ -707,12 +704,9 @@ fn promote_through_the_command_line() {
 /// `-H` and `-t`.
 #[test]
 fn diff_through_the_command_line() {
-    if !can_mount() {
+    let Some((e, mnt)) = tank_with("tank/home") else {
         return;
-    }
-    let e = Env::new();
-    let mnt = e.tank();
-    e.ok(&["zfs", "create", "tank/home"]);
+    };
     let h = mnt.join("home");
     std::fs::create_dir(h.join("dir")).expect("mkdir");
     for f in ["keep", "change", "gone", "dir/old"] {
