@@ -764,8 +764,10 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
             | "usedbydataset"
             | "usedbysnapshots"
             | "quota"
+            | "refquota"
             | "reservation"
-    );
+            | "written"
+    ) || prop.starts_with("written@");
     let shown = if prop == "mountpoint" {
         match mounts::mountpoint_of(d, pool, ds) {
             Ok(p) => p.display().to_string(),
@@ -773,7 +775,9 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
         }
     } else if numeric && !exact {
         match v.parse::<u64>() {
-            Ok(0) if prop == "quota" || prop == "reservation" => "none".into(),
+            Ok(0) if prop == "quota" || prop == "refquota" || prop == "reservation" => {
+                "none".into()
+            }
             Ok(n) => nicenum(n),
             Err(_) => v,
         }

@@ -870,3 +870,44 @@ fn user_properties() {
     );
     e.export_and_zdb("tank");
 }
+
+/// `refquota` limits what a filesystem itself references: a write past it
+/// fails with EDQUOT, but what its snapshots hold does not count (where
+/// `quota` would refuse the same write).
+#[test]
+fn refquota_counts_only_what_the_filesystem_references() {
+    let Some((e, mnt)) = tank_with("tank/home") else {
+        return;
+    };
+    e.ok(&["zfs", "set", "refquota=10M", "tank/home"]);
+    assert_eq!(
+        e.ok(&[
+            "zfs",
+            "get",
+            "-H",
+            "-o",
+            "value,source",
+            "refquota",
+            "tank/home"
+        ]),
+        "10M\tlocal\n"
+    );
+    let mut rng = Rng(4);
+    let f = mnt.join("home/f");
+    std::fs::write(&f, rng.bytes(6 << 20)).expect("write 6M");
+    e.ok(&["zfs", "snapshot", "tank/home@s"]);
+    std::fs::remove_file(&f).expect("rm");
+    e.ok(&["zpool", "sync", "tank"]);
+    // The snapshot holds 6 MiB; the filesystem references almost nothing.
+    std::fs::write(&f, rng.bytes(6 << 20)).expect("6M again: the snapshot's share does not count");
+    let r = std::fs::write(mnt.join("home/g"), rng.bytes(8 << 20))
+        .and_then(|_| std::fs::File::open(mnt.join("home/g"))?.sync_all());
+    assert_eq!(
+        r.expect_err("past the refquota").raw_os_error(),
+        Some(libc::EDQUOT)
+    );
+    assert!(prop(&e, "tank/home", "available") <= 10 << 20);
+    e.ok(&["zfs", "set", "refquota=none", "tank/home"]);
+    std::fs::write(mnt.join("home/g"), rng.bytes(8 << 20)).expect("no refquota");
+    e.export_and_zdb("tank");
+}

@@ -694,6 +694,12 @@ impl Pool {
                 avail = avail.saturating_sub(r.saturating_sub(used));
             }
         }
+        // `refquota`: what this dataset itself references (snapshots and
+        // children aside), with what it has in flight.
+        if let Some(q) = self.size_prop(d, "refquota") {
+            let refd = d.os.space().used + d.os.dirty_bytes();
+            avail = avail.min(q.saturating_sub(refd));
+        }
         for a in std::iter::once(d.clone()).chain(self.ancestors(d)) {
             if let Some(q) = self.size_prop(&a, "quota") {
                 let (_, used, _) = self.ds_space(&a);
@@ -892,9 +898,10 @@ fn logs(p: &ZplProps) -> bool {
 }
 
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
-    std::iter::once(ds.clone())
-        .chain(pool.ancestors(ds))
-        .any(|x| pool.size_prop(&x, "quota").is_some())
+    pool.size_prop(ds, "refquota").is_some()
+        || std::iter::once(ds.clone())
+            .chain(pool.ancestors(ds))
+            .any(|x| pool.size_prop(&x, "quota").is_some())
 }
 
 impl DsCtx {
@@ -943,7 +950,9 @@ impl DsCtx {
         let quota = self.quota.load(std::sync::atomic::Ordering::Relaxed);
         let mut d: Option<Arc<Dataset>> = quota.then(|| self.ds.clone());
         while let Some(x) = d {
-            if pool.size_prop(&x, "quota").is_some() && pool.ds_available(&x) < bytes {
+            let limited = pool.size_prop(&x, "quota").is_some()
+                || (Arc::ptr_eq(&x, &self.ds) && pool.size_prop(&x, "refquota").is_some());
+            if limited && pool.ds_available(&x) < bytes {
                 return Err(libc::EDQUOT);
             }
             d = pool.parent_of(&x);

@@ -80,6 +80,11 @@ pub const SETTABLE: &[PropDef] = &[
         inherit: false,
     },
     PropDef {
+        name: "refquota",
+        default: "none",
+        inherit: false,
+    },
+    PropDef {
         name: "reservation",
         default: "none",
         inherit: false,
@@ -211,7 +216,9 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
             "1" | "2" | "3" => Ok(v.into()),
             _ => bad("must be 1, 2 or 3"),
         },
-        "quota" | "reservation" => {
+        // `refquota` limits what the dataset itself references (not its
+        // snapshots or children); `quota` all it uses.
+        "quota" | "reservation" | "refquota" => {
             if v == "none" {
                 return Ok(v.into());
             }
@@ -272,7 +279,6 @@ pub const NOT_YET: &[&str] = &[
     "prefetch",
     "primarycache",
     "redundant_metadata",
-    "refquota",
     "refreservation",
     "relatime",
     "rootcontext",
