@@ -173,6 +173,8 @@ fn create(d: &Daemon, args: &[String]) -> Response {
         return err(format!("cannot create '{name}': {e}"));
     }
     pool.log_history(&format!("zfs create {}", args.join(" ")));
+    // A reservation on the new one binds the others' writes.
+    mounts::refresh(d, &pool.name);
     if let Err(e) = pool.txg_wait_synced() {
         return err(format!("cannot create '{name}': {e}"));
     }

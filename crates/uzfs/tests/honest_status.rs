@@ -4,7 +4,7 @@
 //! setting is refused, and a tool that found nothing does not exit 0.
 
 mod common;
-use common::{noise, put_bytes, Env};
+use common::{can_mount, noise, put_bytes, Env, Rng};
 
 /// A single-disk pool whose file blocks were corrupted: reading them
 /// fails, and `zpool status` must say data is lost (OpenZFS's "error
@@ -132,4 +132,47 @@ fn a_failed_export_leaves_the_pool_imported() {
     e.ok(&["zpool", "export", "tank"]);
     e.ok(&["zpool", "import", "-d", ".", "tank"]);
     common::get_matches(&e, "tank", &obj, 1);
+}
+
+/// A reservation holds against the other datasets' writes: filling one
+/// filesystem stops with ENOSPC where the other's unused reservation
+/// begins, and the reserved one can still write what it was promised.
+#[test]
+fn writes_elsewhere_leave_a_reservation_free() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "-o", "reservation=80M", "tank/kept"]);
+    e.ok(&["zfs", "create", "tank/fill"]);
+    let mut rng = Rng(12);
+    let chunk = rng.bytes(4 << 20);
+    let mut filled = 0u64;
+    let mut hit = None;
+    for i in 0..200 {
+        let r = std::fs::write(mnt.join(format!("fill/f{i}")), &chunk)
+            .and_then(|_| std::fs::File::open(mnt.join(format!("fill/f{i}")))?.sync_all());
+        match r {
+            Ok(()) => filled += 4 << 20,
+            Err(err) => {
+                hit = err.raw_os_error();
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        hit,
+        Some(libc::ENOSPC),
+        "filled {filled} bytes without ENOSPC"
+    );
+    // What tank/kept was promised is still there for it.
+    for i in 0..15 {
+        let f = mnt.join(format!("kept/k{i}"));
+        std::fs::write(&f, &chunk)
+            .and_then(|_| std::fs::File::open(&f)?.sync_all())
+            .expect("a reserved write");
+    }
+    e.ok(&["zpool", "sync", "tank"]);
+    e.export_and_zdb("tank");
 }

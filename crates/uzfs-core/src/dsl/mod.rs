@@ -887,6 +887,10 @@ pub struct DsCtx {
     props: RwLock<ZplProps>,
     /// Whether this dataset or an ancestor has a quota (writes check it).
     quota: std::sync::atomic::AtomicBool,
+    /// Whether another dataset has a reservation: writes here must leave
+    /// its unused part free (`ds_available`), or they would take space
+    /// it was promised.
+    reserved_elsewhere: std::sync::atomic::AtomicBool,
     /// `zfs mount -o ro|rw`: a temporary `readonly` for this mount only.
     temp_readonly: std::sync::Mutex<Option<bool>>,
 }
@@ -895,6 +899,15 @@ pub struct DsCtx {
 /// `sync=disabled`).
 fn logs(p: &ZplProps) -> bool {
     p.sync != zpl::fs::SyncMode::Disabled
+}
+
+fn reserved_elsewhere(pool: &Pool, ds: &Arc<Dataset>) -> bool {
+    let mine: Vec<u64> = std::iter::once(ds.id())
+        .chain(pool.ancestors(ds).iter().map(|a| a.id()))
+        .collect();
+    pool.datasets()
+        .iter()
+        .any(|o| !mine.contains(&o.id()) && pool.size_prop(o, "reservation").is_some())
 }
 
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
@@ -908,6 +921,7 @@ impl DsCtx {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> Arc<DsCtx> {
         let p = pool.zpl_props(&ds);
         let q = under_quota(&pool, &ds);
+        let r = reserved_elsewhere(&pool, &ds);
         if let Some(z) = ds.zil.get() {
             z.set_recording(logs(&p));
             z.set_throughput(p.throughput);
@@ -917,6 +931,7 @@ impl DsCtx {
             ds,
             props: RwLock::new(p),
             quota: std::sync::atomic::AtomicBool::new(q),
+            reserved_elsewhere: std::sync::atomic::AtomicBool::new(r),
             temp_readonly: std::sync::Mutex::new(None),
         })
     }
@@ -941,6 +956,10 @@ impl DsCtx {
             under_quota(&self.pool, &self.ds),
             std::sync::atomic::Ordering::Relaxed,
         );
+        self.reserved_elsewhere.store(
+            reserved_elsewhere(&self.pool, &self.ds),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// One admission attempt (quota on the way up, then the pool); `admit`
@@ -956,6 +975,14 @@ impl DsCtx {
                 return Err(libc::EDQUOT);
             }
             d = pool.parent_of(&x);
+        }
+        // Others' unused reservations are not ours to take.
+        if self
+            .reserved_elsewhere
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && pool.ds_available(&self.ds) < bytes.saturating_add(pool.dirty_bytes())
+        {
+            return Err(libc::ENOSPC);
         }
         // Every copy of `copies=N` takes space.
         let copies = rlock(&self.props).obj.copies.max(1) as u64;
