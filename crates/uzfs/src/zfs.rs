@@ -532,15 +532,13 @@ fn destroy_clones(d: &Daemon, pool: &Arc<Pool>, snap: &str, force: bool) -> Resu
     let Ok((_, s)) = pool.snapshot(snap) else {
         return Ok(());
     };
-    for c in pool.clones_of(s.phys().id) {
-        let name = pool.ds_name(&c.rel());
-        for x in pool.descendants(&c).iter().chain(std::iter::once(&c)) {
-            let ds = pool.ds_name(&x.rel());
-            for cs in pool.snapshots_of(x.id()) {
-                destroy_clones(d, pool, &format!("{ds}@{}", cs.phys().name), force)?;
-            }
-        }
-        mounts::unmount_many(d, mounts::mounted_under(d, pool, &c), force)?;
+    // Deepest first; a name can come twice (a clone that is also a
+    // descendant of another): the second finds it gone.
+    for name in dependents(pool, s.phys().id) {
+        let Ok(x) = pool.dataset(&name) else {
+            continue;
+        };
+        mounts::unmount_many(d, mounts::mounted_under(d, pool, &x), force)?;
         pool.destroy_dataset(&name, true)
             .map_err(|e| format!("cannot destroy '{name}': {e}"))?;
     }
@@ -1382,7 +1380,8 @@ fn set(d: &Daemon, args: &[String], no_mount: bool) -> Response {
     let mut notes = Vec::new();
     for n in names {
         if n.contains('@') {
-            if let Err(r) = set_on_snapshot(d, n, kvs.iter().map(|kv| kv.as_str()), args) {
+            let history = format!("zfs set {}", args.join(" "));
+            if let Err(r) = set_on_snapshot(d, n, kvs.iter().map(|kv| kv.as_str()), &history) {
                 return r;
             }
             continue;
@@ -1432,13 +1431,13 @@ fn acl_notes(notes: Vec<String>) -> Response {
     r
 }
 
-/// `zfs set` (`kvs` as `name=value`; `None` values: `zfs inherit`) on a
-/// snapshot: user properties only.
+/// `zfs set` (`kvs` as `name=value`; a bare name: `zfs inherit`) on a
+/// snapshot: user properties only. `history`: the command line to log.
 fn set_on_snapshot<'a>(
     d: &Daemon,
     snap: &str,
     kvs: impl Iterator<Item = &'a str>,
-    args: &[String],
+    history: &str,
 ) -> Result<(), Response> {
     let ds_name = snap.split('@').next().unwrap_or("");
     let (pool, _) = lookup(d, ds_name)?;
@@ -1453,12 +1452,7 @@ fn set_on_snapshot<'a>(
         pool.set_snapshot_prop(snap, k, v)
             .map_err(|e| err(format!("cannot set property for '{snap}': {e}")))?;
     }
-    let cmd = if args.iter().any(|a| a.contains('=')) {
-        "set"
-    } else {
-        "inherit"
-    };
-    pool.log_history(&format!("zfs {cmd} {}", args.join(" ")));
+    pool.log_history(history);
     Ok(())
 }
 
@@ -1477,7 +1471,8 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
     let mut notes = Vec::new();
     for n in names {
         if n.contains('@') {
-            if let Err(r) = set_on_snapshot(d, n, std::iter::once(prop.as_str()), args) {
+            let history = format!("zfs inherit {}", args.join(" "));
+            if let Err(r) = set_on_snapshot(d, n, std::iter::once(prop.as_str()), &history) {
                 return r;
             }
             continue;

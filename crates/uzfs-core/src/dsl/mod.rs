@@ -457,7 +457,7 @@ impl Pool {
             self.mos.free_object(id)?;
             // A clone frees only what it wrote: older blocks are its
             // origin's.
-            let min_txg = self.origin_of(x).map_or(0, |(_, o)| rlock(&o.phys).txg);
+            let min_txg = self.origin_snap(x).map_or(0, |o| rlock(&o.phys).txg);
             lock(&self.dsl.doomed).push((x.os.clone(), min_txg));
             // Its log blocks go back to the log class (a crash before the
             // destroy commits brings the dataset back as of its last txg).
@@ -643,11 +643,8 @@ impl Pool {
     /// those of them the clone let go of).
     pub fn dataset_unique(&self, d: &Arc<Dataset>) -> u64 {
         let own = d.os.space().used;
-        let (origin, origin_dead) = {
-            let p = rlock(&d.phys);
-            (p.origin, p.origin_dead)
-        };
-        match rlock(&self.dsl.snaps).get(&origin) {
+        let origin_dead = rlock(&d.phys).origin_dead;
+        match self.origin_snap(d) {
             Some(o) => {
                 let shared = rlock(&o.phys).referenced.saturating_sub(origin_dead);
                 own.saturating_sub(shared)
@@ -724,18 +721,17 @@ impl Pool {
     }
 
     fn computed_prop(&self, d: &Arc<Dataset>, name: &str) -> Option<String> {
-        let spacey = name.starts_with("written")
-            || matches!(
-                name,
-                "used"
-                    | "usedbydataset"
-                    | "usedbychildren"
-                    | "usedbysnapshots"
-                    | "referenced"
-                    | "logicalused"
-                    | "logicalreferenced"
-                    | "compressratio"
-            );
+        let spacey = matches!(
+            name,
+            "used"
+                | "usedbydataset"
+                | "usedbychildren"
+                | "usedbysnapshots"
+                | "referenced"
+                | "logicalused"
+                | "logicalreferenced"
+                | "compressratio"
+        );
         let (own, used, logical) = if spacey {
             self.ds_space(d)
         } else {
@@ -757,10 +753,10 @@ impl Pool {
                     .snapshots_of(d.id())
                     .last()
                     .cloned()
-                    .or_else(|| self.origin_of(d).map(|(_, o)| o));
+                    .or_else(|| self.origin_snap(d));
                 match last {
                     Some(s) => self.written_since(d, &s).ok()?.to_string(),
-                    None => own.used.to_string(),
+                    None => d.os.space().used.to_string(),
                 }
             }
             w if w.starts_with("written@") => {
@@ -773,7 +769,7 @@ impl Pool {
                 let (_, s) = self.snapshot(&full).ok()?;
                 let sd = rlock(&s.phys).ds;
                 let in_line =
-                    sd == d.id() || self.origin_of(d).is_some_and(|(_, o)| Arc::ptr_eq(&o, &s));
+                    sd == d.id() || self.origin_snap(d).is_some_and(|o| Arc::ptr_eq(&o, &s));
                 if !in_line {
                     return None;
                 }

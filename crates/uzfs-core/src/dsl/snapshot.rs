@@ -126,6 +126,11 @@ impl Snapshot {
     pub fn phys(&self) -> SnapPhys {
         rlock(&self.phys).clone()
     }
+
+    /// Whether `b` is this snapshot's object-set block.
+    pub fn is_root(&self, b: &BlkPtr) -> bool {
+        b.dva[0] == self.root.dva[0] && b.birth == self.root.birth
+    }
 }
 
 /// A change the next sync carries out (`Dsl::tasks`).
@@ -215,9 +220,6 @@ pub fn read_deadlist_of(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
     buf.chunks_exact(BLKPTR_SIZE).map(BlkPtr::decode).collect()
 }
 
-/// Split `name` ("pool/ds@snap") into the dataset's name and the
-/// snapshot's, checking the latter (zfs(8): the same characters as a
-/// dataset name component).
 /// A hold's tag: 1-255 bytes, no NUL (OpenZFS allows any other).
 fn check_tag(tag: &str) -> Result<()> {
     if tag.is_empty() || tag.len() > 255 || tag.contains('\0') {
@@ -228,6 +230,9 @@ fn check_tag(tag: &str) -> Result<()> {
     Ok(())
 }
 
+/// Split `name` ("pool/ds@snap") into the dataset's name and the
+/// snapshot's, checking the latter (zfs(8): the same characters as a
+/// dataset name component).
 pub fn split_name(name: &str) -> Result<(&str, &str)> {
     let (ds, snap) = name
         .split_once('@')
@@ -246,10 +251,23 @@ pub fn split_name(name: &str) -> Result<(&str, &str)> {
 }
 
 impl Pool {
+    /// A clone's origin snapshot.
+    pub fn origin_snap(&self, d: &Dataset) -> Option<Arc<Snapshot>> {
+        let origin = rlock(&d.phys).origin;
+        rlock(&self.dsl.snaps).get(&origin).cloned()
+    }
+
+    /// The txg of dataset `ds`'s origin (0: not a clone, or no dataset).
+    fn origin_txg(&self, ds: u64) -> u64 {
+        rlock(&self.dsl.list)
+            .get(&ds)
+            .and_then(|h| self.origin_snap(h))
+            .map_or(0, |o| rlock(&o.phys).txg)
+    }
+
     /// A clone's origin snapshot, with its full name.
     pub fn origin_of(&self, d: &Dataset) -> Option<(String, Arc<Snapshot>)> {
-        let origin = rlock(&d.phys).origin;
-        let s = rlock(&self.dsl.snaps).get(&origin).cloned()?;
+        let s = self.origin_snap(d)?;
         let sp = s.phys();
         let ds = rlock(&self.dsl.list).get(&sp.ds).cloned()?;
         Some((format!("{}@{}", self.ds_name(&ds.rel()), sp.name), s))
@@ -358,13 +376,9 @@ impl Pool {
         let at = chain.iter().position(|x| rlock(&x.phys).id == sp.id);
         let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
         // A clone's first snapshot follows its origin.
-        let origin_txg = head
-            .as_ref()
-            .and_then(|h| self.origin_of(h))
-            .map_or(0, |(_, o)| rlock(&o.phys).txg);
         let prev_txg = at
             .and_then(|i| i.checked_sub(1))
-            .map_or(origin_txg, |i| rlock(&chain[i].phys).txg);
+            .map_or_else(|| self.origin_txg(sp.ds), |i| rlock(&chain[i].phys).txg);
         let next = at.and_then(|i| chain.get(i + 1)).cloned();
         let next_dl = match (&next, &head) {
             (Some(n), _) => rlock(&n.phys).deadlist,
@@ -764,9 +778,14 @@ impl Pool {
             let grand_txg = rlock(&self.dsl.snaps)
                 .get(&grand)
                 .map_or(0, |g| rlock(&g.phys).txg);
-            let c_dead = self.line_dead_born_by(&c, grand_txg)?;
-            let o_dead = self.line_dead_born_by(&o, sp.txg)?;
-            wlock(&c.phys).origin_dead = if grand == 0 { 0 } else { c_dead };
+            // (Object-set blocks count too: the origin's own is in the old
+            // line's list until the promote task moves it out.)
+            let c_dead = match grand {
+                0 => 0,
+                _ => self.dead_bytes(&self.line_lists(&c, 0), |b| b.birth <= grand_txg)?,
+            };
+            let o_dead = self.dead_bytes(&self.line_lists(&o, 0), |b| b.birth <= sp.txg)?;
+            wlock(&c.phys).origin_dead = c_dead;
             wlock(&o.phys).origin_dead = o_dead;
             *lock(&self.dsl.dirty) = true;
             let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
@@ -788,15 +807,9 @@ impl Pool {
     /// are in no `referenced`). Reads those lists; walks no tree.
     pub fn written_since(&self, d: &Dataset, s: &Snapshot) -> Result<u64> {
         let sp = s.phys();
-        let mut lists: Vec<u64> = self
-            .snapshots_of(d.id())
-            .iter()
-            .map(|x| x.phys())
-            .filter(|x| x.txg > sp.txg)
-            .map(|x| x.deadlist)
-            .collect();
-        lists.push(rlock(&d.phys).deadlist);
-        let killed = self.entries_born_by(&lists, sp.txg)?;
+        let killed = self.dead_bytes(&self.line_lists(d, sp.txg), |b| {
+            b.birth <= sp.txg && b.obj_type != ot::OBJSET
+        })?;
         Ok((d.os.space().used + killed).saturating_sub(sp.referenced))
     }
 
@@ -811,52 +824,43 @@ impl Pool {
             Some(i) => Some(chain[i].clone()),
             None => rlock(&self.dsl.list)
                 .get(&sp.ds)
-                .and_then(|d| self.origin_of(d))
-                .map(|(_, o)| o),
+                .and_then(|d| self.origin_snap(d)),
         };
         let Some(prev) = prev else {
             return Ok(sp.referenced);
         };
         let pp = prev.phys();
-        let killed = self.entries_born_by(&[sp.deadlist], pp.txg)?;
+        let killed = self.dead_bytes(&[sp.deadlist], |b| {
+            b.birth <= pp.txg && b.obj_type != ot::OBJSET
+        })?;
         Ok((sp.referenced + killed).saturating_sub(pp.referenced))
     }
 
-    /// Bytes of the entries of dead lists `lists` born by `txg`, leaving
-    /// out object-set blocks.
-    fn entries_born_by(&self, lists: &[u64], txg: u64) -> Result<u64> {
+    /// The dead lists of `d`'s line after `txg`: its snapshots' taken
+    /// after it, then its own.
+    fn line_lists(&self, d: &Dataset, txg: u64) -> Vec<u64> {
+        let mut lists: Vec<u64> = self
+            .snapshots_of(d.id())
+            .iter()
+            .map(|x| x.phys())
+            .filter(|x| x.txg > txg)
+            .map(|x| x.deadlist)
+            .collect();
+        lists.push(rlock(&d.phys).deadlist);
+        lists
+    }
+
+    /// Bytes (as charged to `used`) of the entries of dead lists `lists`
+    /// that `keep` selects, as the last txg left them. Open context only
+    /// (it takes the allocator's lock).
+    fn dead_bytes(&self, lists: &[u64], keep: impl Fn(&BlkPtr) -> bool) -> Result<u64> {
         let mut total = 0;
         for &dl in lists.iter().filter(|dl| **dl != 0) {
             let entries = self.read_deadlist(dl)?;
             let st = lock(&self.st);
             total += entries
                 .iter()
-                .filter(|b| b.birth <= txg && b.obj_type != ot::OBJSET)
-                .map(|b| st.alloc.dsize(b))
-                .sum::<u64>();
-        }
-        Ok(total)
-    }
-
-    /// Bytes of the entries born by `txg` in every dead list of `d`'s
-    /// line (its snapshots' and its own), as the last txg left them.
-    fn line_dead_born_by(&self, d: &Dataset, txg: u64) -> Result<u64> {
-        if txg == 0 {
-            return Ok(0);
-        }
-        let mut lists: Vec<u64> = self
-            .snapshots_of(d.id())
-            .iter()
-            .map(|s| rlock(&s.phys).deadlist)
-            .collect();
-        lists.push(rlock(&d.phys).deadlist);
-        let mut total = 0;
-        for dl in lists.into_iter().filter(|dl| *dl != 0) {
-            let entries = self.read_deadlist(dl)?;
-            let st = lock(&self.st);
-            total += entries
-                .iter()
-                .filter(|b| b.birth <= txg)
+                .filter(|b| keep(b))
                 .map(|b| st.alloc.dsize(b))
                 .sum::<u64>();
         }
@@ -899,17 +903,7 @@ impl Pool {
         let head_dl = rlock(&self.dsl.list)
             .get(&ds)
             .map_or(0, |h| rlock(&h.phys).deadlist);
-        let origin_txg = rlock(&self.dsl.list)
-            .get(&ds)
-            .and_then(|h| self.origin_of(h))
-            .map_or(0, |(_, o)| rlock(&o.phys).txg);
-        let st_dsize = |bps: &[BlkPtr], after: u64| -> u64 {
-            let st = lock(&self.st);
-            bps.iter()
-                .filter(|b| b.birth > after)
-                .map(|b| st.alloc.dsize(b))
-                .sum()
-        };
+        let origin_txg = self.origin_txg(ds);
         let mut total = 0;
         let mut i = 0;
         while i < chain.len() {
@@ -930,9 +924,7 @@ impl Pool {
                 .map(|s| s.phys().deadlist)
                 .collect();
             lists.push(chain.get(i).map_or(head_dl, |n| n.phys().deadlist));
-            for dl in lists.into_iter().filter(|dl| *dl != 0) {
-                total += st_dsize(&self.read_deadlist(dl)?, prev);
-            }
+            total += self.dead_bytes(&lists, |b| b.birth > prev)?;
         }
         Ok(total)
     }
@@ -1086,7 +1078,6 @@ impl Pool {
                     };
                     let sp = s.phys();
                     let dsize = w.dsize(&s.root);
-                    let is_root = |b: &BlkPtr| b.dva[0] == s.root.dva[0] && b.birth == s.root.birth;
                     // Out of the old line: the first dead list after the
                     // snapshot there (the next snapshot's, or the
                     // dataset's), if the old dataset let go of it yet.
@@ -1102,7 +1093,7 @@ impl Pool {
                     };
                     let mut list = self.load_dl(&mut dls, old_dl)?;
                     let before = list.len();
-                    list.retain(|b| !is_root(b));
+                    list.retain(|b| !s.is_root(b));
                     let removed = before != list.len();
                     if old_dl != 0 {
                         dls.entry(old_dl).or_default().whole = Some(list);
@@ -1171,7 +1162,7 @@ impl Pool {
                     if dl != 0 {
                         // A clone's entries that were its origin's leave
                         // its charge with them.
-                        if let Some((_, o)) = self.origin_of(&h) {
+                        if let Some(o) = self.origin_snap(&h) {
                             let otxg = o.phys().txg;
                             let gone: u64 = self
                                 .read_deadlist(dl)?

@@ -921,9 +921,9 @@ impl Pool {
                 // alone (never the clone's to list); the origin's other
                 // blocks are listed but charged to the origin.
                 let mut origin_dead = 0;
-                if let Some((_, o)) = self.origin_of(d) {
+                if let Some(o) = self.origin_snap(d) {
                     let otxg = o.phys().txg;
-                    dead.retain(|b| b.dva[0] != o.root.dva[0] || b.birth != o.root.birth);
+                    dead.retain(|b| !o.is_root(b));
                     origin_dead = dead
                         .iter()
                         .filter(|b| b.birth <= otxg)

@@ -135,26 +135,25 @@ impl CtlDir {
     /// View `view`'s files, opened if they are not; ENOENT once its
     /// snapshot is gone.
     fn tree(&self, view: u64) -> ZResult<Arc<Zpl>> {
-        let (id, guid) = {
+        let snap = {
             let mut v = self.views();
             let &(id, guid) = v
                 .slots
                 .get((view as usize).wrapping_sub(1))
                 .ok_or(libc::ENOENT)?;
-            if self.pool.live_snapshot(id, guid).is_none() {
+            let Some(snap) = self.pool.live_snapshot(id, guid) else {
                 v.open.remove(&view);
                 return Err(libc::ENOENT);
-            }
+            };
             v.clock += 1;
             let now = v.clock;
             if let Some((zpl, used)) = v.open.get_mut(&view) {
                 *used = now;
                 return Ok(zpl.clone());
             }
-            (id, guid)
+            snap
         };
         // Opened outside the lock (it reads the master node and root).
-        let snap = self.pool.live_snapshot(id, guid).ok_or(libc::ENOENT)?;
         let zpl = self
             .pool
             .mount_snapshot_of(&self.ds, &snap)
