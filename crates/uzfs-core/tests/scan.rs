@@ -445,3 +445,78 @@ fn an_endless_resilver_chain_stops_and_says_why() {
     pool.close().expect("close");
     clean(&disks);
 }
+
+/// Objects whose only copy of their old contents is a snapshot: written,
+/// snapshotted as `scan@old`, then overwritten and synced.
+fn snapshot_only(pool: &Arc<Pool>) -> Vec<(u64, Vec<u8>)> {
+    let objs = write_objs(pool, 9, 6, 600_000);
+    pool.create_snapshots(&["scan@old".to_string()])
+        .expect("snapshot");
+    for (obj, data) in &objs {
+        let new: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
+        pool.write(*obj, 0, &new).expect("overwrite");
+    }
+    pool.txg_wait_synced().expect("sync");
+    objs
+}
+
+fn check_snapshot(pool: &Arc<Pool>, objs: &[(u64, Vec<u8>)]) {
+    let (_, s) = pool.snapshot("scan@old").expect("snapshot");
+    let os = pool.snapshot_objset(&s).expect("snapshot objset");
+    for (obj, data) in objs {
+        let mut buf = vec![0u8; data.len()];
+        os.read(*obj, 0, &mut buf).expect("read snapshot");
+        assert!(buf == *data, "snapshot object {obj} differs");
+    }
+}
+
+/// Blocks that only a snapshot holds are scrubbed and repaired like any
+/// other: a scan walks every snapshot, not just the datasets' heads.
+#[test]
+fn scrub_repairs_blocks_only_a_snapshot_holds() {
+    let world = SimWorld::new();
+    let (disks, pool) = make(&world, TopKind::Mirror, 2, false);
+    pool.format_root_fs().expect("format");
+    let objs = snapshot_only(&pool);
+    let mut rng = SimRng::new(7);
+    disks[0].corrupt(
+        LABEL_START_SIZE,
+        (DISK - 2 * LABEL_START_SIZE) as usize,
+        &mut rng,
+    );
+    pool.scrub().expect("scrub");
+    let s = run_to_end(&pool);
+    assert!(s.repaired >= 6 * 600_000, "{s:?}");
+    disks[1].fail_reads(true);
+    check_snapshot(&pool, &objs);
+    disks[1].fail_reads(false);
+    pool.close().expect("close");
+    clean(&disks);
+}
+
+/// A resilver copies snapshot-only blocks to the new disk.
+#[test]
+fn resilver_copies_blocks_only_a_snapshot_holds() {
+    let world = SimWorld::new();
+    let (mut disks, pool) = make(&world, TopKind::Mirror, 2, false);
+    pool.format_root_fs().expect("format");
+    let objs = snapshot_only(&pool);
+    disks[1].fail_reads(true);
+    disks[1].fail_writes(true);
+    let fresh = world.disk("new1", DISK);
+    pool.replace(
+        &disks[1].name(),
+        &fresh.name(),
+        Arc::new(fresh.clone()) as Arc<dyn BlockDevice>,
+        false,
+    )
+    .expect("replace");
+    let s = run_to_end(&pool);
+    assert_eq!(s.errors, 0, "{s:?}");
+    disks[0].fail_reads(true);
+    check_snapshot(&pool, &objs);
+    disks[0].fail_reads(false);
+    pool.close().expect("close");
+    disks[1] = fresh;
+    clean(&disks);
+}

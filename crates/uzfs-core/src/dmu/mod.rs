@@ -7,4 +7,5 @@ pub mod checksum;
 pub mod compress;
 pub mod dnode;
 pub mod objset;
+pub mod traverse;
 pub mod tx;
