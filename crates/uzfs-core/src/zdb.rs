@@ -10,8 +10,9 @@
 //! but free a block the allocator may hand out again (the worst case).
 
 use crate::dmu::blkptr::{hex, BlkPtr};
-use crate::dmu::dnode::{ot, DnodePhys, DNODE_SIZE};
-use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader};
+use crate::dmu::dnode::{ot, DnodePhys};
+use crate::dmu::objset::BlockReader;
+use crate::dmu::traverse::{self, At, Kind, Next, Position, Visitor};
 use crate::error::{Error, Result};
 use crate::spa::gang;
 use crate::spa::import::{best_uberblock, discover, FoundPool};
@@ -66,14 +67,47 @@ impl Report {
     }
 }
 
+/// zdb's visitor (`dmu/traverse.rs` walks): every block's copies checked
+/// and its space marked referenced.
 struct Walker<'a> {
     pool: &'a Pool,
     refd: BTreeMap<u32, RangeTree>,
     r: Report,
-    /// Subtrees born at or before this txg are skipped: the previous
-    /// snapshot of the same dataset, walked before, holds them (a block
-    /// still referenced after a snapshot was referenced by it).
-    min_birth: u64,
+    /// The object set being walked, for messages.
+    name: String,
+    /// The block `pre` just read, handed to the walk when it descends.
+    last: Option<(BlkPtr, Arc<Vec<u8>>)>,
+    /// The walk saw a DSL dataset object (a pool with datasets).
+    saw_dsl: bool,
+}
+
+impl Visitor for Walker<'_> {
+    fn pre(&mut self, bp: &BlkPtr, at: &At) -> Next {
+        let what = self.what(at);
+        self.last = self.visit(bp, &what).map(|d| (*bp, d));
+        match self.last {
+            Some(_) => Next::Descend,
+            None => Next::Skip,
+        }
+    }
+
+    fn read(&mut self, reader: &dyn BlockReader, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        match self.last.take() {
+            Some((b, d)) if b == *bp => Ok(d),
+            _ => reader.read_bp(bp),
+        }
+    }
+
+    fn error(&mut self, at: &At, e: Error) {
+        let what = self.what(at);
+        self.r.unreadable.push(format!("{what}: {e}"));
+    }
+
+    fn object(&mut self, _obj: u64, dn: &DnodePhys) -> bool {
+        self.r.objects += 1;
+        self.saw_dsl |= dn.obj_type == ot::DSL_DATASET;
+        true
+    }
 }
 
 impl Walker<'_> {
@@ -145,92 +179,19 @@ impl Walker<'_> {
         }
     }
 
-    /// Walk the subtree under `bp`, which covers `span` level-0 blocks from `base`.
-    fn walk_tree(
-        &mut self,
-        bp: &BlkPtr,
-        what: &str,
-        base: u64,
-        span: u64,
-        epb: u64,
-        on_l0: &mut dyn FnMut(&mut Self, u64, &[u8]),
-    ) {
-        if bp.is_hole() || bp.birth <= self.min_birth {
-            return;
-        }
-        let Some(data) = self.visit(bp, what) else {
-            return;
-        };
-        if bp.level == 0 {
-            on_l0(self, base, &data);
-            return;
-        }
-        match decode_indirect(&data, bp.level) {
-            Ok(children) => {
-                let child_span = (span / epb).max(1);
-                for (i, c) in children.iter().enumerate().filter(|(_, c)| !c.is_hole()) {
-                    self.walk_tree(
-                        c,
-                        what,
-                        base + i as u64 * child_span,
-                        child_span,
-                        epb,
-                        on_l0,
-                    );
-                }
-            }
-            Err(e) => self.r.unreadable.push(format!("{what}: {e}")),
+    fn what(&self, at: &At) -> String {
+        match at.kind {
+            Kind::Objset => format!("{} objset", self.name),
+            Kind::Dnodes => format!("{} meta-dnode", self.name),
+            Kind::Data => format!("{} object {}", self.name, at.object),
         }
     }
 
-    fn walk_dnode(
-        &mut self,
-        dn: &DnodePhys,
-        what: &str,
-        on_l0: &mut dyn FnMut(&mut Self, u64, &[u8]),
-    ) {
-        let span = dn.capacity(dn.nlevels) / 3;
-        for (i, bp) in dn.blkptr.iter().enumerate() {
-            self.walk_tree(bp, what, i as u64 * span, span, dn.epb(), on_l0);
-        }
-    }
-
-    /// Walk an object set; returns the dnodes it holds.
-    fn walk_objset(&mut self, bp: &BlkPtr, name: &str) -> Vec<(u64, DnodePhys)> {
-        if bp.birth <= self.min_birth {
-            return Vec::new();
-        }
-        let Some(data) = self.visit(bp, &format!("{name} objset")) else {
-            return Vec::new();
-        };
-        let meta = match decode_objset_phys(&data) {
-            Ok((_, m)) => m,
-            Err(e) => {
-                self.r.unreadable.push(format!("{name}: {e}"));
-                return Vec::new();
-            }
-        };
-        let mut dnodes: Vec<(u64, DnodePhys)> = Vec::new();
-        let mut errs = Vec::new();
-        let mut collect = |_: &mut Self, blkid: u64, b: &[u8]| {
-            let per = (b.len() / DNODE_SIZE) as u64;
-            for (i, raw) in b.chunks_exact(DNODE_SIZE).enumerate() {
-                match DnodePhys::decode(raw) {
-                    Ok(d) if !d.is_free() => dnodes.push((blkid * per + i as u64, d)),
-                    Ok(_) => {}
-                    Err(e) => errs.push(e.to_string()),
-                }
-            }
-        };
-        self.walk_dnode(&meta, &format!("{name} meta-dnode"), &mut collect);
-        self.r
-            .unreadable
-            .extend(errs.into_iter().map(|e| format!("{name}: {e}")));
-        for (obj, dn) in &dnodes {
-            self.r.objects += 1;
-            self.walk_dnode(dn, &format!("{name} object {obj}"), &mut |_, _, _| {});
-        }
-        dnodes
+    /// Walk the object set rooted at `bp` (blocks born from `min_birth`).
+    fn walk_objset(&mut self, bp: &BlkPtr, name: &str, min_birth: u64) {
+        self.name = name.to_string();
+        let reader = self.pool.io.clone();
+        traverse::walk_objset(&*reader, bp, min_birth, Position::START, self);
     }
 }
 
@@ -270,18 +231,17 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         .ok_or_else(|| Error::invalid("no uberblock"))?;
     let mut w = Walker {
         pool: &pool,
-        min_birth: 0,
+        name: String::new(),
+        last: None,
+        saw_dsl: false,
         refd: BTreeMap::new(),
         r: Report {
             txg: ub.txg,
             ..Default::default()
         },
     };
-    let mos_dnodes = w.walk_objset(&ub.rootbp, "MOS");
-    if mos_dnodes
-        .iter()
-        .any(|(_, d)| d.obj_type == ot::DSL_DATASET)
-    {
+    w.walk_objset(&ub.rootbp, "MOS", 0);
+    if w.saw_dsl {
         let dir = crate::spa::lock(&pool.st).dir.clone();
         let mos = crate::dmu::objset::Objset::open(
             &ub.rootbp,
@@ -289,74 +249,48 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             Default::default(),
             ub.txg + 1,
         )?;
-        let dsl = crate::spa::committed_dsl(&mos, &dir)?;
         let mut deadlists = Vec::new();
-        for (id, bp) in crate::spa::committed_datasets(&mos, &dir)? {
-            let name = if id == 1 {
+        // Each dataset's snapshots oldest first, each walked only where it
+        // differs from the one before, then the dataset itself.
+        for set in crate::spa::walk_sets(&mos, &dir, None)? {
+            let id = set.key.0;
+            let mut name = if id == 1 {
                 pool.name.clone()
             } else {
                 format!("{} dataset {id}", pool.name)
             };
-            // Its snapshots oldest first, each walked only where it differs
-            // from the one before, then the dataset itself.
-            let head_id = if id == 1 { dir.root_dataset } else { id };
-            let mut snaps: Vec<_> = dsl.snapshots.iter().filter(|s| s.ds == head_id).collect();
-            snaps.sort_by_key(|s| s.txg);
-            // A clone's blocks born by its origin's txg are the origin's
-            // (walked with it).
-            let origin_txg = dsl
-                .datasets
-                .iter()
-                .find(|d| d.id == head_id && d.origin != 0)
-                .and_then(|d| dsl.snapshots.iter().find(|s| s.id == d.origin))
-                .map_or(0, |o| o.txg);
-            w.min_birth = origin_txg;
-            let mut trees = Vec::new();
-            for s in &snaps {
-                let sbp = crate::spa::dataset_bp(&mos, s.id)?;
-                let sname = format!("{name}@{}", s.name);
-                w.walk_objset(&sbp, &sname);
+            if let Some(s) = &set.snap {
+                name = format!("{name}@{s}");
                 w.r.snapshots += 1;
-                w.min_birth = s.txg;
-                trees.push((sbp, sname));
-                if s.deadlist != 0 {
-                    deadlists.push((s.deadlist, s.dead_bytes, format!("{name}@{}", s.name)));
-                }
             }
-            w.walk_objset(&bp, &name);
-            w.min_birth = 0;
-            if let Some(h) = dsl.datasets.iter().find(|d| d.id == head_id) {
-                if h.deadlist != 0 {
-                    deadlists.push((h.deadlist, h.dead_bytes, name.clone()));
-                }
+            w.walk_objset(&set.root, &name, set.min_birth);
+            if set.deadlist.0 != 0 {
+                deadlists.push((set.deadlist.0, set.deadlist.1, name.clone()));
             }
-            trees.push((bp, name));
-            for (bp, name) in trees {
-                let os = crate::dmu::objset::Objset::open(
-                    &bp,
-                    pool.io.clone(),
-                    Default::default(),
-                    ub.txg + 1,
-                )?;
-                let fs = os
-                    .dnode(1)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|d| d.obj_type == ot::MASTER_NODE);
-                if !fs {
-                    continue;
+            let os = crate::dmu::objset::Objset::open(
+                &set.root,
+                pool.io.clone(),
+                Default::default(),
+                ub.txg + 1,
+            )?;
+            let fs = os
+                .dnode(1)
+                .ok()
+                .flatten()
+                .is_some_and(|d| d.obj_type == ot::MASTER_NODE);
+            if !fs {
+                continue;
+            }
+            match crate::zpl::verify::check_namespace(&os) {
+                Ok((st, bad)) => {
+                    w.r.ns_stats.directories += st.directories;
+                    w.r.ns_stats.files += st.files;
+                    w.r.ns_stats.unlinked += st.unlinked;
+                    w.r.ns_stats.raw_objects += st.raw_objects;
+                    w.r.namespace
+                        .extend(bad.into_iter().map(|b| format!("{name}: {b}")));
                 }
-                match crate::zpl::verify::check_namespace(&os) {
-                    Ok((st, bad)) => {
-                        w.r.ns_stats.directories += st.directories;
-                        w.r.ns_stats.files += st.files;
-                        w.r.ns_stats.unlinked += st.unlinked;
-                        w.r.ns_stats.raw_objects += st.raw_objects;
-                        w.r.namespace
-                            .extend(bad.into_iter().map(|b| format!("{name}: {b}")));
-                    }
-                    Err(e) => w.r.namespace.push(format!("{name}: {e}")),
-                }
+                Err(e) => w.r.namespace.push(format!("{name}: {e}")),
             }
         }
         // Every dead-list entry is a block some snapshot holds, and the

@@ -958,6 +958,78 @@ pub(crate) fn committed_datasets(
     Ok(out)
 }
 
+/// One object set of a whole-pool walk (scan, zdb), in walk order.
+pub(crate) struct WalkSet {
+    /// Dataset (1: the root dataset, else its MOS object), then which of
+    /// its sets: a snapshot's txg, `u64::MAX` for the head. The scan's
+    /// bookmark orders by it.
+    pub key: (u64, u64),
+    pub root: BlkPtr,
+    /// Blocks born before it belong to a set walked before: the previous
+    /// snapshot of the same dataset, or a clone's origin.
+    pub min_birth: u64,
+    /// The snapshot's name (`None`: the head).
+    pub snap: Option<String>,
+    /// The snapshot's or head's dead list object and its recorded bytes.
+    pub deadlist: (u64, u64),
+}
+
+/// Every dataset's snapshots, oldest first, then the dataset itself, as
+/// committed. Each is walked only where it differs from the set before it
+/// (`min_birth`): a block a later snapshot still holds was held by the
+/// earlier one, so walking each once covers every block once.
+///
+/// `upto` (a scan's last txg): snapshots taken after it are not listed,
+/// and the first of them stands in for the head, which holds every block
+/// the scan needs that still exists. Blocks born after `upto` need no
+/// scan, and a block born before it and overwritten in the head since
+/// was either freed or kept by that snapshot, at the same position the
+/// scan may already have passed in the head. So a scan's view of each
+/// dataset does not shift under it when snapshots are taken.
+pub(crate) fn walk_sets(
+    mos: &Objset,
+    dir: &ObjectDirectory,
+    upto: Option<u64>,
+) -> Result<Vec<WalkSet>> {
+    let dsl = committed_dsl(mos, dir)?;
+    let mut out = Vec::new();
+    for (id, head_bp) in committed_datasets(mos, dir)? {
+        let head_id = if id == 1 { dir.root_dataset } else { id };
+        let rec = dsl.datasets.iter().find(|d| d.id == head_id);
+        let mut snaps: Vec<_> = dsl.snapshots.iter().filter(|s| s.ds == head_id).collect();
+        snaps.sort_by_key(|s| s.txg);
+        // A clone's blocks born by its origin's txg are the origin's.
+        let mut min_birth = rec
+            .filter(|d| d.origin != 0)
+            .and_then(|d| dsl.snapshots.iter().find(|s| s.id == d.origin))
+            .map_or(0, |o| o.txg + 1);
+        let mut head = (head_bp, rec.map_or((0, 0), |d| (d.deadlist, d.dead_bytes)));
+        for s in snaps {
+            let root = dataset_bp(mos, s.id)?;
+            if upto.is_some_and(|u| s.txg > u) {
+                head = (root, (s.deadlist, s.dead_bytes));
+                break;
+            }
+            out.push(WalkSet {
+                key: (id, s.txg),
+                root,
+                min_birth,
+                snap: Some(s.name.clone()),
+                deadlist: (s.deadlist, s.dead_bytes),
+            });
+            min_birth = s.txg + 1;
+        }
+        out.push(WalkSet {
+            key: (id, u64::MAX),
+            root: head.0,
+            min_birth,
+            snap: None,
+            deadlist: head.1,
+        });
+    }
+    Ok(out)
+}
+
 /// The DSL record as committed (empty for a pool without one).
 pub(crate) fn committed_dsl(mos: &Objset, dir: &ObjectDirectory) -> Result<crate::dsl::DslDirPhys> {
     if dir.dsl != 0 && mos.exists(dir.dsl)? {

@@ -65,8 +65,8 @@
 use super::io::SpaIo;
 use super::{lock, Pool};
 use crate::dmu::blkptr::BlkPtr;
-use crate::dmu::dnode::{DnodePhys, DNODE_SIZE};
-use crate::dmu::objset::{decode_indirect, decode_objset_phys, BlockReader, Objset};
+use crate::dmu::objset::{BlockReader, Objset};
+use crate::dmu::traverse::{self, At, Next, Position, Visitor};
 use crate::error::{Error, Result};
 use crate::vdev::leaf::{leaf_key, set_scan_io, ScanIo};
 use crate::vdev::{AttachKind, BlockDevice, Leaf};
@@ -110,7 +110,13 @@ pub enum ScanState {
 /// Walk position: everything before it has been issued.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Bookmark {
+    /// The dataset (0: the MOS, 1: the root dataset, else its MOS object).
     pub objset: u64,
+    /// Which of its object sets: a snapshot's txg, `u64::MAX` for the
+    /// head (see `Pool::walk_sets`). Records written before snapshots
+    /// were scanned lack it: 0 walks that dataset's snapshots again.
+    #[serde(default)]
+    pub txg: u64,
     pub object: u64,
     pub blkid: u64,
 }
@@ -264,184 +270,52 @@ pub struct ScanSignals {
 /// chain this long means one that can never finish (issue #13 saw 29,032).
 pub const MAX_AUTO_RESILVERS: u32 = 8;
 
-/// Receives level-0 data (block id, bytes) while walking the meta-dnode.
-type L0Fn<'b> = &'b mut dyn FnMut(u64, &[u8]);
-type L0Sink<'a, 'b> = &'a mut Option<L0Fn<'b>>;
-
+/// The scan's visitor: gathers the pointers of one batch.
 struct Gather<'a> {
     io: &'a SpaIo,
     min_txg: u64,
     max_txg: u64,
-    start: Bookmark,
     cap: usize,
     out: Vec<BlkPtr>,
     out_bytes: u64,
     examined: u64,
-    stop: Option<Bookmark>,
     errors: u64,
     /// The sync broke the hold (`ScanFence`): the batch is abandoned.
     broken: bool,
 }
 
 impl Gather<'_> {
-    /// Read a block of the tree being walked, inside the scan fence. A
-    /// broken hold ends the walk: what is read now may be reused space.
-    fn read(&mut self, bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {
-        let Some(_g) = self.io.scan_fence.enter() else {
-            self.broken = true;
-            self.stop.get_or_insert(self.start);
-            return None;
-        };
-        match self.io.read_bp(bp) {
-            Ok(d) => Some(d),
-            Err(_) => {
-                self.errors += 1;
-                None
-            }
-        }
-    }
-
     fn full(&self) -> bool {
         self.out.len() >= self.cap || self.out_bytes >= BATCH_BYTES
     }
+}
 
-    fn push(&mut self, bp: &BlkPtr) {
-        if bp.phys_birth > self.max_txg || bp.phys_birth < self.min_txg {
-            return;
+impl Visitor for Gather<'_> {
+    fn pre(&mut self, bp: &BlkPtr, _at: &At) -> Next {
+        if self.broken || self.full() {
+            return Next::Stop;
         }
-        self.examined += bp.asize();
-        self.out_bytes += bp.asize();
-        self.out.push(*bp);
+        if bp.phys_birth <= self.max_txg && bp.phys_birth >= self.min_txg {
+            self.examined += bp.asize();
+            self.out_bytes += bp.asize();
+            self.out.push(*bp);
+        }
+        Next::Descend
     }
 
-    /// Walk the subtree under `bp` covering L0 blocks `base..base+span` of
-    /// object `(os, obj)`. `l0` receives level-0 data when given (dnodes).
-    #[allow(clippy::too_many_arguments)]
-    fn tree(
-        &mut self,
-        bp: &BlkPtr,
-        os: u64,
-        obj: u64,
-        base: u64,
-        span: u64,
-        epb: u64,
-        l0: L0Sink<'_, '_>,
-    ) {
-        if bp.is_hole() || self.stop.is_some() {
-            return;
-        }
-        let want_data = l0.is_some();
-        if bp.birth < self.min_txg && !want_data {
-            return;
-        }
-        let here = Bookmark {
-            objset: os,
-            object: obj,
-            blkid: base,
+    /// Read a block of the tree being walked, inside the scan fence. A
+    /// broken hold ends the walk: what is read now may be reused space.
+    fn read(&mut self, _r: &dyn BlockReader, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
+        let Some(_g) = self.io.scan_fence.enter() else {
+            self.broken = true;
+            return Err(Error::invalid("scan hold broken"));
         };
-        let end = Bookmark {
-            objset: os,
-            object: obj,
-            blkid: base.saturating_add(span),
-        };
-        let before_start = end <= self.start;
-        if before_start && !want_data {
-            return;
-        }
-        if !before_start && !want_data && self.full() {
-            self.stop = Some(here.max(self.start));
-            return;
-        }
-        if !before_start && bp.birth >= self.min_txg {
-            self.push(bp);
-        }
-        if bp.level == 0 && !want_data {
-            return;
-        }
-        let Some(data) = self.read(bp) else {
-            return;
-        };
-        if bp.level == 0 {
-            if let Some(f) = l0.as_mut() {
-                f(base, &data);
-            }
-            return;
-        }
-        match decode_indirect(&data, bp.level) {
-            Ok(kids) => {
-                let child_span = (span / epb).max(1);
-                for (i, c) in kids.iter().enumerate() {
-                    self.tree(
-                        c,
-                        os,
-                        obj,
-                        base + i as u64 * child_span,
-                        child_span,
-                        epb,
-                        l0,
-                    );
-                }
-            }
-            Err(_) => self.errors += 1,
-        }
+        self.io.read_bp(bp)
     }
 
-    fn dnode(&mut self, dn: &DnodePhys, os: u64, obj: u64, l0: L0Sink<'_, '_>) {
-        let span = dn.capacity(dn.nlevels) / 3;
-        for (i, bp) in dn.blkptr.iter().enumerate() {
-            self.tree(bp, os, obj, i as u64 * span, span, dn.epb(), l0);
-        }
-    }
-
-    /// Walk objset number `os` rooted at `bp`.
-    fn objset(&mut self, bp: &BlkPtr, os: u64) {
-        let last = Bookmark {
-            objset: os,
-            object: u64::MAX,
-            blkid: u64::MAX,
-        };
-        if self.stop.is_some() || last <= self.start {
-            return;
-        }
-        let head = Bookmark {
-            objset: os,
-            object: 0,
-            blkid: 0,
-        };
-        if head >= self.start && bp.birth >= self.min_txg {
-            self.push(bp);
-        }
-        let Some(data) = self.read(bp) else {
-            return;
-        };
-        let Ok((_, meta)) = decode_objset_phys(&data) else {
+    fn error(&mut self, _at: &At, _e: Error) {
+        if !self.broken {
             self.errors += 1;
-            return;
-        };
-        // The meta-dnode (object 0) is always read whole: it lists the objects.
-        let mut dnodes: Vec<(u64, DnodePhys)> = Vec::new();
-        {
-            let mut collect = |blkid: u64, b: &[u8]| {
-                let per = (b.len() / DNODE_SIZE) as u64;
-                for (i, raw) in b.chunks_exact(DNODE_SIZE).enumerate() {
-                    if let Ok(d) = DnodePhys::decode(raw) {
-                        if !d.is_free() {
-                            dnodes.push((blkid * per + i as u64, d));
-                        }
-                    }
-                }
-            };
-            let mut sink: Option<L0Fn> = Some(&mut collect);
-            self.dnode(&meta, os, 0, &mut sink);
-        }
-        for (obj, dn) in dnodes {
-            if obj == 0 {
-                continue;
-            }
-            self.dnode(&dn, os, obj, &mut None);
-            if self.stop.is_some() {
-                return;
-            }
         }
     }
 }
@@ -537,8 +411,7 @@ impl Pool {
             errors: 0,
             bookmark: Bookmark {
                 objset: 1,
-                object: 0,
-                blkid: 0,
+                ..Bookmark::default()
             },
             paused: false,
             pause_time: 0,
@@ -876,30 +749,52 @@ impl Pool {
             errors: 0,
             broken: true,
         };
-        let datasets = {
+        let sets = {
             let Some(_g) = self.io.scan_fence.enter() else {
                 return Ok(broken);
             };
             let reader: Arc<dyn BlockReader> = self.io.clone();
             let mos = Objset::open(&ub.rootbp, reader, Default::default(), ub.txg + 1)?;
-            super::committed_datasets(&mos, &dir)?
+            super::walk_sets(&mos, &dir, Some(phys.max_txg))?
         };
         let mut g = Gather {
             io: &self.io,
             min_txg: phys.min_txg,
             max_txg: phys.max_txg,
-            start: phys.bookmark,
             cap,
             out: Vec::new(),
             out_bytes: 0,
             examined: 0,
-            stop: None,
             errors: 0,
             broken: false,
         };
-        g.objset(&ub.rootbp, 0);
-        for (bookmark, bp) in datasets {
-            g.objset(&bp, bookmark);
+        let start = phys.bookmark;
+        let mut next = None;
+        let mos = (0, 0, ub.rootbp, 0);
+        let all = std::iter::once(mos)
+            .chain(sets.iter().map(|s| (s.key.0, s.key.1, s.root, s.min_birth)));
+        for (ds, txg, root, min_birth) in all {
+            if (ds, txg) < (start.objset, start.txg) {
+                continue;
+            }
+            let from = if (ds, txg) == (start.objset, start.txg) {
+                Position {
+                    object: start.object,
+                    blkid: start.blkid,
+                }
+            } else {
+                Position::START
+            };
+            let min = min_birth.max(phys.min_txg);
+            if let Some(p) = traverse::walk_objset(&*self.io, &root, min, from, &mut g) {
+                next = Some(Bookmark {
+                    objset: ds,
+                    txg,
+                    object: p.object,
+                    blkid: p.blkid,
+                });
+                break;
+            }
         }
         if g.broken {
             return Ok(broken);
@@ -907,7 +802,7 @@ impl Pool {
         Ok(Batch {
             bps: g.out,
             examined: g.examined,
-            next: g.stop,
+            next,
             errors: g.errors,
             broken: false,
         })
