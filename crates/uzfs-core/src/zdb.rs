@@ -79,15 +79,29 @@ struct Walker<'a> {
     last: Option<(BlkPtr, Arc<Vec<u8>>)>,
     /// The walk saw a DSL dataset object (a pool with datasets).
     saw_dsl: bool,
+    /// Check blocks in `post`, not `pre`: the remains of a destroyed
+    /// dataset being freed, walked from its queue position (the blocks
+    /// around that position get only a `post`).
+    post_mode: bool,
 }
 
 impl Visitor for Walker<'_> {
     fn pre(&mut self, bp: &BlkPtr, at: &At) -> Next {
+        if self.post_mode {
+            return Next::Descend;
+        }
         let what = self.what(at);
         self.last = self.visit(bp, &what).map(|d| (*bp, d));
         match self.last {
             Some(_) => Next::Descend,
             None => Next::Skip,
+        }
+    }
+
+    fn post(&mut self, bp: &BlkPtr, at: &At) {
+        if self.post_mode {
+            let what = self.what(at);
+            self.visit(bp, &what);
         }
     }
 
@@ -234,6 +248,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         name: String::new(),
         last: None,
         saw_dsl: false,
+        post_mode: false,
         refd: BTreeMap::new(),
         r: Report {
             txg: ub.txg,
@@ -291,6 +306,40 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                         .extend(bad.into_iter().map(|b| format!("{name}: {b}")));
                 }
                 Err(e) => w.r.namespace.push(format!("{name}: {e}")),
+            }
+        }
+        // What destroyed datasets and snapshots still hold, waiting to be
+        // freed in the background, is referenced.
+        if dir.freeing != 0 {
+            let q: crate::dsl::async_destroy::FreeQueue =
+                Pool::read_json(&mos, dir.freeing, "free queue")?;
+            for (i, e) in q.entries.iter().enumerate() {
+                use crate::dsl::async_destroy::{decode_root, FreeEntry};
+                let name = format!("{} free queue entry {i}", pool.name);
+                match e {
+                    FreeEntry::Tree {
+                        root,
+                        min_birth,
+                        at,
+                        ..
+                    } => {
+                        let root = decode_root(root)?;
+                        w.name = name;
+                        w.post_mode = true;
+                        let reader = pool.io.clone();
+                        traverse::walk_objset(&*reader, &root, *min_birth, *at, &mut w);
+                        w.post_mode = false;
+                    }
+                    FreeEntry::Blocks {
+                        obj, next, count, ..
+                    } => {
+                        let all = crate::dsl::snapshot::read_deadlist_of(&mos, *obj)?;
+                        let from = (*next).min(*count) as usize;
+                        for bp in all.get(from..*count as usize).unwrap_or_default() {
+                            w.visit(bp, &name);
+                        }
+                    }
+                }
             }
         }
         // Every dead-list entry is a block some snapshot holds, and the

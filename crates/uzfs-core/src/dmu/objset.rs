@@ -38,6 +38,7 @@ use super::changelog::{self, Change, ChangeLog, OpScope, LOG_HEADER_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
+use super::traverse::{self, At, Kind, Next, Position, Visitor};
 use super::tx::{Tx, TxgGate};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1322,16 +1323,15 @@ impl Objset {
         Ok(new_bp)
     }
 
-    /// Free every block of this object set (a destroyed dataset): each
-    /// object's tree, the meta-dnode's tree and the object-set block.
     /// Free every block of this object set born after `min_txg` (0:
-    /// every block), from its last synced state: a destroyed dataset's, or
-    /// a rolled-back head's blocks younger than the snapshot it went back
-    /// to. A subtree born at or before `min_txg` is skipped whole: blocks
-    /// are never changed in place, so nothing beneath it is younger.
+    /// every block), from its last synced state, in one go. A subtree born
+    /// at or before `min_txg` is skipped whole. (The pool frees destroyed
+    /// sets in the background, a budget per txg: `dsl/async_destroy.rs`.)
     pub fn free_born_after(&self, w: &mut dyn BlockWriter, min_txg: u64) -> Result<()> {
         let bp = lock(&self.st).bp;
-        free_after(&*self.reader, w, &bp, min_txg, Holds::ObjsetBlock)
+        let mut f = crate::dsl::async_destroy::Freer::new(w, u64::MAX, None);
+        traverse::walk_objset(&*self.reader, &bp, min_txg + 1, Position::START, &mut f);
+        f.result()
     }
 
     /// Object numbers whose dnodes may differ from the set as of `min_txg`:
@@ -1339,60 +1339,33 @@ impl Objset {
     /// meta-dnode's tree, born by then, is skipped whole). From the last
     /// synced state. `zfs diff` (`zpl/diff.rs`).
     pub fn objects_changed_after(&self, min_txg: u64) -> Result<Vec<u64>> {
-        let meta = lock(&self.st).meta.clone();
-        let mut out = Vec::new();
-        if meta.is_free() || meta.nlevels == 0 {
-            return Ok(out);
+        struct Changed {
+            out: Vec<u64>,
+            err: Option<Error>,
         }
-        let epb = meta.epb();
-        let span = meta.capacity(meta.nlevels) / 3;
-        for (i, bp) in meta.blkptr.iter().enumerate() {
-            self.changed_l0(
-                bp,
-                meta.nlevels - 1,
-                i as u64 * span,
-                span,
-                epb,
-                min_txg,
-                &mut out,
-            )?;
+        impl Visitor for Changed {
+            fn pre(&mut self, bp: &BlkPtr, at: &At) -> Next {
+                if at.kind == Kind::Dnodes && bp.level == 0 {
+                    let per = DNODES_PER_BLOCK;
+                    self.out.extend(at.blkid * per..(at.blkid + 1) * per);
+                    return Next::Skip;
+                }
+                Next::Descend
+            }
+            fn error(&mut self, _at: &At, e: Error) {
+                self.err.get_or_insert(e);
+            }
         }
-        Ok(out)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn changed_l0(
-        &self,
-        bp: &BlkPtr,
-        level: u8,
-        first: u64,
-        span: u64,
-        epb: u64,
-        min_txg: u64,
-        out: &mut Vec<u64>,
-    ) -> Result<()> {
-        if bp.is_hole() || bp.birth <= min_txg {
-            return Ok(());
+        let bp = lock(&self.st).bp;
+        let mut v = Changed {
+            out: Vec::new(),
+            err: None,
+        };
+        traverse::walk_objset(&*self.reader, &bp, min_txg + 1, Position::START, &mut v);
+        match v.err {
+            Some(e) => Err(e),
+            None => Ok(v.out),
         }
-        if level == 0 {
-            let per = DNODES_PER_BLOCK;
-            out.extend(first * per..(first + 1) * per);
-            return Ok(());
-        }
-        let child_span = span / epb;
-        let children = decode_indirect(&self.reader.read_bp(bp)?, level)?;
-        for (i, c) in children.iter().enumerate() {
-            self.changed_l0(
-                c,
-                level - 1,
-                first + i as u64 * child_span,
-                child_span,
-                epb,
-                min_txg,
-                out,
-            )?;
-        }
-        Ok(())
     }
 
     /// The next sync writes this set's object-set block even if nothing
@@ -1815,53 +1788,6 @@ fn free_node(
         return Ok(BlkPtr::HOLE);
     }
     rewrite_indirect(w, dn, old, level, &children, used)
-}
-
-/// What a block holds, for [`free_after`].
-#[derive(Clone, Copy, PartialEq)]
-enum Holds {
-    /// The object-set block: the meta-dnode.
-    ObjsetBlock,
-    /// Dnodes (the meta-dnode's tree): each one's tree too.
-    Dnodes,
-    /// Data or indirect blocks of an object.
-    Data,
-}
-
-/// Free `bp` and every block beneath it born after `min_txg`.
-fn free_after(
-    reader: &dyn BlockReader,
-    w: &mut dyn BlockWriter,
-    bp: &BlkPtr,
-    min_txg: u64,
-    holds: Holds,
-) -> Result<()> {
-    if bp.is_hole() || bp.birth <= min_txg {
-        return Ok(());
-    }
-    let trees = |dn: &DnodePhys, holds: Holds, w: &mut dyn BlockWriter| -> Result<()> {
-        for c in dn.blkptr.iter() {
-            free_after(reader, w, c, min_txg, holds)?;
-        }
-        Ok(())
-    };
-    if bp.level > 0 {
-        for c in decode_indirect(&reader.read_bp(bp)?, bp.level)? {
-            free_after(reader, w, &c, min_txg, holds)?;
-        }
-    } else if holds == Holds::ObjsetBlock {
-        let (_, meta) = decode_objset_phys(&reader.read_bp(bp)?)?;
-        trees(&meta, Holds::Dnodes, w)?;
-    } else if holds == Holds::Dnodes {
-        for chunk in reader.read_bp(bp)?.chunks_exact(DNODE_SIZE) {
-            let dn = DnodePhys::decode(chunk)?;
-            if !dn.is_free() {
-                trees(&dn, Holds::Data, w)?;
-            }
-        }
-    }
-    w.free_bp(bp);
-    Ok(())
 }
 
 /// Free every block of an object.

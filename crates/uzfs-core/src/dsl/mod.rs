@@ -21,6 +21,7 @@
 //! `used` adds its descendants'; `available` is the pool's writable space
 //! less other datasets' unused reservations, capped by every quota above.
 
+pub mod async_destroy;
 pub mod props;
 pub mod snapshot;
 
@@ -104,10 +105,13 @@ pub struct Dsl {
     pub list: RwLock<BTreeMap<u64, Arc<Dataset>>>,
     /// The record changed: rewrite it in the next txg.
     pub dirty: Mutex<bool>,
-    /// Object sets whose blocks the next sync frees, each with the txg
-    /// its blocks must be born after to go (0: all): destroyed datasets,
-    /// and heads rolled back to a snapshot of that txg.
-    pub doomed: Mutex<Vec<(Arc<Objset>, u64)>>,
+    /// Object sets whose blocks the next sync queues for freeing, each
+    /// with the txg its blocks must be born after to go (0: all) and the
+    /// bytes it was charged: destroyed datasets, and heads rolled back to
+    /// a snapshot of that txg.
+    pub doomed: Mutex<Vec<(Arc<Objset>, u64, u64)>>,
+    /// Frees in progress, as the last sync left them (`async_destroy.rs`).
+    pub freeing: Mutex<async_destroy::FreeQueue>,
     /// Snapshots of every dataset, by id (`dsl/snapshot.rs`).
     pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
     /// Snapshot creations and destructions for the next sync.
@@ -434,6 +438,8 @@ impl Pool {
                 "cannot destroy '{name}': filesystem has snapshots (use -r to destroy them too)"
             )));
         }
+        self.check_rw()?;
+        self.ensure_free_queue()?;
         let mut gone = Vec::new();
         for s in snaps.into_iter().rev() {
             self.destroy_snapshot(&s)?;
@@ -458,7 +464,8 @@ impl Pool {
             // A clone frees only what it wrote: older blocks are its
             // origin's.
             let min_txg = self.origin_snap(x).map_or(0, |o| rlock(&o.phys).txg);
-            lock(&self.dsl.doomed).push((x.os.clone(), min_txg));
+            let bytes = self.dataset_unique(x);
+            lock(&self.dsl.doomed).push((x.os.clone(), min_txg, bytes));
             // Its log blocks go back to the log class (a crash before the
             // destroy commits brings the dataset back as of its last txg).
             if let Some(z) = x.zil.get() {

@@ -195,7 +195,7 @@ struct Dl {
 }
 
 /// Encode dead-list entries.
-fn encode(bps: &[BlkPtr]) -> Vec<u8> {
+pub(crate) fn encode(bps: &[BlkPtr]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bps.len() * BLKPTR_SIZE);
     for bp in bps {
         out.extend_from_slice(&bp.to_bytes());
@@ -441,6 +441,8 @@ impl Pool {
     /// `zfs destroy DS@SNAP`: frees what only it held (see the module
     /// docs). Returns once the txg that did it is on disk.
     pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
+        self.check_rw()?;
+        self.ensure_free_queue()?;
         let task = {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
@@ -484,6 +486,8 @@ impl Pool {
     /// the old head did not) is emptied without freeing: the new head
     /// holds them all again.
     pub fn rollback(&self, name: &str) -> Result<()> {
+        self.check_rw()?;
+        self.ensure_free_queue()?;
         let later = |d: u64, txg: u64| -> Vec<String> {
             self.snapshots_of(d)
                 .iter()
@@ -553,7 +557,8 @@ impl Pool {
             if lock(&self.st).dir.root_dataset == id {
                 self.set_root(os);
             }
-            lock(&self.dsl.doomed).push((d.os.clone(), sp.txg));
+            let bytes = self.written_since(&d, &s)?;
+            lock(&self.dsl.doomed).push((d.os.clone(), sp.txg, bytes));
             wlock(&self.dsl.list).insert(id, head);
             *lock(&self.dsl.dirty) = true;
             let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
@@ -937,16 +942,20 @@ impl Pool {
     /// Sync context, after every dataset's pass: carry out the snapshot
     /// tasks and write the dead lists' changes into `extra`. A task that
     /// cannot be carried out (its dataset or snapshot went away, a name
-    /// taken meanwhile) is recorded in `Dsl::task_errors`.
+    /// taken meanwhile) is recorded in `Dsl::task_errors`. A destroy
+    /// frees within `budget`; returns what is left to free (queued by
+    /// the caller, `async_destroy.rs`).
     pub(crate) fn sync_snapshots(
         &self,
         w: &mut dyn BlockWriter,
         extra: &mut TxgDirty,
         txg: u64,
         ss: SnapSync,
-    ) -> Result<()> {
+        budget: &mut crate::dsl::async_destroy::Budget,
+    ) -> Result<Vec<BlkPtr>> {
+        let mut spill = Vec::new();
         if ss.is_empty() {
-            return Ok(());
+            return Ok(spill);
         }
         let mut dls: BTreeMap<u64, Dl> = BTreeMap::new();
         for (obj, bps) in ss.appends {
@@ -1029,7 +1038,12 @@ impl Pool {
                     let s_all = self.load_dl(&mut dls, sp.deadlist)?;
                     n_all.retain(|bp| {
                         if bp.birth > prev_txg {
-                            w.free_bp(bp);
+                            if budget.spent() {
+                                spill.push(*bp);
+                            } else {
+                                budget.blocks -= 1;
+                                w.free_bp(bp);
+                            }
                             false
                         } else {
                             true
@@ -1212,7 +1226,7 @@ impl Pool {
             );
         }
         *lock(&self.dsl.dirty) = true;
-        Ok(())
+        Ok(spill)
     }
 
     /// A new, empty dead list (sync context).

@@ -171,6 +171,10 @@ pub struct ObjectDirectory {
     /// The DSL record: every dataset but the root (see `dsl/mod.rs`).
     #[serde(default)]
     pub dsl: u64,
+    /// Frees of destroyed datasets and snapshots still to be done (JSON
+    /// `FreeQueue`, `dsl/async_destroy.rs`), created by the first.
+    #[serde(default)]
+    pub freeing: u64,
 }
 
 /// Settable pool properties persisted in the MOS.

@@ -24,6 +24,7 @@ pub const BLOCK_REMAP: &str = "com.uzfs:block_remap";
 pub const GANG_BLOCK: &str = "com.uzfs:gang_block";
 pub const INTENT_LOG: &str = "com.uzfs:intent_log";
 pub const SNAPSHOTS: &str = "com.uzfs:snapshots";
+pub const ASYNC_DESTROY: &str = "com.delphix:async_destroy";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -60,6 +61,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: SNAPSHOTS,
         read_only_compatible: true,
         description: "Snapshots and their dead lists: blocks freed by birth time.",
+    },
+    FeatureInfo {
+        name: ASYNC_DESTROY,
+        read_only_compatible: true,
+        description: "Destroy filesystems asynchronously.",
     },
 ];
 

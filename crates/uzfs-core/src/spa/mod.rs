@@ -408,6 +408,7 @@ impl Pool {
             root_dataset: mos.create_object(ot::DSL_DATASET, 512, &md)?,
             scan: 0,
             dsl: mos.create_object(ot::DSL_DIR, 4096, &md)?,
+            freeing: 0,
         };
         let mut vallocs = Vec::new();
         for c in &mut cfgs {

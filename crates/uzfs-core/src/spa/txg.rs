@@ -141,6 +141,14 @@ pub struct Tunables {
     /// `zpool import -m`: import even if a log device is missing (what
     /// its intent log held is lost).
     pub missing_log_ok: bool,
+    /// Blocks one txg frees of destroyed datasets and snapshots at most
+    /// (`dsl/async_destroy.rs`; OpenZFS zfs_async_block_max_blocks).
+    /// Default 100,000 (12 GiB of 128 KiB blocks). Smaller: a huge destroy
+    /// takes more txgs; larger: longer syncs while one runs.
+    pub free_max_blocks: u64,
+    /// Milliseconds one txg spends freeing at most (default 500, as
+    /// OpenZFS zfs_free_min_time_ms is 1000 with longer txgs).
+    pub free_max_ms: u64,
 }
 
 fn ram_bytes() -> u64 {
@@ -175,6 +183,8 @@ impl Default for Tunables {
             zil_indirect_min: crate::zil::INDIRECT_MIN as u64,
             zil_inflight: 4,
             missing_log_ok: false,
+            free_max_blocks: 100_000,
+            free_max_ms: 500,
         }
     }
 }
@@ -789,6 +799,7 @@ impl Pool {
             || self.datasets().iter().any(|d| !d.os.open_is_empty())
             || *lock(&self.dsl.dirty)
             || !lock(&self.dsl.doomed).is_empty()
+            || !lock(&self.dsl.freeing).entries.is_empty()
             || !lock(&self.dsl.tasks).is_empty()
             || !self.mos.open_is_empty()
             || self.frees_wanted.load(Ordering::Relaxed) > lock(&self.txg).synced
@@ -866,7 +877,7 @@ impl Pool {
                 (d, old, dirty)
             })
             .collect();
-        let doomed = std::mem::take(&mut *lock(&self.dsl.doomed));
+        let mut doomed = std::mem::take(&mut *lock(&self.dsl.doomed));
         let mut snap_sync = crate::dsl::snapshot::SnapSync {
             tasks: std::mem::take(&mut *lock(&self.dsl.tasks)),
             ..Default::default()
@@ -945,9 +956,6 @@ impl Pool {
                 new_bps.push((d.id(), bp));
             }
         }
-        for (os, min_txg) in &doomed {
-            os.free_born_after(&mut w, *min_txg)?;
-        }
         let t_data = t_start.elapsed();
         let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
         // Features first used by this txg become active in its config.
@@ -967,9 +975,26 @@ impl Pool {
                 for (id, bp) in &new_bps {
                     self.mos.write_in_sync(&mut extra, *id, 0, &bp.to_bytes())?;
                 }
-                // Snapshots taken and destroyed, dead lists grown: before
-                // the DSL record, which lists the snapshots.
-                self.sync_snapshots(&mut w, &mut extra, txg, std::mem::take(&mut snap_sync))?;
+                // Destroyed datasets queued and a budget of queued frees
+                // done, then snapshots taken and destroyed, dead lists
+                // grown (frees past the budget queued): before the DSL
+                // record, which lists the snapshots.
+                let mut budget = crate::dsl::async_destroy::Budget {
+                    blocks: self.tun.free_max_blocks.max(1),
+                    until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
+                };
+                let mut q = self.queue_doomed(std::mem::take(&mut doomed))?;
+                self.free_queued(&mut w, &mut extra, &mut q, &mut budget)?;
+                let spill = self.sync_snapshots(
+                    &mut w,
+                    &mut extra,
+                    txg,
+                    std::mem::take(&mut snap_sync),
+                    &mut budget,
+                )?;
+                self.queue_spill(&mut w, &mut extra, &mut q, spill)?;
+                let queue_obj = st.dir.freeing;
+                self.save_queue(&mut w, &mut extra, queue_obj, q)?;
                 if let Some(rec) = self.dsl_record() {
                     let bytes =
                         serde_json::to_vec(&rec).map_err(|e| Error::invalid(e.to_string()))?;
