@@ -218,63 +218,43 @@ impl Daemon {
     }
 
     pub fn tunables() -> Tunables {
+        fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+            std::env::var(name).ok().and_then(|v| v.parse::<T>().ok())
+        }
         let mut t = Tunables {
             hostid: hostid(),
             ..Tunables::default()
         };
-        if let Some(ms) = std::env::var("UZFS_MMP_INTERVAL_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(ms) = env::<u64>("UZFS_MMP_INTERVAL_MS") {
             t.mmp_interval = std::time::Duration::from_millis(ms.clamp(10, 60_000));
         }
-        if let Some(s) = std::env::var("UZFS_TXG_TIMEOUT")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(s) = env::<u64>("UZFS_TXG_TIMEOUT") {
             t.txg_timeout = std::time::Duration::from_secs(s.max(1));
         }
-        if let Some(m) = std::env::var("UZFS_DIRTY_MAX")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(m) = env::<u64>("UZFS_DIRTY_MAX") {
             t.dirty_max = m.max(1 << 20);
         }
-        if let Some(p) = std::env::var("UZFS_DIRTY_SYNC_PCT")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(p) = env::<u64>("UZFS_DIRTY_SYNC_PCT") {
             t.dirty_sync_pct = p.clamp(1, 100);
         }
-        if let Some(m) = std::env::var("UZFS_ARC_MAX")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(m) = env::<u64>("UZFS_ARC_MAX") {
             t.cache_bytes = m.max(1 << 20);
         }
-        if let Some(m) = std::env::var("UZFS_ZIL_MEM_MAX")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(m) = env("UZFS_ZIL_MEM_MAX") {
             t.zil_mem_max = m;
         }
-        if let Some(m) = std::env::var("UZFS_ZIL_IMMEDIATE_WRITE_SZ")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(m) = env("UZFS_ZIL_IMMEDIATE_WRITE_SZ") {
             t.zil_indirect_min = m;
         }
-        if let Some(n) = std::env::var("UZFS_ZIL_INFLIGHT")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-        {
+        if let Some(n) = env::<usize>("UZFS_ZIL_INFLIGHT") {
             t.zil_inflight = n.clamp(1, 16);
         }
-        if let Some(us) = std::env::var("UZFS_SCAN_DELAY_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        if let Some(us) = env("UZFS_SCAN_DELAY_US") {
             t.scan_delay_us = us;
+        }
+        // Blocks one txg frees of destroyed datasets (async destroy).
+        if let Some(n) = env::<u64>("UZFS_FREE_MAX_BLOCKS") {
+            t.free_max_blocks = n.max(1);
         }
         t
     }

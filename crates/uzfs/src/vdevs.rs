@@ -252,16 +252,19 @@ pub fn wait(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
-    for t in values(&o, 't')
+    let kinds: Vec<String> = values(&o, 't')
         .iter()
         .flat_map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>())
-    {
-        if !matches!(t.as_str(), "scrub" | "resilver" | "replace") {
+        .collect();
+    for t in &kinds {
+        if !matches!(t.as_str(), "scrub" | "resilver" | "replace" | "free") {
             return err(format!(
-                "invalid activity '{t}': uzfs waits for scrub, resilver, replace"
+                "invalid activity '{t}': uzfs waits for scrub, resilver, replace, free"
             ));
         }
     }
+    let want_free = kinds.is_empty() || kinds.iter().any(|k| k == "free");
+    let want_scan = kinds.is_empty() || kinds.iter().any(|k| k != "free");
     let (p, more) = match pool_and_rest(d, &rest, "wait") {
         Ok(x) => x,
         Err(r) => return r,
@@ -272,7 +275,14 @@ pub fn wait(d: &Daemon, args: &[String]) -> Response {
             format!("zpool wait: an interval ('{x}': progress reports) is not supported yet"),
         );
     }
-    p.wait_scan();
+    if want_scan {
+        p.wait_scan();
+    }
+    if want_free {
+        if let Err(e) = p.wait_freed() {
+            return err(format!("cannot wait for '{}': {e}", p.name));
+        }
+    }
     Response::ok(String::new())
 }
 

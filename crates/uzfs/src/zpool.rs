@@ -872,6 +872,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
             "-",
         ),
         "fragmentation" | "frag" => ("-".into(), "-"),
+        "freeing" => (n(p.freeing()), "-"),
         "checkpoint" | "ckpoint" | "altroot" => ("-".into(), "default"),
         "txg" => (p.last_txg().to_string(), "-"),
         f if f.starts_with("feature@") => {
@@ -906,6 +907,7 @@ const ALL_PROPS: &[&str] = &[
     "ashift",
     "comment",
     "expandsize",
+    "freeing",
     "fragmentation",
     "multihost",
     "checkpoint",

@@ -911,3 +911,48 @@ fn refquota_counts_only_what_the_filesystem_references() {
     std::fs::write(mnt.join("home/g"), rng.bytes(8 << 20)).expect("no refquota");
     e.export_and_zdb("tank");
 }
+
+/// `zfs destroy` of a large filesystem returns once queued; `zpool get
+/// freeing` shows what is left, `zpool wait -t free` waits for it to be
+/// freed (a budget of 2 blocks per txg here, so it spans many txgs).
+#[test]
+fn destroy_frees_in_the_background() {
+    if !can_mount() {
+        return;
+    }
+    let mut e = Env::new();
+    e.envs
+        .push(("UZFS_FREE_MAX_BLOCKS".to_string(), "2".to_string()));
+    let mnt = e.tank();
+    e.ok(&["zfs", "create", "tank/big"]);
+    let pool_alloc = |e: &Env| -> u64 {
+        let v = e.ok(&["zpool", "get", "-Hp", "-o", "value", "allocated", "tank"]);
+        v.trim().parse().expect("allocated")
+    };
+    let before = pool_alloc(&e);
+    let data = Rng(11).bytes(24 << 20);
+    std::fs::write(mnt.join("big/f"), &data).expect("write");
+    e.ok(&["zfs", "unmount", "tank/big"]);
+    e.ok(&["zpool", "sync", "tank"]);
+    assert!(pool_alloc(&e) > before + (20 << 20));
+    e.ok(&["zfs", "destroy", "tank/big"]);
+    let left: u64 = e
+        .ok(&["zpool", "get", "-Hp", "-o", "value", "freeing", "tank"])
+        .trim()
+        .parse()
+        .expect("freeing");
+    assert!(left <= 2 * data.len() as u64 + (1 << 20), "freeing {left}");
+    let all = e.ok(&["zpool", "get", "all", "tank"]);
+    assert!(all.contains("freeing"), "{all}");
+    e.ok(&["zpool", "wait", "-t", "free", "tank"]);
+    let v = e.ok(&["zpool", "get", "-Hp", "-o", "value", "freeing", "tank"]);
+    assert_eq!(v.trim(), "0");
+    e.ok(&["zpool", "sync", "tank"]);
+    assert!(pool_alloc(&e) < before + (2 << 20), "space not returned");
+    e.fails(
+        &["zpool", "wait", "-t", "frees", "tank"],
+        1,
+        "invalid activity",
+    );
+    e.export_and_zdb("tank");
+}
