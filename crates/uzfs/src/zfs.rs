@@ -766,6 +766,8 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
             | "quota"
             | "refquota"
             | "reservation"
+            | "refreservation"
+            | "usedbyrefreservation"
             | "written"
     ) || prop.starts_with("written@");
     let shown = if prop == "mountpoint" {
@@ -775,7 +777,12 @@ fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> 
         }
     } else if numeric && !exact {
         match v.parse::<u64>() {
-            Ok(0) if prop == "quota" || prop == "refquota" || prop == "reservation" => {
+            Ok(0)
+                if matches!(
+                    prop,
+                    "quota" | "refquota" | "reservation" | "refreservation"
+                ) =>
+            {
                 "none".into()
             }
             Ok(n) => nicenum(n),
@@ -801,6 +808,22 @@ const ALIASES: &[(&str, &str)] = &[
     ("lrefer", "logicalreferenced"),
     ("rdonly", "readonly"),
     ("reserv", "reservation"),
+    ("refreserv", "refreservation"),
+    ("usedsnap", "usedbysnapshots"),
+    ("usedds", "usedbydataset"),
+    ("usedchild", "usedbychildren"),
+    ("usedrefreserv", "usedbyrefreservation"),
+];
+
+/// `zfs list -o space`.
+const SPACE_COLS: &[&str] = &[
+    "name",
+    "available",
+    "used",
+    "usedbysnapshots",
+    "usedbydataset",
+    "usedbyrefreservation",
+    "usedbychildren",
 ];
 
 fn canon(p: &str) -> String {
@@ -1063,7 +1086,16 @@ fn list(d: &Daemon, args: &[String]) -> Response {
     };
     let cols: Vec<String> = values(&o, 'o')
         .last()
-        .map(|s| s.split(',').map(canon).collect())
+        .map(|s| {
+            // `-o space`: OpenZFS's shorthand for the space breakdown.
+            s.split(',')
+                .flat_map(|c| match c {
+                    "space" => SPACE_COLS.to_vec(),
+                    c => vec![c],
+                })
+                .map(canon)
+                .collect()
+        })
         .unwrap_or_else(|| {
             ["name", "used", "available", "referenced", "mountpoint"]
                 .iter()
@@ -1128,6 +1160,12 @@ fn list(d: &Daemon, args: &[String]) -> Response {
         .map(|c| match c.as_str() {
             "available" => "AVAIL".into(),
             "referenced" => "REFER".into(),
+            "usedbysnapshots" => "USEDSNAP".into(),
+            "usedbydataset" => "USEDDS".into(),
+            "usedbyrefreservation" => "USEDREFRESERV".into(),
+            "usedbychildren" => "USEDCHILD".into(),
+            "refreservation" => "REFRESERV".into(),
+            "reservation" => "RESERV".into(),
             _ => c.to_uppercase(),
         })
         .collect();

@@ -956,3 +956,90 @@ fn destroy_frees_in_the_background() {
     );
     e.export_and_zdb("tank");
 }
+
+/// `refreservation`: space kept for what a filesystem itself references.
+/// Its unused part is charged to the dataset (`usedbyrefreservation`,
+/// `used`, the parent's `usedbychildren`), kept from every other
+/// dataset's writes, and shrinks as the dataset holds data alone (a
+/// snapshot's share does not count). `snapshot_limit` caps the snapshots
+/// of a dataset and its descendants (`snapshot_count`).
+#[test]
+fn refreservation_and_snapshot_limit() {
+    let Some((e, mnt)) = tank_with("tank/fill") else {
+        return;
+    };
+    const M: u64 = 1 << 20;
+    e.ok(&["zfs", "create", "-o", "refreservation=60M", "tank/db"]);
+    let unused = prop(&e, "tank/db", "usedbyrefreservation");
+    assert!(unused > 59 * M && unused <= 60 * M, "{unused}");
+    assert!(prop(&e, "tank/db", "used") >= 60 * M);
+    assert!(prop(&e, "tank", "usedbychildren") >= 60 * M);
+    let head = e.ok(&["zfs", "list", "-o", "space", "tank/db"]);
+    assert!(
+        head.starts_with("NAME") && head.contains("USEDREFRESERV") && head.contains("USEDCHILD"),
+        "{head}"
+    );
+    let mut rng = Rng(21);
+    std::fs::write(mnt.join("db/a"), rng.bytes(20 << 20)).expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    let unused = prop(&e, "tank/db", "usedbyrefreservation");
+    assert!(unused > 39 * M && unused <= 40 * M, "{unused}");
+    // Overwritten after a snapshot: the snapshot's 20M are not the
+    // dataset's own, the new 20M are.
+    e.ok(&["zfs", "snapshot", "tank/db@s"]);
+    std::fs::write(mnt.join("db/a"), rng.bytes(20 << 20)).expect("overwrite");
+    e.ok(&["zpool", "sync", "tank"]);
+    let unused = prop(&e, "tank/db", "usedbyrefreservation");
+    assert!(unused > 39 * M && unused <= 40 * M, "{unused}");
+    assert!(prop(&e, "tank/db", "usedbysnapshots") >= 20 * M);
+    e.fails(
+        &["zfs", "set", "refreservation=10G", "tank/db"],
+        1,
+        "greater than available",
+    );
+    // Another filesystem fills the pool: ENOSPC where the unused 40M begin.
+    let chunk = rng.bytes(4 << 20);
+    let mut hit = None;
+    for i in 0..100 {
+        let f = mnt.join(format!("fill/f{i}"));
+        if let Err(err) =
+            std::fs::write(&f, &chunk).and_then(|_| std::fs::File::open(&f)?.sync_all())
+        {
+            hit = err.raw_os_error();
+            break;
+        }
+    }
+    assert_eq!(hit, Some(libc::ENOSPC));
+    // tank/db still writes what it was promised.
+    for i in 0..8 {
+        let f = mnt.join(format!("db/k{i}"));
+        std::fs::write(&f, &chunk)
+            .and_then(|_| std::fs::File::open(&f)?.sync_all())
+            .expect("a write into the refreservation");
+    }
+    // snapshot_limit counts the dataset's snapshots and its descendants'.
+    e.ok(&["zfs", "create", "tank/db/sub"]);
+    e.ok(&["zfs", "set", "snapshot_limit=3", "tank/db"]);
+    e.ok(&["zfs", "snapshot", "tank/db/sub@a"]);
+    assert_eq!(prop(&e, "tank/db", "snapshot_count"), 2);
+    e.fails(
+        &["zfs", "snapshot", "-r", "tank/db@b"],
+        1,
+        "snapshot_limit=3",
+    );
+    e.ok(&["zfs", "snapshot", "tank/db@b"]);
+    e.fails(&["zfs", "snapshot", "tank/db/sub@c"], 1, "snapshot_limit=3");
+    let v = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value",
+        "snapshot_limit",
+        "tank/db",
+    ]);
+    assert_eq!(v.trim(), "3");
+    e.ok(&["zfs", "set", "refreservation=none", "tank/db"]);
+    assert_eq!(prop(&e, "tank/db", "usedbyrefreservation"), 0);
+    e.export_and_zdb("tank");
+}

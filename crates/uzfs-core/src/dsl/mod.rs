@@ -261,7 +261,11 @@ impl Pool {
             }
             plan.push(sub);
         }
-        if let Some(r) = local.get("reservation").and_then(|v| v.parse::<u64>().ok()) {
+        let reserve = ["reservation", "refreservation"]
+            .iter()
+            .filter_map(|p| local.get(*p).and_then(|v| v.parse::<u64>().ok()))
+            .max();
+        if let Some(r) = reserve {
             // The new dataset writes through its deepest existing ancestor.
             let deepest = self
                 .datasets()
@@ -281,9 +285,13 @@ impl Pool {
     /// what it adds beyond the space `d` uses already (or its old
     /// reservation) must be available to `d`. A reservation larger than
     /// the pool was accepted before and promised space that did not exist.
-    fn check_reservation(&self, d: &Arc<Dataset>, new: u64) -> Result<()> {
-        let (_, used, _) = self.ds_space(d);
-        let held = used.max(self.size_prop(d, "reservation").unwrap_or(0));
+    /// A `refreservation` is measured against what `d` itself holds.
+    fn check_reservation(&self, d: &Arc<Dataset>, prop: &str, new: u64) -> Result<()> {
+        let used = match prop {
+            "refreservation" => self.dataset_unique(d),
+            _ => self.ds_space(d).1,
+        };
+        let held = used.max(self.size_prop(d, prop).unwrap_or(0));
         if new > held && new - held > self.ds_available(d) {
             return Err(reservation_too_big());
         }
@@ -571,9 +579,9 @@ impl Pool {
     pub fn set_prop(&self, d: &Arc<Dataset>, name: &str, value: &str) -> Result<()> {
         let v = validate_settable(name, value)?;
         let _g = self.sync_guard()?;
-        if name == "reservation" {
+        if name == "reservation" || name == "refreservation" {
             if let Ok(r) = v.parse::<u64>() {
-                self.check_reservation(d, r)?;
+                self.check_reservation(d, name, r)?;
             }
         }
         wlock(&d.phys).props.insert(name.to_string(), v);
@@ -635,13 +643,24 @@ impl Pool {
     /// (referenced, used incl. descendants, logical incl. descendants).
     pub fn ds_space(&self, d: &Arc<Dataset>) -> (ObjsetSpace, u64, u64) {
         let own = d.os.space();
-        let mut used = self.dataset_unique(d) + self.snap_space(d);
+        let mut used = self.dataset_unique(d) + self.snap_space(d) + self.refres_unused(d);
         let mut logical = own.logical;
         for k in self.descendants(d) {
-            used += self.dataset_unique(&k) + self.snap_space(&k);
+            used += self.dataset_unique(&k) + self.snap_space(&k) + self.refres_unused(&k);
             logical += k.os.space().logical;
         }
         (own, used, logical)
+    }
+
+    /// `usedbyrefreservation`: the part of `refreservation` that `d` does
+    /// not hold yet (what it holds alone counts against it, as OpenZFS's
+    /// unique bytes do). Charged to `d` as used, and kept from every
+    /// other dataset's writes.
+    pub fn refres_unused(&self, d: &Arc<Dataset>) -> u64 {
+        match self.size_prop(d, "refreservation") {
+            Some(r) => r.saturating_sub(self.dataset_unique(d)),
+            None => 0,
+        }
     }
 
     /// `usedbydataset`: what `d` references that nothing else is charged
@@ -690,6 +709,11 @@ impl Pool {
             .chain(self.ancestors(d).iter().map(|a| a.id()))
             .collect();
         for o in self.datasets() {
+            // A refreservation is for its own dataset's data: not even a
+            // child writes into its parent's.
+            if o.id() != d.id() {
+                avail = avail.saturating_sub(self.refres_unused(&o));
+            }
             if mine.contains(&o.id()) {
                 continue;
             }
@@ -734,6 +758,7 @@ impl Pool {
                 | "usedbydataset"
                 | "usedbychildren"
                 | "usedbysnapshots"
+                | "usedbyrefreservation"
                 | "referenced"
                 | "logicalused"
                 | "logicalreferenced"
@@ -751,8 +776,9 @@ impl Pool {
             "used" => used.to_string(),
             "usedbydataset" => self.dataset_unique(d).to_string(),
             "usedbysnapshots" => self.snap_space(d).to_string(),
+            "usedbyrefreservation" => self.refres_unused(d).to_string(),
             "usedbychildren" => used
-                .saturating_sub(self.dataset_unique(d) + self.snap_space(d))
+                .saturating_sub(self.dataset_unique(d) + self.snap_space(d) + self.refres_unused(d))
                 .to_string(),
             "written" => {
                 // Since the latest snapshot (or the origin); all of it if none.
@@ -786,7 +812,7 @@ impl Pool {
                 Some((name, _)) => name,
                 None => "-".into(),
             },
-            "snapshot_count" => self.snapshots_of(d.id()).len().to_string(),
+            "snapshot_count" => self.snapshot_count(d).to_string(),
             "referenced" => own.used.to_string(),
             "available" => self.ds_available(d).to_string(),
             "logicalused" => logical.to_string(),
@@ -908,9 +934,10 @@ fn reserved_elsewhere(pool: &Pool, ds: &Arc<Dataset>) -> bool {
     let mine: Vec<u64> = std::iter::once(ds.id())
         .chain(pool.ancestors(ds).iter().map(|a| a.id()))
         .collect();
-    pool.datasets()
-        .iter()
-        .any(|o| !mine.contains(&o.id()) && pool.size_prop(o, "reservation").is_some())
+    pool.datasets().iter().any(|o| {
+        (!mine.contains(&o.id()) && pool.size_prop(o, "reservation").is_some())
+            || (o.id() != ds.id() && pool.size_prop(o, "refreservation").is_some())
+    })
 }
 
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {

@@ -89,6 +89,16 @@ pub const SETTABLE: &[PropDef] = &[
         default: "none",
         inherit: false,
     },
+    PropDef {
+        name: "refreservation",
+        default: "none",
+        inherit: false,
+    },
+    PropDef {
+        name: "snapshot_limit",
+        default: "none",
+        inherit: false,
+    },
 ];
 
 /// Read-only properties (computed).
@@ -107,6 +117,7 @@ pub const READONLY: &[&str] = &[
     "usedbydataset",
     "usedbysnapshots",
     "snapshot_count",
+    "usedbyrefreservation",
     "origin",
     "written",
 ];
@@ -218,7 +229,7 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
         },
         // `refquota` limits what the dataset itself references (not its
         // snapshots or children); `quota` all it uses.
-        "quota" | "reservation" | "refquota" => {
+        "quota" | "reservation" | "refquota" | "refreservation" => {
             if v == "none" {
                 return Ok(v.into());
             }
@@ -227,6 +238,16 @@ pub fn validate(name: &str, v: &str) -> Result<String> {
                 return Ok("none".into());
             }
             Ok(n.to_string())
+        }
+        // At most this many snapshots of the dataset and its descendants.
+        "snapshot_limit" => {
+            if v == "none" {
+                return Ok(v.into());
+            }
+            match v.parse::<u64>() {
+                Ok(n) => Ok(n.to_string()),
+                Err(_) => bad("must be a number of snapshots or 'none'"),
+            }
         }
         _ if is_user_prop(name) => {
             if v.len() > 8192 {
@@ -279,7 +300,6 @@ pub const NOT_YET: &[&str] = &[
     "prefetch",
     "primarycache",
     "redundant_metadata",
-    "refreservation",
     "relatime",
     "rootcontext",
     "secondarycache",
@@ -287,7 +307,6 @@ pub const NOT_YET: &[&str] = &[
     "sharenfs",
     "sharesmb",
     "snapdev",
-    "snapshot_limit",
     "special_small_blocks",
     "utf8only",
     "volblocksize",

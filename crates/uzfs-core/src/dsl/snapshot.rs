@@ -406,6 +406,45 @@ impl Pool {
 
     /// `zfs snapshot NAME...`: every snapshot in the same txg, or none
     /// (all names are checked first). Returns once that txg is on disk.
+    /// `snapshot_count`: the snapshots of `d` and of every dataset below it.
+    pub fn snapshot_count(&self, d: &Arc<Dataset>) -> u64 {
+        std::iter::once(d.clone())
+            .chain(self.descendants(d))
+            .map(|x| self.snapshots_of(x.id()).len() as u64)
+            .sum()
+    }
+
+    /// `snapshot_limit` on a dataset or any ancestor: what is there plus
+    /// what `plan` adds below it must not pass it. (OpenZFS does not hold
+    /// a user who may change the limit to it, root included; uzfs has no
+    /// delegation, so it always holds: a documented departure.)
+    fn check_snapshot_limits(&self, plan: &[(Arc<Dataset>, String)]) -> Result<()> {
+        let mut limited: BTreeMap<u64, (Arc<Dataset>, u64)> = BTreeMap::new();
+        for (d, _) in plan {
+            for a in std::iter::once(d.clone()).chain(self.ancestors(d)) {
+                if let Some(l) = self.size_prop(&a, "snapshot_limit") {
+                    limited.insert(a.id(), (a, l));
+                }
+            }
+        }
+        for (a, limit) in limited.into_values() {
+            let under = |x: &Arc<Dataset>| {
+                x.id() == a.id()
+                    || a.rel().is_empty()
+                    || x.rel().starts_with(&format!("{}/", a.rel()))
+            };
+            let adding = plan.iter().filter(|(x, _)| under(x)).count() as u64;
+            if self.snapshot_count(&a) + adding > limit {
+                return Err(Error::invalid(format!(
+                    "cannot create snapshot: '{}' has snapshot_limit={limit} and {} snapshots",
+                    self.ds_name(&a.rel()),
+                    self.snapshot_count(&a)
+                )));
+            }
+        }
+        Ok(())
+    }
+
     pub fn create_snapshots(&self, names: &[String]) -> Result<()> {
         if names.is_empty() {
             return Err(Error::invalid("no snapshot named"));
@@ -424,11 +463,13 @@ impl Pool {
                         "cannot create snapshot '{n}': dataset already exists"
                     )));
                 }
-                plan.push((d.id(), snap.to_string()));
+                plan.push((d, snap.to_string()));
             }
+            self.check_snapshot_limits(&plan)?;
             let mut tasks = lock(&self.dsl.tasks);
             plan.into_iter()
-                .map(|(ds, name)| {
+                .map(|(d, name)| {
+                    let ds = d.id();
                     let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
                     tasks.push(SnapTask::Create { task, ds, name });
                     task
