@@ -44,6 +44,12 @@ pub struct Report {
     /// Dead lists that name a block no snapshot holds, or whose recorded
     /// size is not the sum of their entries (`dsl/snapshot.rs`).
     pub deadlists: Vec<String>,
+    /// Object sets whose recorded `referenced` is not what their blocks
+    /// add up to: the previous set's in the line, less its dead list,
+    /// plus the blocks born since (each walk's own).
+    pub accounting: Vec<String>,
+    /// Datasets and snapshots whose `referenced` was checked that way.
+    pub sets_checked: u64,
     /// Snapshots walked.
     pub snapshots: u64,
     /// Directories, files and unlinked files the namespace walk saw.
@@ -59,6 +65,7 @@ impl Report {
             && self.unreadable.is_empty()
             && self.namespace.is_empty()
             && self.deadlists.is_empty()
+            && self.accounting.is_empty()
     }
     pub fn space_exact(&self) -> bool {
         self.double_allocated.is_empty()
@@ -79,6 +86,9 @@ struct Walker<'a> {
     last: Option<(BlkPtr, Arc<Vec<u8>>)>,
     /// The walk saw a DSL dataset object (a pool with datasets).
     saw_dsl: bool,
+    /// Bytes (as charged to `used`) of the blocks this walk visited
+    /// beneath object-set blocks.
+    born: u64,
     /// Check blocks in `post`, not `pre`: the remains of a destroyed
     /// dataset being freed, walked from its queue position (the blocks
     /// around that position get only a `post`).
@@ -89,6 +99,9 @@ impl Visitor for Walker<'_> {
     fn pre(&mut self, bp: &BlkPtr, at: &At) -> Next {
         if self.post_mode {
             return Next::Descend;
+        }
+        if at.kind != Kind::Objset {
+            self.born += crate::spa::lock(&self.pool.st).alloc.dsize(bp);
         }
         let what = self.what(at);
         self.last = self.visit(bp, &what).map(|d| (*bp, d));
@@ -248,6 +261,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         name: String::new(),
         last: None,
         saw_dsl: false,
+        born: 0,
         post_mode: false,
         refd: BTreeMap::new(),
         r: Report {
@@ -278,6 +292,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 name = format!("{name}@{s}");
                 w.r.snapshots += 1;
             }
+            w.born = 0;
             w.walk_objset(&set.root, &name, set.min_birth);
             if set.deadlist.0 != 0 {
                 deadlists.push((set.deadlist.0, set.deadlist.1, name.clone()));
@@ -288,6 +303,30 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 Default::default(),
                 ub.txg + 1,
             )?;
+            // referenced = the previous set's, less what died since (its
+            // dead list, object-set blocks aside: they are never charged),
+            // plus what was born since (this walk).
+            let recorded = set.referenced.unwrap_or_else(|| os.space().used);
+            let dead: u64 = match crate::dsl::snapshot::read_deadlist_of(&mos, set.deadlist.0) {
+                Ok(e) => {
+                    let st = crate::spa::lock(&pool.st);
+                    e.iter()
+                        .filter(|b| b.obj_type != ot::OBJSET)
+                        .map(|b| st.alloc.dsize(b))
+                        .sum()
+                }
+                Err(_) => 0, // reported with the dead-list checks below
+            };
+            let want = (set.prev_referenced + w.born).checked_sub(dead);
+            if want != Some(recorded) {
+                w.r.accounting.push(format!(
+                    "{name}: referenced is {recorded}; the blocks say {} ({} before, {dead} died, {} born)",
+                    want.map_or("negative".to_string(), |x| x.to_string()),
+                    set.prev_referenced,
+                    w.born
+                ));
+            }
+            w.r.sets_checked += 1;
             let fs = os
                 .dnode(1)
                 .ok()
@@ -536,7 +575,14 @@ pub fn format_report(r: &Report) -> String {
         "\t{:>12} directories, {} files, {} unlinked (namespace)",
         r.ns_stats.directories, r.ns_stats.files, r.ns_stats.unlinked
     );
-    let sections: [(&str, &Vec<String>); 7] = [
+    if r.sets_checked > 0 {
+        let _ = writeln!(
+            out,
+            "\t{:>12} datasets and snapshots: referenced matches their blocks",
+            r.sets_checked - r.accounting.len() as u64
+        );
+    }
+    let sections: [(&str, &Vec<String>); 8] = [
         ("bad copies", &r.bad_copies),
         ("unreadable blocks", &r.unreadable),
         ("double allocations", &r.double_allocated),
@@ -544,6 +590,7 @@ pub fn format_report(r: &Report) -> String {
         ("referenced but free", &r.referenced_but_free),
         ("namespace violations", &r.namespace),
         ("dead list errors", &r.deadlists),
+        ("space accounting errors", &r.accounting),
     ];
     for (name, list) in sections {
         if !list.is_empty() {

@@ -537,8 +537,13 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     drop(cfs);
                     kept.insert(cname, (cmodel, origin));
                 }
+                let sets = 1 + pool.snapshots().len() + kept.len();
                 pool.export().expect("export");
                 assert_zdb_clean(&disks, &format!("seed {seed} step {i}"));
+                // zdb checked every snapshot's and dataset's `referenced`
+                // against the blocks it walked (exact).
+                let r = uzfs_core::zdb::verify(devs(&disks)).expect("zdb");
+                assert_eq!(r.sets_checked as usize, sets, "seed {seed} step {i}");
                 (disks, pool) = import_images(images(&disks), seed);
                 check_snapshots(&pool, &snaps, &format!("seed {seed} step {i}, imported"));
                 fs = mount(&pool);

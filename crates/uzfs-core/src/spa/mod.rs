@@ -973,6 +973,13 @@ pub(crate) struct WalkSet {
     pub snap: Option<String>,
     /// The snapshot's or head's dead list object and its recorded bytes.
     pub deadlist: (u64, u64),
+    /// A snapshot's recorded `referenced` (`None`: the head, whose figure
+    /// is in its object-set block).
+    pub referenced: Option<u64>,
+    /// The recorded `referenced` of the set before it in its line (the
+    /// previous snapshot, or a clone's origin): what this one shares with
+    /// it is that, less the dead list (zdb's exact cross-check).
+    pub prev_referenced: u64,
 }
 
 /// Every dataset's snapshots, oldest first, then the dataset itself, as
@@ -1000,10 +1007,11 @@ pub(crate) fn walk_sets(
         let mut snaps: Vec<_> = dsl.snapshots.iter().filter(|s| s.ds == head_id).collect();
         snaps.sort_by_key(|s| s.txg);
         // A clone's blocks born by its origin's txg are the origin's.
-        let mut min_birth = rec
+        let origin = rec
             .filter(|d| d.origin != 0)
-            .and_then(|d| dsl.snapshots.iter().find(|s| s.id == d.origin))
-            .map_or(0, |o| o.txg + 1);
+            .and_then(|d| dsl.snapshots.iter().find(|s| s.id == d.origin));
+        let mut min_birth = origin.map_or(0, |o| o.txg + 1);
+        let mut prev_referenced = origin.map_or(0, |o| o.referenced);
         let mut head = (head_bp, rec.map_or((0, 0), |d| (d.deadlist, d.dead_bytes)));
         for s in snaps {
             let root = dataset_bp(mos, s.id)?;
@@ -1017,8 +1025,11 @@ pub(crate) fn walk_sets(
                 min_birth,
                 snap: Some(s.name.clone()),
                 deadlist: (s.deadlist, s.dead_bytes),
+                referenced: Some(s.referenced),
+                prev_referenced,
             });
             min_birth = s.txg + 1;
+            prev_referenced = s.referenced;
         }
         out.push(WalkSet {
             key: (id, u64::MAX),
@@ -1026,6 +1037,8 @@ pub(crate) fn walk_sets(
             min_birth,
             snap: None,
             deadlist: head.1,
+            referenced: None,
+            prev_referenced,
         });
     }
     Ok(out)
