@@ -322,9 +322,8 @@ mod tests {
     //! sees a block after its parent.
     use super::*;
     use crate::dmu::dnode::{ot, ObjProps};
-    use crate::spa::{CreateOptions, Pool, TopSpec, Tunables};
+    use crate::spa::Tunables;
     use crate::vdev::sim::SimWorld;
-    use crate::vdev::{BlockDevice, TopKind};
 
     #[derive(Default)]
     struct Log {
@@ -359,19 +358,11 @@ mod tests {
     #[test]
     fn stopping_anywhere_and_resuming_visits_every_block_once() {
         let world = SimWorld::new();
-        let d = world.disk("d0", 64 << 20);
-        let spec = TopSpec {
-            kind: TopKind::Disk,
-            leaves: vec![(d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>)],
+        let tun = Tunables {
+            sync_thread: false,
+            ..Tunables::default()
         };
-        let opts = CreateOptions {
-            tunables: Tunables {
-                sync_thread: false,
-                ..Tunables::default()
-            },
-            ..CreateOptions::default()
-        };
-        let pool = Pool::create("t", vec![spec], opts).expect("create");
+        let (_d, pool) = crate::spa::sim_pool(&world, "t", 64 << 20, tun, None).expect("create");
         // Objects of several shapes: one block, a few, an indirect tree;
         // enough of them for three dnode blocks.
         let props = ObjProps::default();

@@ -1092,9 +1092,9 @@ fn reservation_too_big() -> Error {
 mod tests {
     use super::*;
     use crate::spa::import::discover;
-    use crate::spa::{CreateOptions, TopSpec, Tunables};
+    use crate::spa::Tunables;
     use crate::vdev::sim::SimWorld;
-    use crate::vdev::{BlockDevice, TopKind};
+    use crate::vdev::BlockDevice;
 
     fn tun() -> Tunables {
         Tunables {
@@ -1108,17 +1108,7 @@ mod tests {
     /// panic or open a bogus dataset.
     fn import_with_record(record: serde_json::Value) -> Result<Arc<Pool>> {
         let world = SimWorld::new();
-        let d = world.disk("d0", 96 << 20);
-        let spec = TopSpec {
-            kind: TopKind::Disk,
-            leaves: vec![(d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>)],
-        };
-        let opts = CreateOptions {
-            tunables: tun(),
-            guid_seed: Some(5),
-            ..CreateOptions::default()
-        };
-        let p = Pool::create("t", vec![spec], opts)?;
+        let (d, p) = crate::spa::sim_pool(&world, "t", 96 << 20, tun(), Some(5))?;
         p.format_root_fs()?;
         p.create_dataset("t/a", &[], false)?;
         p.sync()?;

@@ -1150,3 +1150,25 @@ impl Pool {
         Ok(self.root().stat(obj)?.size)
     }
 }
+
+/// Unit tests' pool: `name` on one simulated disk `d0` of `size` bytes.
+#[cfg(test)]
+pub(crate) fn sim_pool(
+    world: &crate::vdev::sim::SimWorld,
+    name: &str,
+    size: u64,
+    tunables: Tunables,
+    guid_seed: Option<u64>,
+) -> Result<(crate::vdev::sim::SimDevice, Arc<Pool>)> {
+    let d = world.disk("d0", size);
+    let spec = TopSpec {
+        kind: TopKind::Disk,
+        leaves: vec![(d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>)],
+    };
+    let opts = CreateOptions {
+        tunables,
+        guid_seed,
+        ..CreateOptions::default()
+    };
+    Ok((d, Pool::create(name, vec![spec], opts)?))
+}

@@ -1489,9 +1489,7 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spa::{CreateOptions, TopSpec};
     use crate::vdev::sim::SimWorld;
-    use crate::vdev::{BlockDevice, TopKind};
 
     /// A waiter that saw changes pending is waiting for the open txg; if
     /// the sync thread then finds nothing pending it must still commit
@@ -1502,20 +1500,11 @@ mod tests {
     #[test]
     fn a_wanted_txg_is_committed_even_when_empty() {
         let world = SimWorld::new();
-        let d = world.disk("d0", 64 << 20);
-        let spec = TopSpec {
-            kind: TopKind::Disk,
-            leaves: vec![(d.name(), Arc::new(d.clone()) as Arc<dyn BlockDevice>)],
+        let tun = Tunables {
+            txg_timeout: Duration::from_secs(3600),
+            ..Tunables::default()
         };
-        let opts = CreateOptions {
-            tunables: Tunables {
-                txg_timeout: Duration::from_secs(3600),
-                ..Tunables::default()
-            },
-            guid_seed: Some(1),
-            ..CreateOptions::default()
-        };
-        let pool = Pool::create("w", vec![spec], opts).expect("create");
+        let (_d, pool) = crate::spa::sim_pool(&world, "w", 64 << 20, tun, Some(1)).expect("create");
         pool.txg_wait_synced().expect("settle");
         assert!(!pool.has_pending_changes());
         // The state a waiter leaves when its pending changes vanished
