@@ -66,6 +66,21 @@ fn run_to_end(pool: &Arc<Pool>) -> uzfs_core::spa::scan::ScanPhys {
     s
 }
 
+/// `dead` fails every read and write; a new disk `name` replaces it.
+fn replace_dead(world: &SimWorld, pool: &Arc<Pool>, dead: &SimDevice, name: &str) -> SimDevice {
+    dead.fail_reads(true);
+    dead.fail_writes(true);
+    let fresh = world.disk(name, DISK);
+    pool.replace(
+        &dead.name(),
+        &fresh.name(),
+        Arc::new(fresh.clone()) as Arc<dyn BlockDevice>,
+        false,
+    )
+    .expect("replace");
+    fresh
+}
+
 fn clean(disks: &[SimDevice]) {
     let r = zdb::verify(devs(disks)).expect("zdb");
     assert!(r.is_clean(), "{}", zdb::format_report(&r));
@@ -117,16 +132,7 @@ fn replace_a_destroyed_raidz_disk_and_resilver() {
     let (mut disks, pool) = make(&world, TopKind::Raidz1, 4, false);
     let objs = write_objs(&pool, 3, 10, 600_000);
     // d2 dies completely.
-    disks[2].fail_reads(true);
-    disks[2].fail_writes(true);
-    let fresh = world.disk("new2", DISK);
-    pool.replace(
-        &disks[2].name(),
-        &fresh.name(),
-        Arc::new(fresh.clone()) as Arc<dyn BlockDevice>,
-        false,
-    )
-    .expect("replace");
+    let fresh = replace_dead(&world, &pool, &disks[2], "new2");
     let s = run_to_end(&pool);
     assert_eq!(s.func, ScanFunc::Resilver);
     assert_eq!(s.errors, 0);
@@ -501,16 +507,7 @@ fn resilver_copies_blocks_only_a_snapshot_holds() {
     let (mut disks, pool) = make(&world, TopKind::Mirror, 2, false);
     pool.format_root_fs().expect("format");
     let objs = snapshot_only(&pool);
-    disks[1].fail_reads(true);
-    disks[1].fail_writes(true);
-    let fresh = world.disk("new1", DISK);
-    pool.replace(
-        &disks[1].name(),
-        &fresh.name(),
-        Arc::new(fresh.clone()) as Arc<dyn BlockDevice>,
-        false,
-    )
-    .expect("replace");
+    let fresh = replace_dead(&world, &pool, &disks[1], "new1");
     let s = run_to_end(&pool);
     assert_eq!(s.errors, 0, "{s:?}");
     disks[0].fail_reads(true);
