@@ -23,6 +23,7 @@
 
 pub mod async_destroy;
 pub mod props;
+pub mod records;
 pub mod snapshot;
 
 use crate::dmu::checksum::ChecksumType;
@@ -112,6 +113,8 @@ pub struct Dsl {
     pub doomed: Mutex<Vec<(Arc<Objset>, u64, u64)>>,
     /// Frees in progress, as the last sync left them (`async_destroy.rs`).
     pub freeing: Mutex<async_destroy::FreeQueue>,
+    /// The records as the last sync wrote them (`records.rs`).
+    pub written: Mutex<records::Written>,
     /// Snapshots of every dataset, by id (`dsl/snapshot.rs`).
     pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
     /// Snapshot creations and destructions for the next sync.
@@ -873,7 +876,12 @@ impl Pool {
             return None;
         }
         *dirty = false;
-        Some(DslDirPhys {
+        Some(self.dsl_record_now())
+    }
+
+    /// Every dataset's and snapshot's record as they are now.
+    pub(crate) fn dsl_record_now(&self) -> DslDirPhys {
+        DslDirPhys {
             // The root dataset is listed too (for its properties); its
             // object-set pointer lives in the object directory's
             // `root_dataset` as always.
@@ -886,7 +894,7 @@ impl Pool {
                 .values()
                 .map(|s| rlock(&s.phys).clone())
                 .collect(),
-        })
+        }
     }
 }
 
@@ -1136,6 +1144,12 @@ mod tests {
             serde_json::json!({"datasets": [{"id": 4000, "rel": "x", "parent": 5, "props": {}, "creation": 0}]}),
             // not a DSL record at all
             serde_json::json!({"datasets": "lots"}),
+            // an index naming an object that does not exist
+            serde_json::json!({"dataset_ids": [4000]}),
+            // an index naming the object directory (no record in it)
+            serde_json::json!({"dataset_ids": [1]}),
+            // both layouts at once
+            serde_json::json!({"snapshot_ids": [6], "datasets": [{"id": 99, "rel": "x", "parent": 5, "props": {}, "creation": 0}]}),
         ];
         for r in bad {
             let why = format!("{r}");

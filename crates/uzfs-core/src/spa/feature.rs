@@ -25,6 +25,7 @@ pub const GANG_BLOCK: &str = "com.uzfs:gang_block";
 pub const INTENT_LOG: &str = "com.uzfs:intent_log";
 pub const SNAPSHOTS: &str = "com.uzfs:snapshots";
 pub const ASYNC_DESTROY: &str = "com.delphix:async_destroy";
+pub const DSL_RECORDS: &str = "com.uzfs:dsl_records";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -66,6 +67,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: ASYNC_DESTROY,
         read_only_compatible: true,
         description: "Destroy filesystems asynchronously.",
+    },
+    FeatureInfo {
+        name: DSL_RECORDS,
+        read_only_compatible: false,
+        description: "Each dataset's and snapshot's record in its own MOS object.",
     },
 ];
 

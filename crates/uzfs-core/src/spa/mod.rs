@@ -947,7 +947,7 @@ pub(crate) fn committed_datasets(
 ) -> Result<Vec<(u64, BlkPtr)>> {
     let mut out = vec![(1, dataset_bp(mos, dir.root_dataset)?)];
     if dir.dsl != 0 && mos.exists(dir.dsl)? {
-        let rec: crate::dsl::DslDirPhys = Pool::read_json(mos, dir.dsl, "DSL directory")?;
+        let (rec, _) = crate::dsl::records::read_dsl(mos, dir.dsl)?;
         let mut ids: Vec<u64> = rec.datasets.iter().map(|d| d.id).collect();
         ids.sort_unstable();
         for id in ids {
@@ -1046,11 +1046,7 @@ pub(crate) fn walk_sets(
 
 /// The DSL record as committed (empty for a pool without one).
 pub(crate) fn committed_dsl(mos: &Objset, dir: &ObjectDirectory) -> Result<crate::dsl::DslDirPhys> {
-    if dir.dsl != 0 && mos.exists(dir.dsl)? {
-        Pool::read_json(mos, dir.dsl, "DSL directory")
-    } else {
-        Ok(Default::default())
-    }
+    Ok(crate::dsl::records::read_dsl(mos, dir.dsl)?.0)
 }
 
 /// Decode the root dataset object: its first 128 bytes are the objset bp.

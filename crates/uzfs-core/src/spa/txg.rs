@@ -995,14 +995,8 @@ impl Pool {
                 self.queue_spill(&mut w, &mut extra, &mut q, spill)?;
                 let queue_obj = st.dir.freeing;
                 self.save_queue(&mut w, &mut extra, queue_obj, q)?;
-                if let Some(rec) = self.dsl_record() {
-                    let bytes =
-                        serde_json::to_vec(&rec).map_err(|e| Error::invalid(e.to_string()))?;
-                    self.mos.write_in_sync(&mut extra, st.dir.dsl, 0, &bytes)?;
-                    if let Some(o) = extra.objs.get_mut(&st.dir.dsl) {
-                        o.size = Some(bytes.len() as u64);
-                    }
-                }
+                let dsl_obj = st.dir.dsl;
+                self.sync_dsl_records(&mut w, &mut extra, dsl_obj)?;
                 if config_dirty {
                     let bytes = serde_json::to_vec(&st.config)
                         .map_err(|e| Error::invalid(e.to_string()))?;
