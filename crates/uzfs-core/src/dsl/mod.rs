@@ -4,12 +4,12 @@
 //! # Theory of operation
 //!
 //! Every dataset is one object set. Its root block pointer lives in a MOS
-//! object of its own (type `DSL_DATASET`, 128 bytes: the pointer), whose
-//! number is the dataset's id. The pool's root dataset uses the MOS object
-//! directory's `root_dataset`; the others are listed, with their names
+//! object of its own (type `DSL_DATASET`: the pointer, then the dataset's
+//! record), whose number is the dataset's id. The pool's root dataset uses
+//! the MOS object directory's `root_dataset`. Each record holds the name
 //! (relative to the pool, so a pool renamed at import renames them all),
-//! parents and local properties, in one JSON record (`DSL_DIR`, named by
-//! the object directory's `dsl`), rewritten in the txg that changes it.
+//! parent and local properties; the object directory's `dsl` indexes them
+//! (`records.rs`), and a sync rewrites only the records that changed.
 //!
 //! Each txg syncs every dataset's object set and stores each new root
 //! pointer in its MOS object, all in the same txg as everything else, so a
@@ -25,6 +25,7 @@ pub mod async_destroy;
 pub mod props;
 pub mod records;
 pub mod snapshot;
+mod sync;
 
 use crate::dmu::checksum::ChecksumType;
 use crate::dmu::compress::Compression;

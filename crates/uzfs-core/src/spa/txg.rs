@@ -866,22 +866,7 @@ impl Pool {
             t.syncing = Some(txg);
             txg
         };
-        // Every dataset's open txg closes at once (the list cannot change:
-        // dataset creation and destruction hold sync_lock).
-        let frozen: Vec<_> = self
-            .datasets()
-            .into_iter()
-            .map(|d| {
-                let old = d.os.root_bp();
-                let dirty = d.os.freeze(txg + 1);
-                (d, old, dirty)
-            })
-            .collect();
-        let mut doomed = std::mem::take(&mut *lock(&self.dsl.doomed));
-        let mut snap_sync = crate::dsl::snapshot::SnapSync {
-            tasks: std::mem::take(&mut *lock(&self.dsl.tasks)),
-            ..Default::default()
-        };
+        let frozen = self.dsl_freeze(txg);
         let mos_dirty = self.mos.freeze(txg + 1);
         drop(quiesced);
         let mut st = lock(&self.st);
@@ -916,46 +901,8 @@ impl Pool {
             dead: None,
         };
         let t_start = Instant::now();
-        let mut new_bps = Vec::new();
-        let mut data_bytes = 0;
-        for (d, old, dirty) in &frozen {
-            let (snap_txg, deadlist) = {
-                let p = d.phys.read().unwrap_or_else(|e| e.into_inner());
-                (p.prev_snap_txg, p.deadlist)
-            };
-            w.dead = (snap_txg > 0).then(|| (snap_txg, Vec::new()));
-            let bp = d.os.sync_pass(&mut w, dirty);
-            let dead = w.dead.take();
-            let bp = bp?;
-            if let Some((_, mut dead)) = dead.filter(|(_, l)| !l.is_empty()) {
-                // A clone: its origin's object-set block is the origin's
-                // alone (never the clone's to list); the origin's other
-                // blocks are listed but charged to the origin.
-                let mut origin_dead = 0;
-                if let Some(o) = self.origin_snap(d) {
-                    let otxg = o.phys().txg;
-                    dead.retain(|b| !o.is_root(b));
-                    origin_dead = dead
-                        .iter()
-                        .filter(|b| b.birth <= otxg)
-                        .map(|b| w.alloc.dsize(b))
-                        .sum();
-                }
-                let bytes: u64 = dead.iter().map(|b| w.alloc.dsize(b)).sum();
-                let mut p = d.phys.write().unwrap_or_else(|e| e.into_inner());
-                p.dead_bytes += bytes;
-                p.origin_dead += origin_dead;
-                drop(p);
-                if !dead.is_empty() {
-                    snap_sync.appends.entry(deadlist).or_default().extend(dead);
-                }
-            }
-            snap_sync.roots.insert(d.id(), bp);
-            data_bytes += dirty.bytes;
-            if bp != *old {
-                new_bps.push((d.id(), bp));
-            }
-        }
+        let mut dsl = self.dsl_sync_datasets(&mut w, frozen)?;
+        let data_bytes = dsl.data_bytes;
         let t_data = t_start.elapsed();
         let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
         // Features first used by this txg become active in its config.
@@ -972,31 +919,8 @@ impl Pool {
             w.pass = pass;
             let mut extra = TxgDirty::new(txg);
             if pass == 2 {
-                for (id, bp) in &new_bps {
-                    self.mos.write_in_sync(&mut extra, *id, 0, &bp.to_bytes())?;
-                }
-                // Destroyed datasets queued and a budget of queued frees
-                // done, then snapshots taken and destroyed, dead lists
-                // grown (frees past the budget queued): before the DSL
-                // record, which lists the snapshots.
-                let mut budget = crate::dsl::async_destroy::Budget {
-                    blocks: self.tun.free_max_blocks.max(1),
-                    until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
-                };
-                let mut q = self.queue_doomed(std::mem::take(&mut doomed))?;
-                self.free_queued(&mut w, &mut extra, &mut q, &mut budget)?;
-                let spill = self.sync_snapshots(
-                    &mut w,
-                    &mut extra,
-                    txg,
-                    std::mem::take(&mut snap_sync),
-                    &mut budget,
-                )?;
-                self.queue_spill(&mut w, &mut extra, &mut q, spill)?;
-                let queue_obj = st.dir.freeing;
-                self.save_queue(&mut w, &mut extra, queue_obj, q)?;
-                let dsl_obj = st.dir.dsl;
-                self.sync_dsl_records(&mut w, &mut extra, dsl_obj)?;
+                let (queue_obj, dsl_obj) = (st.dir.freeing, st.dir.dsl);
+                self.dsl_sync_mos(&mut w, &mut extra, &mut dsl, queue_obj, dsl_obj)?;
                 if config_dirty {
                     let bytes = serde_json::to_vec(&st.config)
                         .map_err(|e| Error::invalid(e.to_string()))?;
@@ -1117,9 +1041,7 @@ impl Pool {
             // The datasets' new trees go live with the gate shut, so no
             // operation holding the txg sees its blocks move (objset.rs).
             let _q = self.mos.gate().quiesce();
-            for (d, _, _) in &frozen {
-                d.os.sync_done();
-            }
+            self.dsl_sync_done(&dsl);
         }
         self.mos.sync_done();
         let mut t = lock(&self.txg);

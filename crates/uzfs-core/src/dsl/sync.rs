@@ -1,0 +1,168 @@
+//! The dataset layer's part of a txg sync (OpenZFS `dsl_pool_sync`): the
+//! SPA's sync (`spa/txg.rs`) freezes the layer, writes it in its first
+//! pass, and hands it the MOS in its second; everything about datasets,
+//! snapshots, dead lists, background frees and DSL records happens here.
+//!
+//! 1. [`Pool::dsl_freeze`] (with writers quiesced): every dataset's open
+//!    txg closes, and the destroyed datasets and snapshot tasks queued
+//!    for this txg are taken.
+//! 2. [`Pool::dsl_sync_datasets`] (pass 1): each dataset's object set is
+//!    written; what a dataset with snapshots lets go of that its latest
+//!    snapshot still holds (born at or before it) is collected for its
+//!    dead list instead of freed (`SyncWriter::dead`).
+//! 3. [`Pool::dsl_sync_mos`] (pass 2): new object-set pointers into the
+//!    datasets' MOS objects; destroyed sets queued and a budget of queued
+//!    frees done (`async_destroy.rs`); snapshots taken and destroyed and
+//!    dead lists grown (`snapshot.rs`); the free queue and the records
+//!    that changed written (`records.rs`).
+
+use super::async_destroy::Budget;
+use super::snapshot::SnapSync;
+use super::Dataset;
+use crate::dmu::blkptr::BlkPtr;
+use crate::dmu::objset::{Objset, TxgDirty};
+use crate::error::Result;
+use crate::spa::txg::SyncWriter;
+use crate::spa::{lock, Pool};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The dataset layer of one txg, frozen (step 1).
+pub(crate) struct DslFrozen {
+    /// Each dataset, its object-set pointer before, and its frozen changes.
+    sets: Vec<(Arc<Dataset>, BlkPtr, Arc<TxgDirty>)>,
+    doomed: Vec<(Arc<Objset>, u64, u64)>,
+    snap: SnapSync,
+}
+
+/// What the data pass leaves for the MOS pass (steps 2 to 3).
+pub(crate) struct DslSync {
+    /// The datasets this txg wrote (their new trees go live at its end).
+    datasets: Vec<Arc<Dataset>>,
+    snap: SnapSync,
+    doomed: Vec<(Arc<Objset>, u64, u64)>,
+    /// Datasets whose object-set pointer changed.
+    new_bps: Vec<(u64, BlkPtr)>,
+    /// Dirty data bytes the datasets wrote (the sync's log line).
+    pub data_bytes: u64,
+}
+
+impl Pool {
+    /// Step 1. Every dataset's open txg closes at once (the list cannot
+    /// change: dataset creation and destruction hold `sync_lock`).
+    pub(crate) fn dsl_freeze(&self, txg: u64) -> DslFrozen {
+        let sets = self
+            .datasets()
+            .into_iter()
+            .map(|d| {
+                let old = d.os.root_bp();
+                let dirty = d.os.freeze(txg + 1);
+                (d, old, dirty)
+            })
+            .collect();
+        DslFrozen {
+            sets,
+            doomed: std::mem::take(&mut *lock(&self.dsl.doomed)),
+            snap: SnapSync {
+                tasks: std::mem::take(&mut *lock(&self.dsl.tasks)),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Step 2: write every dataset's object set.
+    pub(crate) fn dsl_sync_datasets(
+        &self,
+        w: &mut SyncWriter<'_>,
+        frozen: DslFrozen,
+    ) -> Result<DslSync> {
+        let DslFrozen {
+            sets,
+            doomed,
+            mut snap,
+        } = frozen;
+        let mut new_bps = Vec::new();
+        let mut data_bytes = 0;
+        for (d, old, dirty) in &sets {
+            let (snap_txg, deadlist) = {
+                let p = d.phys.read().unwrap_or_else(|e| e.into_inner());
+                (p.prev_snap_txg, p.deadlist)
+            };
+            w.dead = (snap_txg > 0).then(|| (snap_txg, Vec::new()));
+            let bp = d.os.sync_pass(w, dirty);
+            let dead = w.dead.take();
+            let bp = bp?;
+            if let Some((_, mut dead)) = dead.filter(|(_, l)| !l.is_empty()) {
+                // A clone: its origin's object-set block is the origin's
+                // alone (never the clone's to list); the origin's other
+                // blocks are listed but charged to the origin.
+                let mut origin_dead = 0;
+                if let Some(o) = self.origin_snap(d) {
+                    let otxg = o.phys().txg;
+                    dead.retain(|b| !o.is_root(b));
+                    origin_dead = dead
+                        .iter()
+                        .filter(|b| b.birth <= otxg)
+                        .map(|b| w.alloc.dsize(b))
+                        .sum();
+                }
+                let bytes: u64 = dead.iter().map(|b| w.alloc.dsize(b)).sum();
+                let mut p = d.phys.write().unwrap_or_else(|e| e.into_inner());
+                p.dead_bytes += bytes;
+                p.origin_dead += origin_dead;
+                drop(p);
+                if !dead.is_empty() {
+                    snap.appends.entry(deadlist).or_default().extend(dead);
+                }
+            }
+            snap.roots.insert(d.id(), bp);
+            data_bytes += dirty.bytes;
+            if bp != *old {
+                new_bps.push((d.id(), bp));
+            }
+        }
+        Ok(DslSync {
+            datasets: sets.into_iter().map(|(d, _, _)| d).collect(),
+            snap,
+            doomed,
+            new_bps,
+            data_bytes,
+        })
+    }
+
+    /// Step 3, in the sync's second pass (`extra` is what it writes).
+    pub(crate) fn dsl_sync_mos(
+        &self,
+        w: &mut SyncWriter<'_>,
+        extra: &mut TxgDirty,
+        s: &mut DslSync,
+        queue_obj: u64,
+        dsl_obj: u64,
+    ) -> Result<()> {
+        let txg = w.txg;
+        for (id, bp) in &s.new_bps {
+            self.mos.write_in_sync(extra, *id, 0, &bp.to_bytes())?;
+        }
+        // Destroyed sets queued and a budget of queued frees done, then
+        // snapshots taken and destroyed, dead lists grown (frees past the
+        // budget queued), then the records, which list the snapshots.
+        let mut budget = Budget {
+            blocks: self.tun.free_max_blocks.max(1),
+            until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
+        };
+        let mut q = self.queue_doomed(std::mem::take(&mut s.doomed))?;
+        self.free_queued(w, extra, &mut q, &mut budget)?;
+        let spill = self.sync_snapshots(w, extra, txg, std::mem::take(&mut s.snap), &mut budget)?;
+        self.queue_spill(w, extra, &mut q, spill)?;
+        self.save_queue(w, extra, queue_obj, q)?;
+        self.sync_dsl_records(w, extra, dsl_obj)
+    }
+
+    /// The txg committed: each dataset's new tree goes live (the caller
+    /// holds the gate shut).
+    pub(crate) fn dsl_sync_done(&self, s: &DslSync) {
+        for d in &s.datasets {
+            d.os.sync_done();
+        }
+    }
+}
