@@ -144,17 +144,34 @@ impl Pool {
     }
 
     /// Sync context: write each record that changed and, if datasets or
-    /// snapshots came or went, the index.
+    /// snapshots came or went, the index. On a pool where the feature is
+    /// not enabled (made by a build before it, not upgraded), every record
+    /// inline, as that build wrote them.
     pub(crate) fn sync_dsl_records(
         &self,
         w: &mut dyn BlockWriter,
         extra: &mut TxgDirty,
         dsl_obj: u64,
+        enabled: bool,
     ) -> Result<()> {
         let Some(all) = self.dsl_record() else {
             return Ok(());
         };
         let mut written = lock(&self.dsl.written);
+        if !enabled {
+            let inline = DslIndex {
+                datasets: all.datasets,
+                snapshots: all.snapshots,
+                ..Default::default()
+            };
+            let bytes = json(&inline)?;
+            self.mos.write_in_sync(extra, dsl_obj, 0, &bytes)?;
+            if let Some(o) = extra.objs.get_mut(&dsl_obj) {
+                o.size = Some(bytes.len() as u64);
+            }
+            *written = Written::default();
+            return Ok(());
+        }
         let ix = index_of(&all);
         let records = all
             .datasets
@@ -292,6 +309,21 @@ mod tests {
             .get(crate::spa::feature::DSL_RECORDS)
             .map(|e| e.state);
         assert_eq!(feature, Some(crate::spa::config::FeatureState::Active));
+        // A pool that does not list the feature (made before it, not
+        // upgraded) keeps them inline.
+        {
+            let mut st = lock(&p.st);
+            st.config.features.remove(crate::spa::feature::DSL_RECORDS);
+            st.config_dirty = true;
+        }
+        *lock(&p.dsl.dirty) = true;
+        p.sync().expect("sync");
+        let (back, inline) = read_dsl(&p.mos, dsl_obj).expect("read");
+        assert!(
+            inline,
+            "records left their objects on a pool without the feature"
+        );
+        assert_eq!(back.snapshots.len(), 40);
         p.close().expect("close");
     }
 }

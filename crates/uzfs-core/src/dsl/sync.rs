@@ -138,6 +138,7 @@ impl Pool {
         s: &mut DslSync,
         queue_obj: u64,
         dsl_obj: u64,
+        records: bool,
     ) -> Result<()> {
         let txg = w.txg;
         for (id, bp) in &s.new_bps {
@@ -155,7 +156,7 @@ impl Pool {
         let spill = self.sync_snapshots(w, extra, txg, std::mem::take(&mut s.snap), &mut budget)?;
         self.queue_spill(w, extra, &mut q, spill)?;
         self.save_queue(w, extra, queue_obj, q)?;
-        self.sync_dsl_records(w, extra, dsl_obj)
+        self.sync_dsl_records(w, extra, dsl_obj, records)
     }
 
     /// The txg committed: each dataset's new tree goes live (the caller
