@@ -617,10 +617,27 @@ fn snapshots_of_several_datasets_land_in_one_txg() {
         .iter()
         .map(|n| format!("{n}@now"))
         .collect();
-    pool.create_snapshots(&names).expect("snapshot");
+    // `-o module:name=value`: born with the property, in the same txg.
+    let note = [("com.example:note".to_string(), "v1".to_string())];
+    pool.create_snapshots_with(&names, &note).expect("snapshot");
     let txgs: Vec<u64> = pool.snapshots().iter().map(|(_, s)| s.phys().txg).collect();
     assert_eq!(txgs.len(), 4);
     assert!(txgs.iter().all(|t| *t == txgs[0]), "txgs {txgs:?}");
+    assert_eq!(
+        pool.last_txg(),
+        txgs[0],
+        "the property took a txg of its own"
+    );
+    for (_, s) in pool.snapshots() {
+        let props = s.phys().props;
+        assert_eq!(
+            props.get("com.example:note").map(String::as_str),
+            Some("v1")
+        );
+    }
+    assert!(pool
+        .create_snapshots_with(&["z@x".to_string()], &[("atime".into(), "off".into())])
+        .is_err());
     // One bad name: none is taken.
     let bad = vec!["z@later".to_string(), "z/nothere@later".to_string()];
     assert!(pool.create_snapshots(&bad).is_err());

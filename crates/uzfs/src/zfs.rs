@@ -660,17 +660,10 @@ fn snapshot(d: &Daemon, args: &[String]) -> Response {
             return err(format!("cannot create snapshot '{n}': {e}"));
         }
     }
-    match pool.create_snapshots(&names) {
+    // The user properties are born with the snapshots, in their txg.
+    match pool.create_snapshots_with(&names, &set) {
         Ok(()) => {
             pool.log_history(&format!("zfs snapshot {}", args.join(" ")));
-            // (A txg after the snapshots': their contents are unaffected.)
-            for n in &names {
-                for (k, v) in &set {
-                    if let Err(e) = pool.set_snapshot_prop(n, k, Some(v)) {
-                        return err(format!("snapshot '{n}' taken, but: {e}"));
-                    }
-                }
-            }
             Response::ok(String::new())
         }
         Err(e) => err(format!("cannot create snapshots: {e}")),

@@ -139,6 +139,8 @@ pub enum SnapTask {
         task: u64,
         ds: u64,
         name: String,
+        /// User properties it is born with (`zfs snapshot -o`).
+        props: BTreeMap<String, String>,
     },
     Destroy {
         task: u64,
@@ -446,6 +448,25 @@ impl Pool {
     }
 
     pub fn create_snapshots(&self, names: &[String]) -> Result<()> {
+        self.create_snapshots_with(names, &[])
+    }
+
+    /// `zfs snapshot -o module:name=value NAME...`: the snapshots and
+    /// their user properties in the same txg.
+    pub fn create_snapshots_with(
+        &self,
+        names: &[String],
+        props: &[(String, String)],
+    ) -> Result<()> {
+        for (k, v) in props {
+            if !super::props::is_user_prop(k) {
+                return Err(Error::invalid(format!(
+                    "property '{k}' cannot be set on a snapshot (only user properties, module:name)"
+                )));
+            }
+            super::props::validate(k, v)?;
+        }
+        let props: BTreeMap<String, String> = props.iter().cloned().collect();
         if names.is_empty() {
             return Err(Error::invalid("no snapshot named"));
         }
@@ -471,7 +492,12 @@ impl Pool {
                 .map(|(d, name)| {
                     let ds = d.id();
                     let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
-                    tasks.push(SnapTask::Create { task, ds, name });
+                    tasks.push(SnapTask::Create {
+                        task,
+                        ds,
+                        name,
+                        props: props.clone(),
+                    });
                     task
                 })
                 .collect::<Vec<u64>>()
@@ -1008,7 +1034,12 @@ impl Pool {
         };
         for t in ss.tasks {
             match t {
-                SnapTask::Create { task, ds, name } => {
+                SnapTask::Create {
+                    task,
+                    ds,
+                    name,
+                    props,
+                } => {
                     let Some(d) = rlock(&self.dsl.list).get(&ds).cloned() else {
                         fail(
                             task,
@@ -1046,6 +1077,7 @@ impl Pool {
                         dead_bytes: p.dead_bytes,
                         referenced: space.used,
                         logical: space.logical,
+                        props,
                         ..Default::default()
                     };
                     p.deadlist = new_dl;
