@@ -322,7 +322,6 @@ mod tests {
     //! sees a block after its parent.
     use super::*;
     use crate::dmu::dnode::{ot, ObjProps};
-    use crate::spa::Tunables;
     use crate::vdev::sim::SimWorld;
 
     #[derive(Default)]
@@ -358,10 +357,7 @@ mod tests {
     #[test]
     fn stopping_anywhere_and_resuming_visits_every_block_once() {
         let world = SimWorld::new();
-        let tun = Tunables {
-            sync_thread: false,
-            ..Tunables::default()
-        };
+        let tun = crate::spa::sim_tunables();
         let (_d, pool) = crate::spa::sim_pool(&world, "t", 64 << 20, tun, None).expect("create");
         // Objects of several shapes: one block, a few, an indirect tree;
         // enough of them for three dnode blocks.

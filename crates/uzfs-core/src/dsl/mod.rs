@@ -1100,24 +1100,15 @@ fn reservation_too_big() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spa::import::discover;
-    use crate::spa::Tunables;
+    use crate::spa::{sim_pool, sim_reimport, sim_tunables};
     use crate::vdev::sim::SimWorld;
-    use crate::vdev::BlockDevice;
-
-    fn tun() -> Tunables {
-        Tunables {
-            sync_thread: false,
-            ..Tunables::default()
-        }
-    }
 
     /// A pool whose DSL record is replaced by `record` (a checksum-valid
     /// but hostile document) must refuse import with an error, never
     /// panic or open a bogus dataset.
     fn import_with_record(record: serde_json::Value) -> Result<Arc<Pool>> {
         let world = SimWorld::new();
-        let (d, p) = crate::spa::sim_pool(&world, "t", 96 << 20, tun(), Some(5))?;
+        let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(5))?;
         p.format_root_fs()?;
         p.create_dataset("t/a", &[], false)?;
         p.sync()?;
@@ -1126,12 +1117,7 @@ mod tests {
         p.sync()?;
         p.close()?;
         drop(p);
-        let d2 = world.disk_from_image("d0", d.image());
-        let found = discover(vec![("d0".into(), Arc::new(d2) as Arc<dyn BlockDevice>)]);
-        let f = found
-            .first()
-            .ok_or_else(|| Error::invalid("pool not found"))?;
-        Pool::import(f, None, tun())
+        sim_reimport(&world, &d, sim_tunables())
     }
 
     #[test]

@@ -95,28 +95,34 @@ pub fn read_dsl(mos: &Objset, dsl_obj: u64) -> Result<(DslDirPhys, bool)> {
             true,
         ));
     }
-    let mut out = DslDirPhys::default();
-    for id in ix.dataset_ids {
-        let d: DsPhys = read_record(mos, id, "dataset record")?;
-        if d.id != id {
-            return Err(Error::corrupt(
-                "dataset record",
-                format!("object {id} names object {}", d.id),
-            ));
-        }
-        out.datasets.push(d);
-    }
-    for id in ix.snapshot_ids {
-        let s: SnapPhys = read_record(mos, id, "snapshot record")?;
-        if s.id != id {
-            return Err(Error::corrupt(
-                "snapshot record",
-                format!("object {id} names object {}", s.id),
-            ));
-        }
-        out.snapshots.push(s);
-    }
+    let out = DslDirPhys {
+        datasets: read_records(mos, &ix.dataset_ids, "dataset record", |d: &DsPhys| d.id)?,
+        snapshots: read_records(mos, &ix.snapshot_ids, "snapshot record", |s: &SnapPhys| {
+            s.id
+        })?,
+    };
     Ok((out, false))
+}
+
+/// The records in objects `ids`, each of which must name its own object.
+fn read_records<T: serde::de::DeserializeOwned>(
+    mos: &Objset,
+    ids: &[u64],
+    what: &str,
+    id_of: impl Fn(&T) -> u64,
+) -> Result<Vec<T>> {
+    ids.iter()
+        .map(|&id| {
+            let r: T = read_record(mos, id, what)?;
+            match id_of(&r) {
+                x if x == id => Ok(r),
+                x => Err(Error::corrupt(
+                    what,
+                    format!("object {id} names object {x}"),
+                )),
+            }
+        })
+        .collect()
 }
 
 fn json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
@@ -219,18 +225,8 @@ fn index_of(dsl: &DslDirPhys) -> DslIndex {
 mod tests {
     use super::*;
     use crate::dmu::dnode::ObjProps;
-    use crate::spa::import::discover;
-    use crate::spa::Tunables;
+    use crate::spa::{sim_pool, sim_reimport, sim_tunables};
     use crate::vdev::sim::SimWorld;
-    use crate::vdev::BlockDevice;
-    use std::sync::Arc;
-
-    fn tun() -> Tunables {
-        Tunables {
-            sync_thread: false,
-            ..Tunables::default()
-        }
-    }
 
     /// The txg a MOS object was last written in.
     fn written_in(p: &Pool, obj: u64) -> u64 {
@@ -246,7 +242,7 @@ mod tests {
     #[test]
     fn a_txg_rewrites_only_the_records_that_changed() {
         let world = SimWorld::new();
-        let (d, p) = crate::spa::sim_pool(&world, "t", 96 << 20, tun(), Some(3)).expect("pool");
+        let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
         p.format_root_fs().expect("format");
         let obj = p.create_object(4096, &ObjProps::default()).expect("object");
         for i in 0..40u8 {
@@ -292,9 +288,7 @@ mod tests {
         p.sync().expect("sync");
         p.close().expect("close");
         drop(p);
-        let img = world.disk_from_image("d0", d.image());
-        let found = discover(vec![("d0".into(), Arc::new(img) as Arc<dyn BlockDevice>)]);
-        let p = Pool::import(&found[0], None, tun()).expect("import inline");
+        let p = sim_reimport(&world, &d, sim_tunables()).expect("import inline");
         assert_eq!(p.snapshots().len(), 40);
         let (_, was_inline) = read_dsl(&p.mos, dsl_obj).expect("read");
         assert!(was_inline);

@@ -1168,3 +1168,28 @@ pub(crate) fn sim_pool(
     };
     Ok((d, Pool::create(name, vec![spec], opts)?))
 }
+
+/// Unit tests' tunables: no sync thread (the test syncs).
+#[cfg(test)]
+pub(crate) fn sim_tunables() -> Tunables {
+    Tunables {
+        sync_thread: false,
+        ..Tunables::default()
+    }
+}
+
+/// Import the pool on a copy of `d`'s image (as after a clean export or a
+/// crash of the `sim_pool` it was made for).
+#[cfg(test)]
+pub(crate) fn sim_reimport(
+    world: &crate::vdev::sim::SimWorld,
+    d: &crate::vdev::sim::SimDevice,
+    tunables: Tunables,
+) -> Result<Arc<Pool>> {
+    let img = world.disk_from_image("d0", d.image());
+    let found = import::discover(vec![("d0".into(), Arc::new(img) as Arc<dyn BlockDevice>)]);
+    let f = found
+        .first()
+        .ok_or_else(|| Error::invalid("pool not found"))?;
+    Pool::import(f, None, tunables)
+}
