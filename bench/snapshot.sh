@@ -19,7 +19,9 @@
 # env: DATA [/var/tmp/uzfs-snapbench], SIZES ["512M 1G"], DEV_SIZE [4G]
 #      (each of the four device files; SIZES must fit a mirror of two),
 #      PARTS ["snap rollback many destroy"] (which measurements run),
-#      SNAPS [100] (snapshots of the "many" dataset)
+#      SNAPS [100] (snapshots of the "many" dataset),
+#      SNAP_RECORDSIZE [default 128K] (uzfs recordsize of the snapshotted
+#      dataset the 16 KiB writer writes to)
 set -euo pipefail
 ROUNDS=${1:-3}
 U=$(realpath "${UZFS_BIN:-target/release/uzfs}")
@@ -94,7 +96,7 @@ round_uzfs() {
   local pid; pid=$(cat "$D/run/uzfsd.pid")
   local t0 t1
   if part snap || part rollback; then
-  "$U" zfs create sb/meta
+  "$U" zfs create ${SNAP_RECORDSIZE:+-o recordsize=$SNAP_RECORDSIZE} sb/meta
   mkfiles "$D/umnt/meta"
   "$U" zpool sync sb
   fi
