@@ -25,7 +25,7 @@ pub mod async_destroy;
 pub mod props;
 pub mod records;
 pub mod snapshot;
-mod sync;
+pub(crate) mod sync;
 
 use crate::dmu::checksum::ChecksumType;
 use crate::dmu::compress::Compression;

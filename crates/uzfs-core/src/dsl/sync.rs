@@ -35,6 +35,16 @@ pub(crate) struct DslFrozen {
     snap: SnapSync,
 }
 
+/// The pool's features the layer's on-disk choices depend on (enabled or
+/// active: a pool made before a feature existed does not list it).
+#[derive(Clone, Copy)]
+pub(crate) struct DslFeatures {
+    /// `com.uzfs:dsl_records`: records in their own objects.
+    pub records: bool,
+    /// `com.delphix:async_destroy`: frees may stay queued across txgs.
+    pub async_destroy: bool,
+}
+
 /// What the data pass leaves for the MOS pass (steps 2 to 3).
 pub(crate) struct DslSync {
     /// The datasets this txg wrote (their new trees go live at its end).
@@ -138,7 +148,7 @@ impl Pool {
         s: &mut DslSync,
         queue_obj: u64,
         dsl_obj: u64,
-        records: bool,
+        features: DslFeatures,
     ) -> Result<()> {
         let txg = w.txg;
         for (id, bp) in &s.new_bps {
@@ -147,16 +157,25 @@ impl Pool {
         // Destroyed sets queued and a budget of queued frees done, then
         // snapshots taken and destroyed, dead lists grown (frees past the
         // budget queued), then the records, which list the snapshots.
-        let mut budget = Budget {
-            blocks: self.tun.free_max_blocks.max(1),
-            until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
+        // A pool without async_destroy enabled frees everything in the
+        // destroy's txg: a build that does not know the queue would leak
+        // what it held.
+        let mut budget = match features.async_destroy {
+            true => Budget {
+                blocks: self.tun.free_max_blocks.max(1),
+                until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
+            },
+            false => Budget {
+                blocks: u64::MAX,
+                until: None,
+            },
         };
         let mut q = self.queue_doomed(std::mem::take(&mut s.doomed))?;
         self.free_queued(w, extra, &mut q, &mut budget)?;
         let spill = self.sync_snapshots(w, extra, txg, std::mem::take(&mut s.snap), &mut budget)?;
         self.queue_spill(w, extra, &mut q, spill)?;
         self.save_queue(w, extra, queue_obj, q)?;
-        self.sync_dsl_records(w, extra, dsl_obj, records)
+        self.sync_dsl_records(w, extra, dsl_obj, features.records)
     }
 
     /// The txg committed: each dataset's new tree goes live (the caller

@@ -920,13 +920,17 @@ impl Pool {
             let mut extra = TxgDirty::new(txg);
             if pass == 2 {
                 let (queue_obj, dsl_obj) = (st.dir.freeing, st.dir.dsl);
-                // Records in their own objects where the pool enables it.
-                let records = st
-                    .config
-                    .features
-                    .get(super::feature::DSL_RECORDS)
-                    .is_some_and(|e| e.state != FeatureState::Disabled);
-                self.dsl_sync_mos(&mut w, &mut extra, &mut dsl, queue_obj, dsl_obj, records)?;
+                let on = |f: &str| {
+                    st.config
+                        .features
+                        .get(f)
+                        .is_some_and(|e| e.state != FeatureState::Disabled)
+                };
+                let features = crate::dsl::sync::DslFeatures {
+                    records: on(super::feature::DSL_RECORDS),
+                    async_destroy: on(super::feature::ASYNC_DESTROY),
+                };
+                self.dsl_sync_mos(&mut w, &mut extra, &mut dsl, queue_obj, dsl_obj, features)?;
                 if config_dirty {
                     let bytes = serde_json::to_vec(&st.config)
                         .map_err(|e| Error::invalid(e.to_string()))?;
