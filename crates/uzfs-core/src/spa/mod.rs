@@ -938,22 +938,20 @@ pub(crate) fn append_space_maps(mos: &Objset, arr: u64, from: u64, to: u64) -> R
     Ok(sms)
 }
 
-/// The object-set pointers of every dataset as of the MOS `mos`, keyed by
-/// the scan bookmark's objset number (1 for the root dataset, the MOS id
-/// for the others), in that order.
-pub(crate) fn committed_datasets(
+/// The object-set pointers of every dataset of `dsl` (as committed in
+/// `mos`), keyed by the scan bookmark's objset number (1 for the root
+/// dataset, the MOS id for the others), in that order.
+fn committed_datasets(
     mos: &Objset,
     dir: &ObjectDirectory,
+    dsl: &crate::dsl::DslDirPhys,
 ) -> Result<Vec<(u64, BlkPtr)>> {
     let mut out = vec![(1, dataset_bp(mos, dir.root_dataset)?)];
-    if dir.dsl != 0 && mos.exists(dir.dsl)? {
-        let (rec, _) = crate::dsl::records::read_dsl(mos, dir.dsl)?;
-        let mut ids: Vec<u64> = rec.datasets.iter().map(|d| d.id).collect();
-        ids.sort_unstable();
-        for id in ids {
-            if id > 1 && id != dir.root_dataset && mos.exists(id)? {
-                out.push((id, dataset_bp(mos, id)?));
-            }
+    let mut ids: Vec<u64> = dsl.datasets.iter().map(|d| d.id).collect();
+    ids.sort_unstable();
+    for id in ids {
+        if id > 1 && id != dir.root_dataset && mos.exists(id)? {
+            out.push((id, dataset_bp(mos, id)?));
         }
     }
     Ok(out)
@@ -999,9 +997,9 @@ pub(crate) fn walk_sets(
     dir: &ObjectDirectory,
     upto: Option<u64>,
 ) -> Result<Vec<WalkSet>> {
-    let dsl = committed_dsl(mos, dir)?;
+    let (dsl, _) = crate::dsl::records::read_dsl(mos, dir.dsl)?;
     let mut out = Vec::new();
-    for (id, head_bp) in committed_datasets(mos, dir)? {
+    for (id, head_bp) in committed_datasets(mos, dir, &dsl)? {
         let head_id = if id == 1 { dir.root_dataset } else { id };
         let rec = dsl.datasets.iter().find(|d| d.id == head_id);
         let mut snaps: Vec<_> = dsl.snapshots.iter().filter(|s| s.ds == head_id).collect();
@@ -1042,11 +1040,6 @@ pub(crate) fn walk_sets(
         });
     }
     Ok(out)
-}
-
-/// The DSL record as committed (empty for a pool without one).
-pub(crate) fn committed_dsl(mos: &Objset, dir: &ObjectDirectory) -> Result<crate::dsl::DslDirPhys> {
-    Ok(crate::dsl::records::read_dsl(mos, dir.dsl)?.0)
 }
 
 /// Decode the root dataset object: its first 128 bytes are the objset bp.
