@@ -294,9 +294,9 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             }
             w.born = 0;
             w.walk_objset(&set.root, &name, set.min_birth);
-            if set.deadlist.0 != 0 {
-                deadlists.push((set.deadlist.0, set.deadlist.1, name.clone()));
-            }
+            // Read once: the cross-check below, the dead-list checks after
+            // every set is walked.
+            let entries = crate::dsl::snapshot::read_deadlist_of(&mos, set.deadlist.0);
             let os = crate::dmu::objset::Objset::open(
                 &set.root,
                 pool.io.clone(),
@@ -307,7 +307,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             // dead list, object-set blocks aside: they are never charged),
             // plus what was born since (this walk).
             let recorded = set.referenced.unwrap_or_else(|| os.space().used);
-            let dead: u64 = match crate::dsl::snapshot::read_deadlist_of(&mos, set.deadlist.0) {
+            let dead: u64 = match &entries {
                 Ok(e) => {
                     let st = crate::spa::lock(&pool.st);
                     e.iter()
@@ -317,6 +317,9 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 }
                 Err(_) => 0, // reported with the dead-list checks below
             };
+            if set.deadlist.0 != 0 {
+                deadlists.push((set.deadlist.0, set.deadlist.1, name.clone(), entries));
+            }
             let want = (set.prev_referenced + w.born).checked_sub(dead);
             if want != Some(recorded) {
                 w.r.accounting.push(format!(
@@ -384,8 +387,8 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
         // Every dead-list entry is a block some snapshot holds, and the
         // list's recorded size is the sum of its entries.
         let st = crate::spa::lock(&pool.st);
-        for (obj, recorded, owner) in deadlists {
-            let entries = match crate::dsl::snapshot::read_deadlist_of(&mos, obj) {
+        for (obj, recorded, owner, entries) in deadlists {
+            let entries = match entries {
                 Ok(e) => e,
                 Err(e) => {
                     w.r.deadlists.push(format!("{owner}: dead list {obj}: {e}"));
