@@ -1376,6 +1376,23 @@ impl Objset {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// A sync-context rewrite: object `obj` holds `data` from `offset` to
+    /// its end (a JSON document, a record, a whole list), whatever it held
+    /// there before.
+    pub fn replace_in_sync(
+        &self,
+        into: &mut TxgDirty,
+        obj: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        if !data.is_empty() {
+            self.write_in_sync(into, obj, offset, data)?;
+        }
+        into.objs.entry(obj).or_default().size = Some(offset + data.len() as u64);
+        Ok(())
+    }
+
     /// A sync-context write (MOS passes after the first): read-modify-write
     /// against the synced tree into `into`, which the caller syncs next.
     pub fn write_in_sync(

@@ -381,10 +381,7 @@ impl Pool {
             w.note_feature(crate::spa::feature::ASYNC_DESTROY);
         }
         let bytes = serde_json::to_vec(&q).map_err(|e| Error::invalid(e.to_string()))?;
-        self.mos.write_in_sync(extra, queue_obj, 0, &bytes)?;
-        if let Some(o) = extra.objs.get_mut(&queue_obj) {
-            o.size = Some(bytes.len() as u64);
-        }
+        self.mos.replace_in_sync(extra, queue_obj, 0, &bytes)?;
         *cur = q;
         Ok(())
     }

@@ -170,11 +170,8 @@ impl Pool {
                 snapshots: all.snapshots,
                 ..Default::default()
             };
-            let bytes = json(&inline)?;
-            self.mos.write_in_sync(extra, dsl_obj, 0, &bytes)?;
-            if let Some(o) = extra.objs.get_mut(&dsl_obj) {
-                o.size = Some(bytes.len() as u64);
-            }
+            self.mos
+                .replace_in_sync(extra, dsl_obj, 0, &json(&inline)?)?;
             *written = Written::default();
             return Ok(());
         }
@@ -188,20 +185,13 @@ impl Pool {
         for (id, bytes) in records {
             let bytes = bytes?;
             if written.records.get(&id) != Some(&bytes) {
-                self.mos.write_in_sync(extra, id, RECORD_OFF, &bytes)?;
-                if let Some(o) = extra.objs.get_mut(&id) {
-                    o.size = Some(RECORD_OFF + bytes.len() as u64);
-                }
+                self.mos.replace_in_sync(extra, id, RECORD_OFF, &bytes)?;
             }
             keep.insert(id, bytes);
         }
         written.records = keep;
         if written.index.as_ref() != Some(&ix) {
-            let bytes = json(&ix)?;
-            self.mos.write_in_sync(extra, dsl_obj, 0, &bytes)?;
-            if let Some(o) = extra.objs.get_mut(&dsl_obj) {
-                o.size = Some(bytes.len() as u64);
-            }
+            self.mos.replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
             w.note_feature(crate::spa::feature::DSL_RECORDS);
             written.index = Some(ix);
         }

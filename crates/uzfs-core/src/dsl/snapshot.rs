@@ -1274,11 +1274,7 @@ impl Pool {
         // Write the dead lists' changes, then free what went.
         for (obj, dl) in dls {
             if let Some(all) = dl.whole {
-                let bytes = encode(&all);
-                if !bytes.is_empty() {
-                    self.mos.write_in_sync(extra, obj, 0, &bytes)?;
-                }
-                extra.objs.entry(obj).or_default().size = Some(bytes.len() as u64);
+                self.mos.replace_in_sync(extra, obj, 0, &encode(&all))?;
             } else if !dl.append.is_empty() {
                 let at = if dl.created {
                     0

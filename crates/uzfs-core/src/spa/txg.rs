@@ -935,10 +935,7 @@ impl Pool {
                     let bytes = serde_json::to_vec(&st.config)
                         .map_err(|e| Error::invalid(e.to_string()))?;
                     self.mos
-                        .write_in_sync(&mut extra, st.dir.config, 0, &bytes)?;
-                    if let Some(o) = extra.objs.get_mut(&st.dir.config) {
-                        o.size = Some(bytes.len() as u64);
-                    }
+                        .replace_in_sync(&mut extra, st.dir.config, 0, &bytes)?;
                 }
                 self.condense_space_maps(&mut w, &mut extra, &st.config)?;
                 let hist: String = st.history_pending.drain(..).collect();
