@@ -1329,7 +1329,8 @@ impl Objset {
     /// sets in the background, a budget per txg: `dsl/async_destroy.rs`.)
     pub fn free_born_after(&self, w: &mut dyn BlockWriter, min_txg: u64) -> Result<()> {
         let bp = lock(&self.st).bp;
-        let mut f = crate::dsl::async_destroy::Freer::new(w, u64::MAX, None);
+        let mut all = crate::dsl::async_destroy::Budget::ALL;
+        let mut f = crate::dsl::async_destroy::Freer::new(w, &mut all);
         traverse::walk_objset(&*self.reader, &bp, min_txg + 1, Position::START, &mut f);
         f.result()
     }

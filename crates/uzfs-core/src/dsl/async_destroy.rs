@@ -113,8 +113,23 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// No limit (a free that must finish now).
+    pub const ALL: Budget = Budget {
+        blocks: u64::MAX,
+        until: None,
+    };
+
     pub fn spent(&self) -> bool {
         self.blocks == 0 || self.until.is_some_and(|t| Instant::now() >= t)
+    }
+
+    /// One block's worth, if any is left.
+    pub fn take(&mut self) -> bool {
+        if self.spent() {
+            return false;
+        }
+        self.blocks -= 1;
+        true
     }
 }
 
@@ -123,8 +138,7 @@ impl Budget {
 /// frees at least one block before it can stop).
 pub struct Freer<'a> {
     w: &'a mut dyn BlockWriter,
-    budget: Budget,
-    pub blocks: u64,
+    budget: &'a mut Budget,
     pub bytes: u64,
     /// Blocks whose contents could not be read: what is beneath them
     /// stays allocated (leaked), the rest is freed.
@@ -132,11 +146,10 @@ pub struct Freer<'a> {
 }
 
 impl<'a> Freer<'a> {
-    pub fn new(w: &'a mut dyn BlockWriter, blocks: u64, until: Option<Instant>) -> Self {
+    pub fn new(w: &'a mut dyn BlockWriter, budget: &'a mut Budget) -> Self {
         Freer {
             w,
-            budget: Budget { blocks, until },
-            blocks: 0,
+            budget,
             bytes: 0,
             errors: Vec::new(),
         }
@@ -148,10 +161,6 @@ impl<'a> Freer<'a> {
             true => Ok(()),
             false => Err(self.errors.swap_remove(0)),
         }
-    }
-
-    pub fn budget_left(&self) -> u64 {
-        self.budget.blocks
     }
 }
 
@@ -165,7 +174,6 @@ impl Visitor for Freer<'_> {
 
     fn post(&mut self, bp: &BlkPtr, _at: &At) {
         self.bytes += self.w.dsize(bp);
-        self.blocks += 1;
         self.budget.blocks = self.budget.blocks.saturating_sub(1);
         self.w.free_bp(bp);
     }
@@ -271,9 +279,8 @@ impl Pool {
                             continue;
                         }
                     };
-                    let mut f = Freer::new(w, budget.blocks, budget.until);
+                    let mut f = Freer::new(w, budget);
                     let r = traverse::walk_objset(&*self.io, &root, *min_birth, *at, &mut f);
-                    budget.blocks = f.budget_left();
                     *bytes = bytes.saturating_sub(f.bytes);
                     for err in &f.errors {
                         log::error!(

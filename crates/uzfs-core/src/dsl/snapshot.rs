@@ -1111,11 +1111,10 @@ impl Pool {
                     let s_all = self.load_dl(&mut dls, sp.deadlist)?;
                     n_all.retain(|bp| {
                         if bp.birth > prev_txg {
-                            if budget.spent() {
-                                spill.push(*bp);
-                            } else {
-                                budget.blocks -= 1;
+                            if budget.take() {
                                 w.free_bp(bp);
+                            } else {
+                                spill.push(*bp);
                             }
                             false
                         } else {

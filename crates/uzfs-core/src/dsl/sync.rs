@@ -165,10 +165,7 @@ impl Pool {
                 blocks: self.tun.free_max_blocks.max(1),
                 until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
             },
-            false => Budget {
-                blocks: u64::MAX,
-                until: None,
-            },
+            false => Budget::ALL,
         };
         let mut q = self.queue_doomed(std::mem::take(&mut s.doomed))?;
         self.free_queued(w, extra, &mut q, &mut budget)?;
