@@ -240,7 +240,7 @@ impl Pool {
     }
 
     /// Sync context: the queue with this txg's destroyed object sets added.
-    pub(crate) fn queue_doomed(&self, doomed: Vec<(Arc<Objset>, u64, u64)>) -> Result<FreeQueue> {
+    pub(crate) fn queue_doomed(&self, doomed: Vec<(Arc<Objset>, u64, u64)>) -> FreeQueue {
         let mut q = lock(&self.dsl.freeing).clone();
         for (os, min_txg, bytes) in doomed {
             let root = os.root_bp();
@@ -249,7 +249,7 @@ impl Pool {
                     .push_back(FreeEntry::tree(&root, min_txg + 1, bytes));
             }
         }
-        Ok(q)
+        q
     }
 
     /// Sync context: free from the front of `q` while `budget` lasts.

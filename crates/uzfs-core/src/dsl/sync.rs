@@ -167,7 +167,7 @@ impl Pool {
             },
             false => Budget::ALL,
         };
-        let mut q = self.queue_doomed(std::mem::take(&mut s.doomed))?;
+        let mut q = self.queue_doomed(std::mem::take(&mut s.doomed));
         self.free_queued(w, extra, &mut q, &mut budget)?;
         let spill = self.sync_snapshots(w, extra, txg, std::mem::take(&mut s.snap), &mut budget)?;
         self.queue_spill(w, extra, &mut q, spill)?;
