@@ -606,12 +606,7 @@ fn snapshot(d: &Daemon, args: &[String]) -> Response {
         let Some((k, v)) = kv.split_once('=') else {
             return usage_err(&format!("bad property '{kv}': expected property=value"));
         };
-        if !props::is_user_prop(k) {
-            return err(format!(
-                "cannot create snapshot: property '{k}' cannot be set on a snapshot (only user properties, module:name)"
-            ));
-        }
-        if let Err(e) = props::validate(k, v) {
+        if let Err(e) = props::snapshot_prop(k, Some(v)) {
             return err(format!("cannot create snapshot: {e}"));
         }
         set.push((k.to_string(), v.to_string()));

@@ -274,6 +274,17 @@ pub fn is_user_prop(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ":-._".contains(c))
 }
 
+/// A property set on a snapshot: user properties only (its native ones
+/// are fixed); `Some(value)` comes back validated, `None` is an inherit.
+pub fn snapshot_prop(name: &str, value: Option<&str>) -> Result<Option<String>> {
+    if !is_user_prop(name) {
+        return Err(Error::invalid(format!(
+            "property '{name}' cannot be set on a snapshot (only user properties, module:name)"
+        )));
+    }
+    value.map(|v| validate(name, v)).transpose()
+}
+
 /// zfsprops(7) properties uzfs does not have yet: refused as such, never
 /// stored without effect.
 pub const NOT_YET: &[&str] = &[

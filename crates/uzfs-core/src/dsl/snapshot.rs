@@ -458,15 +458,13 @@ impl Pool {
         names: &[String],
         props: &[(String, String)],
     ) -> Result<()> {
-        for (k, v) in props {
-            if !super::props::is_user_prop(k) {
-                return Err(Error::invalid(format!(
-                    "property '{k}' cannot be set on a snapshot (only user properties, module:name)"
-                )));
-            }
-            super::props::validate(k, v)?;
-        }
-        let props: BTreeMap<String, String> = props.iter().cloned().collect();
+        let props = props
+            .iter()
+            .map(|(k, v)| {
+                let v = super::props::snapshot_prop(k, Some(v))?.unwrap_or_default();
+                Ok((k.clone(), v))
+            })
+            .collect::<Result<BTreeMap<String, String>>>()?;
         if names.is_empty() {
             return Err(Error::invalid("no snapshot named"));
         }
@@ -735,15 +733,7 @@ impl Pool {
     /// property of a snapshot; native properties of a snapshot are fixed.
     /// Committed before returning.
     pub fn set_snapshot_prop(&self, snap: &str, name: &str, value: Option<&str>) -> Result<()> {
-        if !super::props::is_user_prop(name) {
-            return Err(Error::invalid(format!(
-                "property '{name}' cannot be set on a snapshot (only user properties, module:name)"
-            )));
-        }
-        let v = match value {
-            Some(v) => Some(super::props::validate(name, v)?),
-            None => None,
-        };
+        let v = super::props::snapshot_prop(name, value)?;
         {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(snap)?;
