@@ -647,13 +647,21 @@ impl Pool {
     /// (referenced, used incl. descendants, logical incl. descendants).
     pub fn ds_space(&self, d: &Arc<Dataset>) -> (ObjsetSpace, u64, u64) {
         let own = d.os.space();
-        let mut used = self.dataset_unique(d) + self.snap_space(d) + self.refres_unused(d);
+        let mut used = self.charged(d);
         let mut logical = own.logical;
         for k in self.descendants(d) {
-            used += self.dataset_unique(&k) + self.snap_space(&k) + self.refres_unused(&k);
+            used += self.charged(&k);
             logical += k.os.space().logical;
         }
         (own, used, logical)
+    }
+
+    /// What `d` itself is charged (its `used` less its children's): what
+    /// it holds alone or its refreservation, whichever is larger, and what
+    /// its snapshots hold.
+    fn charged(&self, d: &Arc<Dataset>) -> u64 {
+        let refres = self.size_prop(d, "refreservation").unwrap_or(0);
+        self.dataset_unique(d).max(refres) + self.snap_space(d)
     }
 
     /// `usedbyrefreservation`: the part of `refreservation` that `d` does
@@ -781,9 +789,7 @@ impl Pool {
             "usedbydataset" => self.dataset_unique(d).to_string(),
             "usedbysnapshots" => self.snap_space(d).to_string(),
             "usedbyrefreservation" => self.refres_unused(d).to_string(),
-            "usedbychildren" => used
-                .saturating_sub(self.dataset_unique(d) + self.snap_space(d) + self.refres_unused(d))
-                .to_string(),
+            "usedbychildren" => used.saturating_sub(self.charged(d)).to_string(),
             "written" => {
                 // Since the latest snapshot (or the origin); all of it if none.
                 let last = self

@@ -406,8 +406,6 @@ impl Pool {
         )?))
     }
 
-    /// `zfs snapshot NAME...`: every snapshot in the same txg, or none
-    /// (all names are checked first). Returns once that txg is on disk.
     /// `snapshot_count`: the snapshots of `d` and of every dataset below it.
     pub fn snapshot_count(&self, d: &Arc<Dataset>) -> u64 {
         std::iter::once(d.clone())
@@ -430,23 +428,23 @@ impl Pool {
             }
         }
         for (a, limit) in limited.into_values() {
-            let under = |x: &Arc<Dataset>| {
-                x.id() == a.id()
-                    || a.rel().is_empty()
-                    || x.rel().starts_with(&format!("{}/", a.rel()))
-            };
-            let adding = plan.iter().filter(|(x, _)| under(x)).count() as u64;
-            if self.snapshot_count(&a) + adding > limit {
+            let below: BTreeSet<u64> = std::iter::once(a.id())
+                .chain(self.descendants(&a).iter().map(|x| x.id()))
+                .collect();
+            let adding = plan.iter().filter(|(x, _)| below.contains(&x.id())).count() as u64;
+            let have = self.snapshot_count(&a);
+            if have + adding > limit {
                 return Err(Error::invalid(format!(
-                    "cannot create snapshot: '{}' has snapshot_limit={limit} and {} snapshots",
+                    "cannot create snapshot: '{}' has snapshot_limit={limit} and {have} snapshots",
                     self.ds_name(&a.rel()),
-                    self.snapshot_count(&a)
                 )));
             }
         }
         Ok(())
     }
 
+    /// `zfs snapshot NAME...`: every snapshot in the same txg, or none
+    /// (all names are checked first). Returns once that txg is on disk.
     pub fn create_snapshots(&self, names: &[String]) -> Result<()> {
         self.create_snapshots_with(names, &[])
     }
