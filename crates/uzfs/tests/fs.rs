@@ -8,7 +8,7 @@
 //! which turns that into a failure.
 
 mod common;
-use common::{can_mount, Env, Rng};
+use common::{can_mount, write_synced, Env, Rng};
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -931,8 +931,7 @@ fn zpool_clear_resumes_a_pool_suspended_by_failed_writes() {
     std::fs::write(m.join("before"), vec![7u8; 1 << 20]).expect("write");
     e.ok(&["zpool", "sync", "tank"]);
     e.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);
-    let r = std::fs::write(m.join("during"), vec![8u8; 1 << 20])
-        .and_then(|_| std::fs::File::open(m.join("during"))?.sync_all());
+    let r = write_synced(&m.join("during"), &vec![8u8; 1 << 20]);
     assert!(r.is_err(), "fsync succeeded on a pool that cannot write");
     let st = e.ok(&["zpool", "status", "tank"]);
     assert!(
@@ -1006,9 +1005,7 @@ fn failmode_wait_holds_writers_until_clear_or_export() {
     let writer = |name: &str| {
         let p = m.join(name);
         std::thread::spawn(move || {
-            std::fs::write(&p, vec![5u8; 1 << 20])
-                .and_then(|_| std::fs::File::open(&p)?.sync_all())
-                .map_err(|e| e.raw_os_error())
+            write_synced(&p, &vec![5u8; 1 << 20]).map_err(|e| e.raw_os_error())
         })
     };
     e.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);

@@ -4,7 +4,7 @@
 //! setting is refused, and a tool that found nothing does not exit 0.
 
 mod common;
-use common::{can_mount, noise, put_bytes, Env, Rng};
+use common::{can_mount, noise, put_bytes, write_synced, Env, Rng};
 
 /// A single-disk pool whose file blocks were corrupted: reading them
 /// fails, and `zpool status` must say data is lost (OpenZFS's "error
@@ -151,9 +151,7 @@ fn writes_elsewhere_leave_a_reservation_free() {
     let mut filled = 0u64;
     let mut hit = None;
     for i in 0..200 {
-        let r = std::fs::write(mnt.join(format!("fill/f{i}")), &chunk)
-            .and_then(|_| std::fs::File::open(mnt.join(format!("fill/f{i}")))?.sync_all());
-        match r {
+        match write_synced(&mnt.join(format!("fill/f{i}")), &chunk) {
             Ok(()) => filled += 4 << 20,
             Err(err) => {
                 hit = err.raw_os_error();
@@ -168,10 +166,7 @@ fn writes_elsewhere_leave_a_reservation_free() {
     );
     // What tank/kept was promised is still there for it.
     for i in 0..15 {
-        let f = mnt.join(format!("kept/k{i}"));
-        std::fs::write(&f, &chunk)
-            .and_then(|_| std::fs::File::open(&f)?.sync_all())
-            .expect("a reserved write");
+        write_synced(&mnt.join(format!("kept/k{i}")), &chunk).expect("a reserved write");
     }
     e.ok(&["zpool", "sync", "tank"]);
     e.export_and_zdb("tank");

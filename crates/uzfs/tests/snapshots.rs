@@ -900,8 +900,7 @@ fn refquota_counts_only_what_the_filesystem_references() {
     e.ok(&["zpool", "sync", "tank"]);
     // The snapshot holds 6 MiB; the filesystem references almost nothing.
     std::fs::write(&f, rng.bytes(6 << 20)).expect("6M again: the snapshot's share does not count");
-    let r = std::fs::write(mnt.join("home/g"), rng.bytes(8 << 20))
-        .and_then(|_| std::fs::File::open(mnt.join("home/g"))?.sync_all());
+    let r = write_synced(&mnt.join("home/g"), &rng.bytes(8 << 20));
     assert_eq!(
         r.expect_err("past the refquota").raw_os_error(),
         Some(libc::EDQUOT)
@@ -1001,10 +1000,7 @@ fn refreservation_and_snapshot_limit() {
     let chunk = rng.bytes(4 << 20);
     let mut hit = None;
     for i in 0..100 {
-        let f = mnt.join(format!("fill/f{i}"));
-        if let Err(err) =
-            std::fs::write(&f, &chunk).and_then(|_| std::fs::File::open(&f)?.sync_all())
-        {
+        if let Err(err) = write_synced(&mnt.join(format!("fill/f{i}")), &chunk) {
             hit = err.raw_os_error();
             break;
         }
@@ -1012,9 +1008,7 @@ fn refreservation_and_snapshot_limit() {
     assert_eq!(hit, Some(libc::ENOSPC));
     // tank/db still writes what it was promised.
     for i in 0..8 {
-        let f = mnt.join(format!("db/k{i}"));
-        std::fs::write(&f, &chunk)
-            .and_then(|_| std::fs::File::open(&f)?.sync_all())
+        write_synced(&mnt.join(format!("db/k{i}")), &chunk)
             .expect("a write into the refreservation");
     }
     // snapshot_limit counts the dataset's snapshots and its descendants'.

@@ -164,6 +164,13 @@ pub fn can_mount() -> bool {
     true
 }
 
+/// Write `data` to `path` through the mount and fsync it: any error the
+/// write or its commit meets (ENOSPC, EDQUOT, EIO).
+pub fn write_synced(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    std::fs::write(path, data)?;
+    std::fs::File::open(path)?.sync_all()
+}
+
 /// xorshift64: the mount tests' seeded randomness (a failure names its
 /// seed).
 pub struct Rng(pub u64);
