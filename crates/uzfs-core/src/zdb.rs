@@ -296,7 +296,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
             w.walk_objset(&set.root, &name, set.min_birth);
             // Read once: the cross-check below, the dead-list checks after
             // every set is walked.
-            let entries = crate::dsl::snapshot::read_deadlist_of(&mos, set.deadlist.0);
+            let entries = crate::dsl::deadlist::read_keyed(&mos, set.deadlist.0);
             let os = crate::dmu::objset::Objset::open(
                 &set.root,
                 pool.io.clone(),
@@ -311,6 +311,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 Ok(e) => {
                     let st = crate::spa::lock(&pool.st);
                     e.iter()
+                        .map(|(_, b)| b)
                         .filter(|b| b.obj_type != ot::OBJSET)
                         .map(|b| st.alloc.dsize(b))
                         .sum()
@@ -318,7 +319,13 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 Err(_) => 0, // reported with the dead-list checks below
             };
             if set.deadlist.0 != 0 {
-                deadlists.push((set.deadlist.0, set.deadlist.1, name.clone(), entries));
+                deadlists.push((
+                    set.deadlist.0,
+                    set.deadlist.1,
+                    name.clone(),
+                    entries,
+                    set.line.clone(),
+                ));
             }
             let want = (set.prev_referenced + w.born).checked_sub(dead);
             if want != Some(recorded) {
@@ -375,7 +382,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                     FreeEntry::Blocks {
                         obj, next, count, ..
                     } => {
-                        let all = crate::dsl::snapshot::read_deadlist_of(&mos, *obj)?;
+                        let all = crate::dsl::deadlist::read_bps(&mos, *obj)?;
                         let from = (*next).min(*count) as usize;
                         for bp in all.get(from..*count as usize).unwrap_or_default() {
                             w.visit(bp, &name);
@@ -384,10 +391,32 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 }
             }
         }
-        // Every dead-list entry is a block some snapshot holds, and the
-        // list's recorded size is the sum of its entries.
+        // Every dead-list entry is a block some snapshot holds, under a
+        // key its line allows (`dsl/deadlist.rs`), and the list's recorded
+        // size is the sum of its entries and of its sub-lists' headers.
+        for (obj, recorded, owner, entries, line) in &deadlists {
+            let Ok(entries) = entries else { continue };
+            for (key, bp) in entries {
+                let Some(key) = *key else { continue };
+                let want = crate::dsl::deadlist::key_for(line, bp.birth);
+                if key >= bp.birth || want > key {
+                    w.r.deadlists.push(format!(
+                        "{owner}: dead list {obj}: entry born {} under key {key}, but its line says {want}",
+                        bp.birth
+                    ));
+                }
+            }
+            if let Ok(Some(subs)) = crate::dsl::deadlist::read_header(&mos, *obj) {
+                let sum: u64 = subs.iter().map(|s| s.bytes).sum();
+                if sum != *recorded {
+                    w.r.deadlists.push(format!(
+                        "{owner}: dead list {obj}: its sub-lists say {sum} bytes, the record says {recorded}"
+                    ));
+                }
+            }
+        }
         let st = crate::spa::lock(&pool.st);
-        for (obj, recorded, owner, entries) in deadlists {
+        for (obj, recorded, owner, entries, _) in deadlists {
             let entries = match entries {
                 Ok(e) => e,
                 Err(e) => {
@@ -396,7 +425,7 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                 }
             };
             let mut sum = 0;
-            for bp in &entries {
+            for (_, bp) in &entries {
                 sum += st.alloc.dsize(bp);
                 for d in bp.dva.iter().filter(|d| d.is_valid()) {
                     let held = w

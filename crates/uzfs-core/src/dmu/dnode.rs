@@ -56,6 +56,8 @@ pub mod ot {
     pub const UNLINKED_SET: u8 = 17;
     /// A snapshot's or dataset's dead list: block pointers (`dsl/snapshot.rs`).
     pub const DEADLIST: u8 = 18;
+    /// A dead list's header: its sub-lists by birth-time key (`dsl/deadlist.rs`).
+    pub const DEADLIST_MAP: u8 = 19;
 
     pub fn name(t: u8) -> &'static str {
         match t {
@@ -78,6 +80,7 @@ pub mod ot {
             XATTR => "ZFS xattrs",
             UNLINKED_SET => "ZFS delete queue",
             DEADLIST => "DSL deadlist",
+            DEADLIST_MAP => "DSL deadlist map",
             _ => "unknown",
         }
     }

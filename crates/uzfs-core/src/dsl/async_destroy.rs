@@ -351,11 +351,11 @@ impl Pool {
         let obj = self.mos.create_in_sync(
             extra,
             ot::DEADLIST,
-            crate::dsl::snapshot::DEADLIST_BLOCK,
+            crate::dsl::deadlist::DEADLIST_BLOCK,
             &ObjProps::METADATA,
         )?;
         self.mos
-            .write_in_sync(extra, obj, 0, &crate::dsl::snapshot::encode(&spill))?;
+            .write_in_sync(extra, obj, 0, &crate::dsl::deadlist::encode_bps(&spill))?;
         let bytes = spill.iter().map(|b| w.dsize(b)).sum();
         q.entries.push_back(FreeEntry::Blocks {
             obj,

@@ -22,6 +22,7 @@
 //! less other datasets' unused reservations, capped by every quota above.
 
 pub mod async_destroy;
+pub mod deadlist;
 pub mod props;
 pub mod records;
 pub mod snapshot;
@@ -123,6 +124,9 @@ pub struct Dsl {
     /// Tasks the sync could not carry out, by task id, with why.
     pub task_errors: Mutex<BTreeMap<u64, String>>,
     pub next_task: std::sync::atomic::AtomicU64,
+    /// Every dead list has keys (`deadlist.rs`): set by the first sync
+    /// of an import, which converts the lists written before them.
+    pub deadlists_keyed: std::sync::atomic::AtomicBool,
 }
 
 /// Where a property's value came from (the SOURCE column of `zfs get`).
@@ -392,8 +396,8 @@ impl Pool {
                 phys.origin = sp.id;
                 phys.prev_snap_txg = sp.txg;
                 phys.deadlist = self.mos.create_object(
-                    ot::DEADLIST,
-                    snapshot::DEADLIST_BLOCK,
+                    ot::DEADLIST_MAP,
+                    deadlist::DEADLIST_BLOCK,
                     &ObjProps::METADATA,
                 )?;
                 os

@@ -31,11 +31,13 @@
 //! * **Destroying snapshot S**, with P the snapshot before it (or none) and
 //!   N the one after it (or the dataset itself): a block only S held was
 //!   born after P and died before N, which are exactly the entries of N's
-//!   dead list born after P. Those are freed; N keeps its other entries,
-//!   and S's dead list (blocks P holds that died before S, so before N
-//!   too) joins N's. The cost is the length of the two lists, never the
-//!   size of the dataset: no tree is walked. The same rule gives a
-//!   snapshot's `used` (what destroying it would free) by reading N's list.
+//!   dead list born after P. Each list is split by birth-time key
+//!   (`deadlist.rs`), so those are N's sub-lists keyed P's txg or later:
+//!   they go to the free queue whole, and S's sub-lists (blocks P holds
+//!   that died before S, so before N too) join N's. The cost is the
+//!   number of sub-lists, never the number of blocks nor the size of the
+//!   dataset, and the same headers give a snapshot's `used` (what
+//!   destroying it would free) and `written`.
 //!
 //! * **Clones.** A clone is a new dataset whose object set starts as a
 //!   snapshot's (under an object-set block of its own). Every block born
@@ -60,25 +62,23 @@
 //!   line's next list to the new one's. `origin_dead` is recounted.
 //!
 //! * **On disk** (docs/ON_DISK_FORMAT.md, "Snapshots"): each snapshot's
-//!   `SnapPhys` in the DSL record; a dead list is a MOS object of block
-//!   pointers, 128 bytes each, appended by each sync and rewritten whole
-//!   when a destroy merges two. Feature `com.uzfs:snapshots`, active from
+//!   `SnapPhys` in the DSL record; a dead list is a header of sub-lists by
+//!   key, each a MOS object of block pointers appended by each sync
+//!   (`deadlist.rs`). Feature `com.uzfs:snapshots`, active from
 //!   the first snapshot on: a build that does not know it would free blocks
 //!   a snapshot still holds.
 
+use super::deadlist::{Born, DlSync, SubList};
 use super::{rlock, wlock, Dataset};
-use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
+use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::dnode::{ot, ObjProps};
-use crate::dmu::objset::{BlockReader, BlockWriter, DirtyObj, Objset, TxgDirty};
+use crate::dmu::objset::{BlockReader, BlockWriter, Objset, TxgDirty};
 use crate::error::{Error, Result};
 use crate::spa::{lock, Pool};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
-
-/// Data block size of a dead-list object.
-pub(crate) const DEADLIST_BLOCK: u32 = 16 << 10;
 
 /// One snapshot's record in the DSL directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,8 +168,9 @@ pub(crate) struct SnapSync {
     pub tasks: Vec<SnapTask>,
     /// Each dataset's object-set pointer as this txg leaves it.
     pub roots: BTreeMap<u64, BlkPtr>,
-    /// Blocks each dead list (by object) gained in this txg.
-    pub appends: BTreeMap<u64, Vec<BlkPtr>>,
+    /// Blocks each dead list (by object) gained in this txg, with their
+    /// keys (`deadlist.rs`).
+    pub appends: BTreeMap<u64, Vec<(u64, BlkPtr)>>,
 }
 
 impl SnapSync {
@@ -184,42 +185,6 @@ struct Neighbours {
     next: Option<Arc<Snapshot>>,
     head: Option<Arc<Dataset>>,
     next_dl: u64,
-}
-
-/// A dead list's state in one sync: its whole contents, when a destroy
-/// rewrites it; else what the txg adds to it.
-#[derive(Default)]
-struct Dl {
-    whole: Option<Vec<BlkPtr>>,
-    append: Vec<BlkPtr>,
-    /// Created in this txg (nothing on disk yet).
-    created: bool,
-}
-
-/// Encode dead-list entries.
-pub(crate) fn encode(bps: &[BlkPtr]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bps.len() * BLKPTR_SIZE);
-    for bp in bps {
-        out.extend_from_slice(&bp.to_bytes());
-    }
-    out
-}
-
-/// The entries of dead list `obj` of `mos` as its last sync left them.
-pub fn read_deadlist_of(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
-    if obj == 0 {
-        return Ok(Vec::new());
-    }
-    let size = mos.synced_dnode(obj)?.size as usize;
-    if !size.is_multiple_of(BLKPTR_SIZE) {
-        return Err(Error::corrupt(
-            "dead list",
-            format!("object {obj}: {size} bytes"),
-        ));
-    }
-    let mut buf = vec![0u8; size];
-    mos.read(obj, 0, &mut buf)?;
-    buf.chunks_exact(BLKPTR_SIZE).map(BlkPtr::decode).collect()
 }
 
 /// A hold's tag: 1-255 bytes, no NUL (OpenZFS allows any other).
@@ -842,9 +807,9 @@ impl Pool {
             // line's list until the promote task moves it out.)
             let c_dead = match grand {
                 0 => 0,
-                _ => self.dead_bytes(&self.line_lists(&c, 0), |b| b.birth <= grand_txg)?,
+                _ => self.dead_bytes(&self.line_lists(&c, 0), Born::By(grand_txg), true)?,
             };
-            let o_dead = self.dead_bytes(&self.line_lists(&o, 0), |b| b.birth <= sp.txg)?;
+            let o_dead = self.dead_bytes(&self.line_lists(&o, 0), Born::By(sp.txg), true)?;
             wlock(&c.phys).origin_dead = c_dead;
             wlock(&o.phys).origin_dead = o_dead;
             *lock(&self.dsl.dirty) = true;
@@ -867,9 +832,7 @@ impl Pool {
     /// are in no `referenced`). Reads those lists; walks no tree.
     pub fn written_since(&self, d: &Dataset, s: &Snapshot) -> Result<u64> {
         let sp = s.phys();
-        let killed = self.dead_bytes(&self.line_lists(d, sp.txg), |b| {
-            b.birth <= sp.txg && b.obj_type != ot::OBJSET
-        })?;
+        let killed = self.dead_bytes(&self.line_lists(d, sp.txg), Born::By(sp.txg), false)?;
         Ok((d.os.space().used + killed).saturating_sub(sp.referenced))
     }
 
@@ -890,9 +853,7 @@ impl Pool {
             return Ok(sp.referenced);
         };
         let pp = prev.phys();
-        let killed = self.dead_bytes(&[sp.deadlist], |b| {
-            b.birth <= pp.txg && b.obj_type != ot::OBJSET
-        })?;
+        let killed = self.dead_bytes(&[sp.deadlist], Born::By(pp.txg), false)?;
         Ok((sp.referenced + killed).saturating_sub(pp.referenced))
     }
 
@@ -910,23 +871,6 @@ impl Pool {
         lists
     }
 
-    /// Bytes (as charged to `used`) of the entries of dead lists `lists`
-    /// that `keep` selects, as the last txg left them. Open context only
-    /// (it takes the allocator's lock).
-    fn dead_bytes(&self, lists: &[u64], keep: impl Fn(&BlkPtr) -> bool) -> Result<u64> {
-        let mut total = 0;
-        for &dl in lists.iter().filter(|dl| **dl != 0) {
-            let entries = self.read_deadlist(dl)?;
-            let st = lock(&self.st);
-            total += entries
-                .iter()
-                .filter(|b| keep(b))
-                .map(|b| st.alloc.dsize(b))
-                .sum::<u64>();
-        }
-        Ok(total)
-    }
-
     /// Sync until the tasks are carried out; their errors, if any.
     fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
         self.sync()?;
@@ -941,16 +885,10 @@ impl Pool {
 
     /// What destroying `s` would free: the entries of the next dead list
     /// (the next snapshot's, or the dataset's) born after the previous
-    /// snapshot. Reads that list.
+    /// snapshot. Reads that list's header.
     pub fn snapshot_unique(&self, s: &Snapshot) -> Result<u64> {
         let n = self.neighbours(&s.phys());
-        let next = self.read_deadlist(n.next_dl)?;
-        let st = lock(&self.st);
-        Ok(next
-            .iter()
-            .filter(|bp| bp.birth > n.prev_txg)
-            .map(|bp| st.alloc.dsize(bp))
-            .sum())
+        self.dead_bytes(&[n.next_dl], Born::After(n.prev_txg), true)
     }
 
     /// What destroying the snapshots of dataset `ds` named in `names`
@@ -984,39 +922,44 @@ impl Pool {
                 .map(|s| s.phys().deadlist)
                 .collect();
             lists.push(chain.get(i).map_or(head_dl, |n| n.phys().deadlist));
-            total += self.dead_bytes(&lists, |b| b.birth > prev)?;
+            total += self.dead_bytes(&lists, Born::After(prev), true)?;
         }
         Ok(total)
-    }
-
-    /// The entries of dead list `obj` as the last txg left them.
-    pub(crate) fn read_deadlist(&self, obj: u64) -> Result<Vec<BlkPtr>> {
-        read_deadlist_of(&self.mos, obj)
     }
 
     /// Sync context, after every dataset's pass: carry out the snapshot
     /// tasks and write the dead lists' changes into `extra`. A task that
     /// cannot be carried out (its dataset or snapshot went away, a name
     /// taken meanwhile) is recorded in `Dsl::task_errors`. A destroy
-    /// frees within `budget`; returns what is left to free (queued by
-    /// the caller, `async_destroy.rs`).
+    /// frees this txg's entries within `budget`; returns what it leaves
+    /// to free: entries past the budget, and whole sub-lists (both queued
+    /// by the caller, `async_destroy.rs`).
     pub(crate) fn sync_snapshots(
         &self,
         w: &mut dyn BlockWriter,
         extra: &mut TxgDirty,
         txg: u64,
-        ss: SnapSync,
+        mut ss: SnapSync,
         budget: &mut crate::dsl::async_destroy::Budget,
-    ) -> Result<Vec<BlkPtr>> {
+    ) -> Result<(Vec<BlkPtr>, Vec<SubList>)> {
         let mut spill = Vec::new();
-        if ss.is_empty() {
-            return Ok(spill);
+        let mut sublists = Vec::new();
+        let mut dls = DlSync::new(&self.mos, extra);
+        if !self.dsl.deadlists_keyed.swap(true, Ordering::Relaxed) {
+            for (old, new) in self.convert_flat_deadlists(&mut dls)? {
+                if let Some(v) = ss.appends.remove(&old) {
+                    ss.appends.insert(new, v);
+                }
+            }
         }
-        let mut dls: BTreeMap<u64, Dl> = BTreeMap::new();
-        for (obj, bps) in ss.appends {
-            dls.entry(obj).or_default().append = bps;
+        if ss.is_empty() && dls.is_empty() {
+            return Ok((spill, sublists));
         }
-        let mut freed_objs = Vec::new();
+        for (obj, bps) in std::mem::take(&mut ss.appends) {
+            for (key, bp) in bps {
+                dls.append(obj, key, bp)?;
+            }
+        }
         let fail = |task: u64, why: String| {
             lock(&self.dsl.task_errors).insert(task, why);
         };
@@ -1045,13 +988,14 @@ impl Pool {
                     }
                     let root = ss.roots.get(&ds).copied().unwrap_or_else(|| d.os.root_bp());
                     let id = self.mos.create_in_sync(
-                        extra,
+                        dls.extra(),
                         ot::DSL_DATASET,
                         512,
                         &ObjProps::METADATA,
                     )?;
-                    self.mos.write_in_sync(extra, id, 0, &root.to_bytes())?;
-                    let new_dl = self.new_deadlist(extra, &mut dls)?;
+                    self.mos
+                        .write_in_sync(dls.extra(), id, 0, &root.to_bytes())?;
+                    let new_dl = dls.create()?;
                     let space = d.os.synced_space();
                     let mut p = wlock(&d.phys);
                     let snap = SnapPhys {
@@ -1094,49 +1038,40 @@ impl Pool {
                         head,
                         next_dl,
                     } = self.neighbours(&sp);
-                    // N's entries: on disk, then what this txg added.
-                    let mut n_all = self.load_dl(&mut dls, next_dl)?;
-                    let s_all = self.load_dl(&mut dls, sp.deadlist)?;
-                    n_all.retain(|bp| {
-                        if bp.birth > prev_txg {
-                            if budget.take() {
-                                w.free_bp(bp);
-                            } else {
-                                spill.push(*bp);
-                            }
-                            false
+                    // What only S held: N's entries born after P, whole
+                    // sub-lists (queued) and this txg's (freed now, within
+                    // the budget). Then S's list joins N's.
+                    let (subs, entries) = dls.take_from(next_dl, prev_txg)?;
+                    let mut freed: u64 = subs.iter().map(|s| s.bytes).sum();
+                    for bp in entries {
+                        freed += w.dsize(&bp);
+                        if budget.take() {
+                            w.free_bp(&bp);
                         } else {
-                            true
+                            spill.push(bp);
                         }
-                    });
-                    n_all.extend(s_all);
-                    let bytes: u64 = n_all.iter().map(|bp| w.dsize(bp)).sum();
-                    let mut n_obj = next_dl;
-                    if n_obj == 0 && !n_all.is_empty() {
-                        n_obj = self.new_deadlist(extra, &mut dls)?;
                     }
-                    if n_obj != 0 {
-                        dls.entry(n_obj).or_default().whole = Some(n_all);
-                    }
+                    sublists.extend(subs);
+                    let n_obj = dls.merge(sp.deadlist, next_dl)?;
+                    let set = |deadlist: &mut u64, dead_bytes: &mut u64| {
+                        *deadlist = n_obj;
+                        *dead_bytes = dead_bytes.saturating_sub(freed) + sp.dead_bytes;
+                    };
                     match (&next, &head) {
                         (Some(n), _) => {
                             let mut np = wlock(&n.phys);
-                            np.deadlist = n_obj;
-                            np.dead_bytes = bytes;
+                            let np = &mut *np;
+                            set(&mut np.deadlist, &mut np.dead_bytes);
                         }
                         (None, Some(h)) => {
                             let mut hp = wlock(&h.phys);
-                            hp.deadlist = n_obj;
-                            hp.dead_bytes = bytes;
+                            let hp = &mut *hp;
+                            set(&mut hp.deadlist, &mut hp.dead_bytes);
                             hp.prev_snap_txg = prev_txg;
                         }
                         (None, None) => {}
                     }
-                    if sp.deadlist != 0 {
-                        dls.remove(&sp.deadlist);
-                        freed_objs.push(sp.deadlist);
-                    }
-                    freed_objs.push(sp.id);
+                    dls.free_object(sp.id);
                     wlock(&self.dsl.snaps).remove(&sp.id);
                     log::info!(
                         "pool '{}': snapshot '{}@{}' destroyed in txg {txg}",
@@ -1165,14 +1100,7 @@ impl Pool {
                         (None, Some(h)) => rlock(&h.phys).deadlist,
                         (None, None) => 0,
                     };
-                    let mut list = self.load_dl(&mut dls, old_dl)?;
-                    let before = list.len();
-                    list.retain(|b| !s.is_root(b));
-                    let removed = before != list.len();
-                    if old_dl != 0 {
-                        dls.entry(old_dl).or_default().whole = Some(list);
-                    }
-                    if removed {
+                    if dls.remove(old_dl, s.root.birth, |b| s.is_root(b))? {
                         match (&old_next, &old_head) {
                             (Some(n), _) => {
                                 let mut np = wlock(&n.phys);
@@ -1195,13 +1123,10 @@ impl Pool {
                     let n = self.neighbours(&sp);
                     let mut new_dl = n.next_dl;
                     if new_dl == 0 {
-                        new_dl = self.new_deadlist(extra, &mut dls)?;
+                        new_dl = dls.create()?;
                     }
-                    let e = dls.entry(new_dl).or_default();
-                    match &mut e.whole {
-                        Some(all) => all.push(s.root),
-                        None => e.append.push(s.root),
-                    }
+                    let key = super::deadlist::key_for(&self.line_txgs(sp.ds), s.root.birth);
+                    dls.append(new_dl, key, s.root)?;
                     match (&n.next, &n.head) {
                         (Some(x), _) => {
                             let mut xp = wlock(&x.phys);
@@ -1233,23 +1158,14 @@ impl Pool {
                     // snapshot's tree); this txg's entries are the new
                     // head's first kills (the snapshot's object-set block).
                     let dl = rlock(&h.phys).deadlist;
-                    if dl != 0 {
-                        // A clone's entries that were its origin's leave
-                        // its charge with them.
-                        if let Some(o) = self.origin_snap(&h) {
-                            let otxg = o.phys().txg;
-                            let gone: u64 = self
-                                .read_deadlist(dl)?
-                                .iter()
-                                .filter(|b| b.birth <= otxg)
-                                .map(|b| w.dsize(b))
-                                .sum();
-                            let mut hp = wlock(&h.phys);
-                            hp.origin_dead = hp.origin_dead.saturating_sub(gone);
-                        }
-                        let e = dls.entry(dl).or_default();
-                        e.whole = Some(std::mem::take(&mut e.append));
+                    // A clone's entries that were its origin's leave its
+                    // charge with them.
+                    if let Some(o) = self.origin_snap(&h) {
+                        let gone = dls.bytes(dl, Born::By(o.phys().txg))?;
+                        let mut hp = wlock(&h.phys);
+                        hp.origin_dead = hp.origin_dead.saturating_sub(gone);
                     }
+                    dls.clear(dl)?;
                     log::info!(
                         "pool '{}': '{}' rolled back in txg {txg}",
                         self.name,
@@ -1258,59 +1174,9 @@ impl Pool {
                 }
             }
         }
-        // Write the dead lists' changes, then free what went.
-        for (obj, dl) in dls {
-            if let Some(all) = dl.whole {
-                self.mos.replace_in_sync(extra, obj, 0, &encode(&all))?;
-            } else if !dl.append.is_empty() {
-                let at = if dl.created {
-                    0
-                } else {
-                    self.mos.synced_dnode(obj)?.size
-                };
-                self.mos
-                    .write_in_sync(extra, obj, at, &encode(&dl.append))?;
-            }
-        }
-        for obj in freed_objs {
-            extra.objs.insert(
-                obj,
-                DirtyObj {
-                    freed: true,
-                    ..Default::default()
-                },
-            );
-        }
+        dls.write(w)?;
         *lock(&self.dsl.dirty) = true;
-        Ok(spill)
-    }
-
-    /// A new, empty dead list (sync context).
-    fn new_deadlist(&self, extra: &mut TxgDirty, dls: &mut BTreeMap<u64, Dl>) -> Result<u64> {
-        let obj =
-            self.mos
-                .create_in_sync(extra, ot::DEADLIST, DEADLIST_BLOCK, &ObjProps::METADATA)?;
-        dls.entry(obj).or_default().created = true;
-        Ok(obj)
-    }
-
-    /// A dead list's whole contents in this txg (on disk plus what the txg
-    /// added), taken out of `dls` (the caller puts back what it keeps).
-    fn load_dl(&self, dls: &mut BTreeMap<u64, Dl>, obj: u64) -> Result<Vec<BlkPtr>> {
-        if obj == 0 {
-            return Ok(Vec::new());
-        }
-        let e = dls.entry(obj).or_default();
-        if let Some(all) = e.whole.take() {
-            return Ok(all);
-        }
-        let mut all = if e.created {
-            Vec::new()
-        } else {
-            self.read_deadlist(obj)?
-        };
-        all.append(&mut e.append);
-        Ok(all)
+        Ok((spill, sublists))
     }
 }
 

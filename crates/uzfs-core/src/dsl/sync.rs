@@ -16,7 +16,7 @@
 //!    dead lists grown (`snapshot.rs`); the free queue and the records
 //!    that changed written (`records.rs`).
 
-use super::async_destroy::Budget;
+use super::async_destroy::{Budget, FreeEntry};
 use super::snapshot::SnapSync;
 use super::Dataset;
 use crate::dmu::blkptr::BlkPtr;
@@ -122,7 +122,11 @@ impl Pool {
                 p.origin_dead += origin_dead;
                 drop(p);
                 if !dead.is_empty() {
-                    snap.appends.entry(deadlist).or_default().extend(dead);
+                    let line = self.line_txgs(d.id());
+                    snap.appends.entry(deadlist).or_default().extend(
+                        dead.into_iter()
+                            .map(|b| (super::deadlist::key_for(&line, b.birth), b)),
+                    );
                 }
             }
             snap.roots.insert(d.id(), bp);
@@ -169,8 +173,19 @@ impl Pool {
         };
         let mut q = self.queue_doomed(std::mem::take(&mut s.doomed));
         self.free_queued(w, extra, &mut q, &mut budget)?;
-        let spill = self.sync_snapshots(w, extra, txg, std::mem::take(&mut s.snap), &mut budget)?;
+        let (spill, sublists) =
+            self.sync_snapshots(w, extra, txg, std::mem::take(&mut s.snap), &mut budget)?;
         self.queue_spill(w, extra, &mut q, spill)?;
+        // Sub-lists a snapshot destroy let go of: freed from the queue,
+        // within what is left of the budget.
+        q.entries
+            .extend(sublists.into_iter().map(|s| FreeEntry::Blocks {
+                obj: s.obj,
+                next: 0,
+                count: s.count,
+                bytes: s.bytes,
+            }));
+        self.free_queued(w, extra, &mut q, &mut budget)?;
         self.save_queue(w, extra, queue_obj, q)?;
         self.sync_dsl_records(w, extra, dsl_obj, features.records)
     }

@@ -26,6 +26,7 @@ pub const INTENT_LOG: &str = "com.uzfs:intent_log";
 pub const SNAPSHOTS: &str = "com.uzfs:snapshots";
 pub const ASYNC_DESTROY: &str = "com.delphix:async_destroy";
 pub const DSL_RECORDS: &str = "com.uzfs:dsl_records";
+pub const DEADLIST_KEYS: &str = "com.uzfs:deadlist_keys";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -72,6 +73,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: DSL_RECORDS,
         read_only_compatible: false,
         description: "Each dataset's and snapshot's record in its own MOS object.",
+    },
+    FeatureInfo {
+        name: DEADLIST_KEYS,
+        read_only_compatible: true,
+        description: "Dead lists split by birth txg: snapshot destroy frees whole sub-lists.",
     },
 ];
 

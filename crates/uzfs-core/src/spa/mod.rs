@@ -978,6 +978,9 @@ pub(crate) struct WalkSet {
     /// previous snapshot, or a clone's origin): what this one shares with
     /// it is that, less the dead list (zdb's exact cross-check).
     pub prev_referenced: u64,
+    /// The txgs of the dataset's line (`dsl/deadlist.rs`): zdb checks
+    /// the dead lists' keys against it.
+    pub line: Vec<u64>,
 }
 
 /// Every dataset's snapshots, oldest first, then the dataset itself, as
@@ -1011,6 +1014,22 @@ pub(crate) fn walk_sets(
         let mut min_birth = origin.map_or(0, |o| o.txg + 1);
         let mut prev_referenced = origin.map_or(0, |o| o.referenced);
         let mut head = (head_bp, rec.map_or((0, 0), |d| (d.deadlist, d.dead_bytes)));
+        let line = crate::dsl::deadlist::line_of(
+            head_id,
+            |ds| {
+                dsl.snapshots
+                    .iter()
+                    .filter(|s| s.ds == ds)
+                    .map(|s| s.txg)
+                    .collect()
+            },
+            |ds| {
+                let o = dsl.datasets.iter().find(|d| d.id == ds)?.origin;
+                let os = dsl.snapshots.iter().find(|s| s.id == o)?;
+                Some((os.ds, os.txg))
+            },
+            dsl.datasets.len(),
+        );
         for s in snaps {
             let root = dataset_bp(mos, s.id)?;
             if upto.is_some_and(|u| s.txg > u) {
@@ -1025,6 +1044,7 @@ pub(crate) fn walk_sets(
                 deadlist: (s.deadlist, s.dead_bytes),
                 referenced: Some(s.referenced),
                 prev_referenced,
+                line: line.clone(),
             });
             min_birth = s.txg + 1;
             prev_referenced = s.referenced;
@@ -1037,6 +1057,7 @@ pub(crate) fn walk_sets(
             deadlist: head.1,
             referenced: None,
             prev_referenced,
+            line,
         });
     }
     Ok(out)
