@@ -793,6 +793,10 @@ impl Pool {
                     )));
                 }
             }
+            // The moved snapshots change place in a scan's walk order.
+            let root = lock(&self.st).dir.root_dataset;
+            let key = |id: u64| if id == root { 1 } else { id };
+            self.scan_rewind(key(o.id()).min(key(c.id())))?;
             let grand = rlock(&o.phys).origin;
             for m in &moving {
                 wlock(&m.phys).ds = c.id();

@@ -188,6 +188,9 @@ pub struct ScanCtl {
     /// instead of showing progress that is not being made; `zpool clear`
     /// or the next import starts it again.
     pub stopped: Option<(u64, String)>,
+    /// A promote moved object sets in the walk order (`Pool::scan_rewind`):
+    /// the next bookmark recorded is at most this.
+    pub rewind: Option<Bookmark>,
 }
 
 /// The smallest batch a scan shrinks to by yielding its parked frees to
@@ -392,6 +395,38 @@ impl Pool {
             }
         };
         self.write_json(obj, phys)
+    }
+
+    /// A promote moves snapshots from one dataset to another, so from one
+    /// place in a scan's walk order (`walk_sets`: by dataset, then txg) to
+    /// another, possibly behind the bookmark of a running scan that has
+    /// not visited them yet. So it walks the scan back to `objset` (the
+    /// walk key of the first of the two datasets): what it visits twice
+    /// is verified or copied twice, nothing is missed (OpenZFS
+    /// `dsl_scan_ds_clone_swapped`). Called with the promote's sync guard
+    /// held, so the rewound record commits with the promote.
+    pub(crate) fn scan_rewind(&self, objset: u64) -> Result<()> {
+        let to = Bookmark {
+            objset,
+            ..Bookmark::default()
+        };
+        let mut c = lock(&self.scan);
+        let ScanCtl { phys, rewind, .. } = &mut *c;
+        let Some(p) = phys.as_mut().filter(|p| p.state == ScanState::Scanning) else {
+            return Ok(());
+        };
+        *rewind = Some(rewind.map_or(to, |r| r.min(to)));
+        if p.bookmark <= to {
+            return Ok(());
+        }
+        log::info!(
+            "pool '{}': a promote moved snapshots behind the scan; it walks again from object set {objset}",
+            self.name
+        );
+        p.bookmark = to;
+        let p = p.clone();
+        drop(c);
+        self.save_scan(&p)
     }
 
     /// Level-0 blocks of the root dataset's files as of the last commit
@@ -710,18 +745,30 @@ impl Pool {
             phys.issued += issued;
             phys.repaired += repaired;
             phys.errors += errors + batch.errors;
-            match batch.next {
-                Some(b) => phys.bookmark = b,
-                None => {
-                    phys.state = ScanState::Finished;
-                    phys.end_time = now_secs();
-                    phys.examined = phys.examined.max(phys.issued);
-                }
-            }
             // Recorded first, published after: a scan whose record cannot
             // be written (the pool suspended) is not shown as finished.
-            self.save_scan(&phys)?;
-            lock(&self.scan).phys = Some(phys.clone());
+            // A promote meanwhile walks it back (`scan_rewind`); one that
+            // comes while the record is written has it written again.
+            loop {
+                let floor = lock(&self.scan).rewind;
+                match (batch.next, floor) {
+                    (Some(b), Some(f)) => phys.bookmark = b.min(f),
+                    (None, Some(f)) => phys.bookmark = f,
+                    (Some(b), None) => phys.bookmark = b,
+                    (None, None) => {
+                        phys.state = ScanState::Finished;
+                        phys.end_time = now_secs();
+                        phys.examined = phys.examined.max(phys.issued);
+                    }
+                }
+                self.save_scan(&phys)?;
+                let mut c = lock(&self.scan);
+                if c.rewind == floor {
+                    c.rewind = None;
+                    c.phys = Some(phys.clone());
+                    break;
+                }
+            }
             if phys.state == ScanState::Finished {
                 self.scan_done(&phys)?;
                 return Ok(());
@@ -1397,5 +1444,93 @@ impl Pool {
             self.restart_resilver()?;
         }
         Ok(started)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dmu::dnode::{ot, ObjProps};
+    use crate::spa::{sim_pool, sim_tunables};
+    use crate::vdev::sim::SimWorld;
+    use std::collections::BTreeSet;
+
+    fn scrub_from(bookmark: Bookmark) -> ScanPhys {
+        ScanPhys {
+            func: ScanFunc::Scrub,
+            state: ScanState::Scanning,
+            min_txg: 0,
+            max_txg: u64::MAX,
+            start_time: 0,
+            end_time: 0,
+            to_examine: 0,
+            examined: 0,
+            issued: 0,
+            repaired: 0,
+            errors: 0,
+            bookmark,
+            paused: false,
+            pause_time: 0,
+            targets: Vec::new(),
+            order: IssueOrder::Sorted,
+        }
+    }
+
+    /// What a scan from its recorded bookmark to the end gathers, by
+    /// address.
+    fn rest_of_scan(p: &Pool) -> BTreeSet<(u32, u64)> {
+        let phys = p.scan_record().expect("scan record");
+        let b = p.gather_with(&phys, usize::MAX);
+        lock(&p.st).alloc.set_scan_hold(false);
+        let b = b.expect("gather");
+        assert!(b.next.is_none() && !b.broken);
+        b.bps
+            .iter()
+            .map(|bp| (bp.dva[0].vdev, bp.dva[0].offset))
+            .collect()
+    }
+
+    /// A promote moves snapshots from one dataset to another, so from
+    /// one place in a scan's walk order to another. Moved behind a
+    /// running scan's bookmark, their blocks would never be scrubbed nor
+    /// resilvered in that scan: the promote walks the scan back to where
+    /// they now are (OpenZFS `dsl_scan_ds_clone_swapped`).
+    #[test]
+    fn a_promote_during_a_scan_does_not_hide_moved_snapshots() {
+        let world = SimWorld::new();
+        let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(11)).expect("pool");
+        p.create_dataset("t/o", &[], false).expect("o");
+        let o = p.dataset("t/o").expect("o");
+        let obj =
+            o.os.create_object(ot::PLAIN_FILE, 16384, &ObjProps::default())
+                .expect("object");
+        o.os.write(obj, 0, &vec![0x11; 256 << 10]).expect("write");
+        p.create_snapshots(&["t/o@s".to_string()])
+            .expect("snapshot");
+        // The snapshot alone holds the first contents.
+        o.os.write(obj, 0, &vec![0x22; 256 << 10])
+            .expect("overwrite");
+        p.sync().expect("sync");
+        p.clone_snapshot("t/o@s", "t/c", &[], false).expect("clone");
+        p.promote("t/c").expect("promote");
+        // Now t/o is a clone of t/c@s; promoting it back moves @s from
+        // t/c to t/o, which the walk visits first.
+        let (o_id, c_id) = (o.id(), p.dataset("t/c").expect("c").id());
+        assert!(o_id < c_id, "the test needs the origin first in walk order");
+        p.sync().expect("sync");
+        lock(&p.scan).phys = Some(scrub_from(Bookmark {
+            objset: c_id,
+            ..Bookmark::default()
+        }));
+        let before = rest_of_scan(&p);
+        p.promote("t/o").expect("promote back");
+        let after = rest_of_scan(&p);
+        let missed: Vec<_> = before.difference(&after).collect();
+        assert!(
+            missed.is_empty(),
+            "{} blocks the scan had still to visit are now behind it: {missed:?}",
+            missed.len()
+        );
+        p.close().expect("close");
     }
 }
