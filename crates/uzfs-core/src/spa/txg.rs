@@ -553,6 +553,8 @@ impl BlockWriter for SyncWriter<'_> {
     /// only contend on its inode lock (measured: 10% of CPU spinning).
     fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         const CHUNK: usize = 32;
+        const CHUNK_BYTES: usize = 4 << 20;
+        const WRITES_IN_FLIGHT: usize = 2;
         let alg = if self.pass >= 2 {
             Compression::Off
         } else {
@@ -570,7 +572,7 @@ impl BlockWriter for SyncWriter<'_> {
         let mut out = Vec::with_capacity(items.len());
         // Prepared chunks are borrowed (raw) or smaller than the dirty data
         // already in memory, so helpers may run ahead without a bound.
-        let chunks: Vec<&[(BlkPtr, &[u8])]> = items.chunks(CHUNK).collect();
+        let chunks = chunk_by_bytes(items, CHUNK, CHUNK_BYTES);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let ready = std::sync::Mutex::new(std::collections::BTreeMap::new());
         let cv = std::sync::Condvar::new();
@@ -597,7 +599,9 @@ impl BlockWriter for SyncWriter<'_> {
             let io = self.io;
             let txg = self.txg;
             let (name, wait) = (self.name, self.wait);
-            let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<()>>> = None;
+            let mut pending: std::collections::VecDeque<
+                std::thread::ScopedJoinHandle<'_, Result<()>>,
+            > = std::collections::VecDeque::new();
             let join = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
                 h.join()
                     .unwrap_or_else(|_| Err(Error::invalid("block writer thread panicked")))
@@ -621,10 +625,12 @@ impl BlockWriter for SyncWriter<'_> {
                         placed.push((dva, phys));
                     }
                 }
-                if let Some(h) = pending.take() {
-                    join(h)?;
+                if pending.len() >= WRITES_IN_FLIGHT {
+                    if let Some(h) = pending.pop_front() {
+                        join(h)?;
+                    }
                 }
-                pending = Some(s.spawn(move || {
+                pending.push_back(s.spawn(move || {
                     let batch: Vec<([Dva; 3], &[u8])> =
                         placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
                     io.suspension.io(name, "block write", wait, || {
@@ -632,10 +638,16 @@ impl BlockWriter for SyncWriter<'_> {
                     })
                 }));
             }
-            if let Some(h) = pending.take() {
-                join(h)?;
+            // Every write joined before the first error is returned: no
+            // thread outlives the batch's buffers.
+            let mut first = Ok(());
+            for h in pending {
+                let r = join(h);
+                if first.is_ok() {
+                    first = r;
+                }
             }
-            Ok(())
+            first
         })?;
         Ok(out)
     }
@@ -695,6 +707,30 @@ fn flush_unless_log(
         }
         r => r,
     }
+}
+
+/// Cut a batch into chunks of at least `min` items and, where the items
+/// are small, at least `bytes` bytes: each chunk is compressed by one
+/// helper and written as one set of runs, so small blocks still make
+/// large writes (32 blocks of 16 KiB were one 512 KiB write at a time).
+fn chunk_by_bytes<'a, 'b>(
+    items: &'a [(BlkPtr, &'b [u8])],
+    min: usize,
+    bytes: usize,
+) -> Vec<&'a [(BlkPtr, &'b [u8])]> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, (_, d)) in items.iter().enumerate() {
+        size += d.len();
+        if i + 1 - start >= min && size >= bytes {
+            out.push(&items[start..=i]);
+            (start, size) = (i + 1, 0);
+        }
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
 }
 
 /// Mark the features in `used` active in `config` (those enabled and not
@@ -1413,6 +1449,35 @@ impl Pool {
 mod tests {
     use super::*;
     use crate::vdev::sim::SimWorld;
+
+    /// Chunks keep the batch's order, cover it exactly, and each but the
+    /// last has at least `min` items and `bytes` bytes.
+    #[test]
+    fn chunks_cover_the_batch_in_order_and_are_large_enough() {
+        let small = vec![0u8; 16 << 10];
+        let big = vec![0u8; 128 << 10];
+        for (n, d) in [
+            (0usize, &small),
+            (5, &small),
+            (300, &small),
+            (100, &big),
+            (33, &big),
+        ] {
+            let items: Vec<(BlkPtr, &[u8])> =
+                (0..n).map(|_| (BlkPtr::default(), d.as_slice())).collect();
+            let chunks = chunk_by_bytes(&items, 32, 4 << 20);
+            assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), n);
+            let mut at = items.as_ptr();
+            for (k, c) in chunks.iter().enumerate() {
+                assert_eq!(c.as_ptr(), at, "out of order");
+                at = at.wrapping_add(c.len());
+                if k + 1 < chunks.len() {
+                    assert!(c.len() >= 32);
+                    assert!(c.iter().map(|(_, d)| d.len()).sum::<usize>() >= 4 << 20);
+                }
+            }
+        }
+    }
 
     /// A waiter that saw changes pending is waiting for the open txg; if
     /// the sync thread then finds nothing pending it must still commit
