@@ -382,10 +382,17 @@ pub fn verify_found(found: &FoundPool) -> Result<Report> {
                     FreeEntry::Blocks {
                         obj, next, count, ..
                     } => {
-                        let all = crate::dsl::deadlist::read_bps(&mos, *obj)?;
-                        let from = (*next).min(*count) as usize;
-                        for bp in all.get(from..*count as usize).unwrap_or_default() {
-                            w.visit(bp, &name);
+                        let all =
+                            crate::dsl::async_destroy::check_blocks_object(&mos, *obj, *count)
+                                .and_then(|_| crate::dsl::deadlist::read_bps(&mos, *obj));
+                        match all {
+                            Ok(all) => {
+                                let from = (*next).min(*count) as usize;
+                                for bp in all.get(from..*count as usize).unwrap_or_default() {
+                                    w.visit(bp, &name);
+                                }
+                            }
+                            Err(e) => w.r.deadlists.push(format!("{name}: {e}")),
                         }
                     }
                 }

@@ -106,6 +106,24 @@ pub fn decode_root(hex: &str) -> Result<BlkPtr> {
     BlkPtr::decode(&bytes)
 }
 
+/// A `blocks` entry's object: a list of block pointers holding at least
+/// `count` of them.
+pub fn check_blocks_object(mos: &Objset, obj: u64, count: u64) -> Result<()> {
+    let dn = mos.synced_dnode(obj)?;
+    let need = count.checked_mul(BLKPTR_SIZE as u64);
+    if dn.obj_type != ot::DEADLIST || need.is_none_or(|n| n > dn.size) {
+        return Err(Error::corrupt(
+            "free queue",
+            format!(
+                "object {obj} ({}, {} bytes) does not hold {count} block pointers",
+                ot::name(dn.obj_type),
+                dn.size
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// How much one sync may still free.
 pub struct Budget {
     pub blocks: u64,
@@ -302,6 +320,13 @@ impl Pool {
                     count,
                     bytes,
                 } => {
+                    // A damaged entry leaks its blocks rather than free
+                    // what it does not list.
+                    if let Err(err) = check_blocks_object(&self.mos, *obj, *count) {
+                        log::error!("pool '{}': free queue: {err}; entry dropped", self.name);
+                        q.entries.pop_front();
+                        continue;
+                    }
                     while *next < *count && !budget.spent() {
                         let n = (*count - *next).min(budget.blocks).min(4096);
                         let mut buf = vec![0u8; n as usize * BLKPTR_SIZE];
@@ -401,6 +426,46 @@ mod tests {
     use crate::spa::{sim_pool, sim_tunables, Tunables};
     use crate::vdev::sim::SimWorld;
     use crate::zpl::Zpl;
+
+    /// A damaged queue entry is refused with a reason, never decoded into
+    /// block pointers to free: a root that is not 128 bytes of hex, a
+    /// `blocks` object of another type or shorter than its count.
+    #[test]
+    fn damaged_queue_entries_are_refused() {
+        for bad in [
+            "",
+            "zz",
+            &"0".repeat(2 * BLKPTR_SIZE - 1),
+            &"é".repeat(BLKPTR_SIZE),
+        ] {
+            let e = decode_root(bad).expect_err(bad);
+            assert!(e.to_string().contains("root pointer"), "{e}");
+        }
+        let world = SimWorld::new();
+        let (_d, p) = sim_pool(&world, "t", 64 << 20, sim_tunables(), Some(8)).expect("pool");
+        let list = p
+            .mos
+            .create_object(ot::DEADLIST, 16384, &ObjProps::METADATA)
+            .expect("list");
+        p.mos
+            .write(list, 0, &[0u8; 3 * BLKPTR_SIZE])
+            .expect("write");
+        let other = p
+            .mos
+            .create_object(ot::POOL_PROPS, 4096, &ObjProps::METADATA)
+            .expect("other");
+        p.mos
+            .write(other, 0, &[0u8; 3 * BLKPTR_SIZE])
+            .expect("write");
+        p.sync().expect("sync");
+        check_blocks_object(&p.mos, list, 3).expect("a list of three");
+        let e = check_blocks_object(&p.mos, list, 4).expect_err("too short");
+        assert!(e.to_string().contains("does not hold 4"), "{e}");
+        check_blocks_object(&p.mos, list, u64::MAX).expect_err("overflow");
+        let e = check_blocks_object(&p.mos, other, 1).expect_err("wrong type");
+        assert!(e.to_string().contains("pool properties"), "{e}");
+        p.close().expect("close");
+    }
 
     /// Destroy a filesystem holding 2 MiB with a budget of 2 blocks per
     /// txg: what is left to free after the destroy's txg.

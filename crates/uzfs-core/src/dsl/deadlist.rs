@@ -155,7 +155,14 @@ pub(crate) fn encode_bps(bps: &[BlkPtr]) -> Vec<u8> {
 /// The block pointers of flat object `obj` (a sub-list, a legacy list, a
 /// free-queue `blocks` object) as the last sync left them.
 pub fn read_bps(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
-    let size = mos.synced_dnode(obj)?.size as usize;
+    let dn = mos.synced_dnode(obj)?;
+    if dn.obj_type != ot::DEADLIST {
+        return Err(Error::corrupt(
+            "dead list",
+            format!("object {obj} is a {} object", ot::name(dn.obj_type)),
+        ));
+    }
+    let size = dn.size as usize;
     if !size.is_multiple_of(BLKPTR_SIZE) {
         return Err(Error::corrupt(
             "dead list",
@@ -193,6 +200,18 @@ pub fn read_header(mos: &Objset, obj: u64) -> Result<Option<Vec<SubList>>> {
     }
     let mut buf = vec![0u8; size];
     mos.read(obj, 0, &mut buf)?;
+    decode_header(obj, &buf).map(Some)
+}
+
+/// A header's bytes, checked: whole entries, keys in order, no empty or
+/// unnamed sub-list.
+pub fn decode_header(obj: u64, buf: &[u8]) -> Result<Vec<SubList>> {
+    if !buf.len().is_multiple_of(SUBLIST_SIZE) {
+        return Err(Error::corrupt(
+            "dead list",
+            format!("header {obj}: {} bytes", buf.len()),
+        ));
+    }
     let subs: Vec<SubList> = buf
         .chunks_exact(SUBLIST_SIZE)
         .map(SubList::decode)
@@ -203,13 +222,16 @@ pub fn read_header(mos: &Objset, obj: u64) -> Result<Option<Vec<SubList>>> {
             format!("header {obj}: key {} after key {}", w[1].key, w[0].key),
         ));
     }
-    if let Some(s) = subs.iter().find(|s| s.obj == 0 || s.count == 0) {
+    if let Some(s) = subs
+        .iter()
+        .find(|s| s.obj == 0 || s.count == 0 || s.objset_bytes > s.bytes)
+    {
         return Err(Error::corrupt(
             "dead list",
-            format!("header {obj}: empty sub-list {s:?}"),
+            format!("header {obj}: impossible sub-list {s:?}"),
         ));
     }
-    Ok(Some(subs))
+    Ok(subs)
 }
 
 /// Every entry of dead list `obj` (either layout), as the last sync left
@@ -746,6 +768,79 @@ mod tests {
         p.wait_freed().expect("freed");
         assert!(p.space().1 < before, "nothing freed");
         zdb_clean(&world, &d, "after a destroy");
+        p.close().expect("close");
+    }
+
+    /// Damaged headers are errors with the object named, never a panic
+    /// nor a list read wrong; so is a header whose counts disagree with
+    /// its sub-lists, or that names an object that is no sub-list.
+    #[test]
+    fn a_damaged_dead_list_is_an_error_not_a_panic() {
+        let entry = |key: u64, obj: u64, count: u64, bytes: u64, os: u64| {
+            let mut b = Vec::new();
+            SubList {
+                key,
+                obj,
+                count,
+                bytes,
+                objset_bytes: os,
+            }
+            .encode(&mut b);
+            b
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("a torn entry", vec![7u8; SUBLIST_SIZE - 1]),
+            (
+                "keys out of order",
+                [entry(9, 5, 1, 1, 0), entry(3, 6, 1, 1, 0)].concat(),
+            ),
+            ("no object", entry(1, 0, 1, 1, 0)),
+            ("no entries", entry(1, 5, 0, 0, 0)),
+            ("more object-set bytes than bytes", entry(1, 5, 1, 1, 9)),
+        ];
+        for (what, bytes) in cases {
+            let e = decode_header(42, &bytes).expect_err(what);
+            assert!(e.to_string().contains("42"), "{what}: {e}");
+        }
+        let two = decode_header(42, &[entry(3, 5, 2, 8, 0), entry(3, 6, 1, 4, 4)].concat())
+            .expect("two sub-lists of one key");
+        assert_eq!(two.len(), 2);
+        assert_eq!((two[1].key, two[1].obj, two[1].objset_bytes), (3, 6, 4));
+
+        // On disk: a header whose count disagrees with its sub-list.
+        let world = SimWorld::new();
+        let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(6)).expect("pool");
+        p.format_root_fs().expect("format");
+        let obj = p.create_object(4096, &ObjProps::default()).expect("object");
+        p.write(obj, 0, &vec![1u8; 64 << 10]).expect("write");
+        p.create_snapshots(&["t@a".to_string()]).expect("snapshot");
+        p.write(obj, 0, &vec![2u8; 64 << 10]).expect("overwrite");
+        p.sync().expect("sync");
+        let h = p.dataset("t").expect("dataset");
+        let dl = rlock(&h.phys).deadlist;
+        let mut subs = read_header(&p.mos, dl).expect("header").expect("keyed");
+        assert!(!subs.is_empty());
+        let damage = |subs: &[SubList]| {
+            let mut hdr = Vec::new();
+            for s in subs {
+                s.encode(&mut hdr);
+            }
+            p.mos.write(dl, 0, &hdr).expect("damage");
+            p.sync().expect("sync");
+        };
+        subs[0].count += 1000;
+        damage(&subs);
+        let e = read_all(&p.mos, dl).expect_err("count mismatch");
+        assert!(e.to_string().contains("entries"), "{e}");
+        let img: Arc<dyn BlockDevice> = Arc::new(world.disk_from_image("d0", d.image()));
+        let r = crate::zdb::verify(vec![("d0".into(), img)]).expect("zdb runs");
+        assert!(!r.deadlists.is_empty(), "zdb missed the damaged dead list");
+        // A header naming an object that is no sub-list.
+        subs[0].count -= 1000;
+        subs[0].obj = h.id();
+        damage(&subs);
+        let e = read_all(&p.mos, dl).expect_err("wrong type");
+        assert!(e.to_string().contains("DSL dataset"), "{e}");
         p.close().expect("close");
     }
 

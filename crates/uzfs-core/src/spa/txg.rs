@@ -548,9 +548,9 @@ impl BlockWriter for SyncWriter<'_> {
 
     /// The I/O pipeline: helper threads compress and checksum chunk k+1
     /// while this thread allocates (in order: cheap, and it must be
-    /// deterministic) and writes chunk k: one writer per child device
-    /// (`TopVdev::write_blocks`), never two on one file, where they would
-    /// only contend on its inode lock (measured: 10% of CPU spinning).
+    /// deterministic) and the writes of chunks k and k-1 are in flight,
+    /// one writer per child device each (`TopVdev::write_blocks`). Chunks
+    /// are at least 4 MiB, so small records still make large writes.
     fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         const CHUNK: usize = 32;
         const CHUNK_BYTES: usize = 4 << 20;
