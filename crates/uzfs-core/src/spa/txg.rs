@@ -70,7 +70,8 @@ pub struct Tunables {
     /// Seconds between syncs of a pool with dirty data (default 5, as
     /// zfs_txg_timeout). Larger: more data lost on a crash without fsync.
     pub txg_timeout: Duration,
-    /// Bound on dirty bytes in memory (default 10% of RAM, at most 4 GiB, as
+    /// Bound on dirty bytes in memory (default 10% of RAM, or of the memory
+    /// cgroup's limit when it is lower, at most 4 GiB, as
     /// zfs_dirty_data_max). Too small throttles writers; too large delays
     /// syncs and risks memory pressure.
     pub dirty_max: u64,
@@ -82,8 +83,9 @@ pub struct Tunables {
     pub delay_scale_ns: u64,
     /// Longest single delay (default 100 ms).
     pub delay_max_ns: u64,
-    /// Largest block cache (ARC) in bytes (default a quarter of RAM, at
-    /// least 256 MiB); it gives memory back under pressure.
+    /// Largest block cache (ARC) in bytes (default a quarter of RAM, or of
+    /// the memory cgroup's limit when it is lower, at least 64 MiB); it
+    /// gives memory back under pressure (`arc::SystemMemory`).
     pub cache_bytes: u64,
     /// Run a background sync thread (tests drive syncs by hand).
     pub sync_thread: bool,
@@ -153,7 +155,7 @@ pub struct Tunables {
 
 fn ram_bytes() -> u64 {
     use crate::arc::MemoryProbe;
-    crate::arc::ProcMeminfo.total()
+    crate::arc::SystemMemory::detect().total()
 }
 
 impl Default for Tunables {
@@ -168,7 +170,7 @@ impl Default for Tunables {
             // The ARC: up to a quarter of RAM, at least 256 MiB (OpenZFS:
             // half; the kernel's page cache above FUSE holds file data too).
             // It shrinks while the machine is short of memory (arc.rs).
-            cache_bytes: (ram_bytes() / 4).max(256 << 20),
+            cache_bytes: (ram_bytes() / 4).max(64 << 20),
             sync_thread: true,
             condense_min_entries: 4096,
             scan_delay_us: 500,
