@@ -346,6 +346,11 @@ impl BlockCache {
         }
     }
 
+    /// The most the cache may hold (`arc_max`).
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     /// (bytes held, hits, misses)
     pub fn stats(&self) -> (u64, u64, u64) {
         let l = self.lru.lock().unwrap_or_else(|e| e.into_inner());

@@ -401,6 +401,7 @@ fn dispatch(d: &Daemon, req: &Request) -> Response {
         Some("zdb") => crate::zdb::run_in_daemon(d, &req.argv[1..]),
         Some("zinject") => crate::vdevs::zinject(d, &req.argv[1..]),
         Some("zilstat") => crate::zilstat::snapshot_cmd(d, &req.argv[1..]),
+        Some("arcstat") => crate::arcstat::snapshot_cmd(d, &req.argv[1..]),
         Some("object") => crate::zpool::object_cmd(d, &req.argv[1..], cwd),
         Some("shutdown") => {
             d.close_all();

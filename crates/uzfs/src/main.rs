@@ -3,6 +3,7 @@
 //! `uzfs daemon` runs the daemon that holds imported pools; the CLI starts it
 //! on first use. The run directory comes from `--rundir DIR` or `UZFS_RUNDIR`.
 
+mod arcstat;
 mod client;
 mod daemon;
 mod fmt;
@@ -29,6 +30,8 @@ commands:
     zinject ...          inject device faults (see 'uzfs zinject -h')
     zilstat [-p POOL] [interval [count]]
                          intent log activity per dataset
+    arcstat [-p POOL] [interval [count]]
+                         block cache size, target, hit ratio, daemon memory
     daemon [--foreground | --stop | --status]
                          run, stop or query the daemon
     object put POOL FILE | get POOL OBJ FILE | free POOL OBJ
@@ -123,6 +126,7 @@ fn main() {
             }
         }
         "zilstat" => zilstat::client(&rundir, &rest),
+        "arcstat" => arcstat::client(&rundir, &rest),
         "daemon" => match rest.first().map(String::as_str) {
             Some("--foreground") => daemon::run(&rundir),
             Some("--stop") => ask_running_daemon(&rundir, "shutdown", 0),

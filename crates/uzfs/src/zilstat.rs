@@ -142,7 +142,7 @@ fn render(rows: &[ZilSnap]) -> String {
         "p50us",
         "p99us"
     );
-    let now = chrono_like_now();
+    let now = hms_now();
     for r in rows {
         let q = |x: Option<u64>| x.map_or("-".to_string(), |v| v.to_string());
         s.push_str(&format!(
@@ -167,7 +167,7 @@ fn render(rows: &[ZilSnap]) -> String {
 }
 
 /// HH:MM:SS (UTC) without a date crate.
-fn chrono_like_now() -> String {
+pub fn hms_now() -> String {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

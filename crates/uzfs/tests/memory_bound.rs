@@ -1,7 +1,8 @@
 //! The daemon in a memory cgroup limited to 1 GiB, with a 4 GiB working
 //! set written and read back through the mount: it sizes its cache and
 //! dirty data from the cgroup's limit (`arc::SystemMemory`), so it is
-//! never OOM-killed, and every byte reads back as written.
+//! never OOM-killed, every byte reads back as written, and `uzfs arcstat`
+//! reports the sizes and the limit.
 
 mod common;
 use common::*;
@@ -146,8 +147,27 @@ fn a_daemon_limited_to_1_gib_serves_a_4_gib_working_set() {
     }
     assert!(alive(pid), "the daemon died");
     assert_eq!(cg.oom_kills(), 0, "OOM kills in the daemon's cgroup");
-    let limit_line = e.ok(&["zpool", "get", "-H", "-o", "value", "health", "mtank"]);
-    assert_eq!(limit_line.trim(), "ONLINE");
+    let health = e.ok(&["zpool", "get", "-H", "-o", "value", "health", "mtank"]);
+    assert_eq!(health.trim(), "ONLINE");
+    // `uzfs arcstat` shows the sizes the limit gave and the limit itself.
+    let stat = e.ok(&["arcstat", "-p", "mtank"]);
+    let row: Vec<&str> = stat
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("mtank"))
+        .unwrap_or_else(|| panic!("no mtank row in arcstat:\n{stat}"))
+        .split_whitespace()
+        .collect();
+    // time pool read hit% size c c_max rss limit
+    assert_eq!(row.len(), 9, "{stat}");
+    assert_eq!(
+        row[6], "256M",
+        "c_max is not a quarter of the limit:\n{stat}"
+    );
+    assert_eq!(row[8], "1G", "the limit is not shown:\n{stat}");
+    assert!(
+        row[2].parse::<u64>().is_ok_and(|r| r > 0),
+        "no reads counted:\n{stat}"
+    );
     eprintln!(
         "daemon peak RSS {} MiB under a {} MiB limit",
         peak_rss_mib(pid),
