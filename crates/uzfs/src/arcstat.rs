@@ -10,7 +10,7 @@
 //! the daemon's resident memory, `limit` the memory cgroup's limit ("-":
 //! none, the machine's RAM bounds it).
 
-use crate::client::{self, Response};
+use crate::client::Response;
 use crate::daemon::Daemon;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -41,12 +41,7 @@ fn rss_bytes() -> u64 {
 
 /// Daemon side: every pool's cache.
 pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
-    let names: Vec<String> = args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .cloned()
-        .collect();
-    let pools = match crate::zpool::pools_or_all(d, &names) {
+    let pools = match crate::zpool::pools_in_args(d, args) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -108,79 +103,16 @@ fn render(rows: &[(ArcSnap, u64, u64)]) -> String {
 
 /// Client side.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
-    let mut pools = Vec::new();
-    let mut nums = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--help" | "-?" => {
-                crate::out(USAGE);
-                return 0;
-            }
-            "-p" => match it.next() {
-                Some(p) => pools.push(p.clone()),
-                None => {
-                    crate::err(USAGE);
-                    return 2;
-                }
-            },
-            n => match n.parse::<u64>() {
-                Ok(v) if v > 0 || !nums.is_empty() => nums.push(v),
-                _ => {
-                    crate::err(&format!("arcstat: bad argument '{n}'\n{USAGE}"));
-                    return 2;
-                }
-            },
-        }
-    }
-    if nums.len() > 2 {
-        crate::err(USAGE);
-        return 2;
-    }
-    let (interval, count) = (nums.first().copied(), nums.get(1).copied());
-    let fetch = || -> Result<Vec<ArcSnap>, i32> {
-        let mut argv = vec!["arcstat".to_string(), "--snapshot".into()];
-        argv.extend(pools.iter().cloned());
-        let r = client::call(rundir, argv);
-        if r.code != 0 {
-            crate::err(&r.stderr);
-            return Err(r.code);
-        }
-        serde_json::from_str(&r.stdout).map_err(|e| {
-            crate::err(&format!("arcstat: bad reply from the daemon: {e}\n"));
-            1
-        })
-    };
-    let mut prev = match fetch() {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let Some(iv) = interval else {
-        let rows: Vec<_> = prev.iter().map(|r| (r.clone(), r.hits, r.misses)).collect();
-        crate::out(&render(&rows));
-        return 0;
-    };
-    let mut printed = 0;
-    loop {
-        std::thread::sleep(std::time::Duration::from_secs(iv));
-        let now = match fetch() {
-            Ok(s) => s,
-            Err(c) => return c,
-        };
+    crate::zilstat::stat_client(rundir, args, "arcstat", USAGE, |prev, now: &[ArcSnap]| {
         let rows: Vec<_> = now
             .iter()
             .map(|n| {
-                let p = prev.iter().find(|p| p.pool == n.pool);
+                let p = prev.and_then(|prev| prev.iter().find(|p| p.pool == n.pool));
                 let hits = n.hits.saturating_sub(p.map_or(0, |p| p.hits));
                 let misses = n.misses.saturating_sub(p.map_or(0, |p| p.misses));
                 (n.clone(), hits, misses)
             })
             .collect();
-        crate::out(&render(&rows));
-        prev = now;
-        printed += 1;
-        if count.is_some_and(|c| printed >= c) {
-            return 0;
-        }
-    }
+        render(&rows)
+    })
 }

@@ -80,12 +80,7 @@ impl ZilSnap {
 
 /// Daemon side: every dataset's counters.
 pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
-    let names: Vec<String> = args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .cloned()
-        .collect();
-    let pools = match crate::zpool::pools_or_all(d, &names) {
+    let pools = match crate::zpool::pools_in_args(d, args) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -175,41 +170,49 @@ pub fn hms_now() -> String {
     format!("{:02}:{:02}:{:02}", (t / 3600) % 24, (t / 60) % 60, t % 60)
 }
 
-/// Client side.
-pub fn client(rundir: &Path, args: &[String]) -> i32 {
+/// The client side of a `*stat` command (`name [-p pool] [interval
+/// [count]]`): one `name --snapshot` request to the daemon per print;
+/// `print(prev, now)` renders the totals (`prev` none) or an interval's
+/// differences.
+pub fn stat_client<T: serde::de::DeserializeOwned>(
+    rundir: &Path,
+    args: &[String],
+    name: &str,
+    usage: &str,
+    print: impl Fn(Option<&[T]>, &[T]) -> String,
+) -> i32 {
     let mut pools = Vec::new();
     let mut nums = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "-h" | "--help" | "-?" => {
-                crate::out(USAGE);
+                crate::out(usage);
                 return 0;
             }
             "-p" => match it.next() {
                 Some(p) => pools.push(p.clone()),
                 None => {
-                    crate::err(USAGE);
+                    crate::err(usage);
                     return 2;
                 }
             },
             n => match n.parse::<u64>() {
                 Ok(v) if v > 0 || !nums.is_empty() => nums.push(v),
                 _ => {
-                    crate::err(&format!("zilstat: bad argument '{n}'\n{USAGE}"));
+                    crate::err(&format!("{name}: bad argument '{n}'\n{usage}"));
                     return 2;
                 }
             },
         }
     }
     if nums.len() > 2 {
-        crate::err(USAGE);
+        crate::err(usage);
         return 2;
     }
-    let interval = nums.first().copied();
-    let count = nums.get(1).copied();
-    let fetch = || -> Result<Vec<ZilSnap>, i32> {
-        let mut argv = vec!["zilstat".to_string(), "--snapshot".into()];
+    let (interval, count) = (nums.first().copied(), nums.get(1).copied());
+    let fetch = || -> Result<Vec<T>, i32> {
+        let mut argv = vec![name.to_string(), "--snapshot".into()];
         argv.extend(pools.iter().cloned());
         let r = client::call(rundir, argv);
         if r.code != 0 {
@@ -217,7 +220,7 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
             return Err(r.code);
         }
         serde_json::from_str(&r.stdout).map_err(|e| {
-            crate::err(&format!("zilstat: bad reply from the daemon: {e}\n"));
+            crate::err(&format!("{name}: bad reply from the daemon: {e}\n"));
             1
         })
     };
@@ -226,7 +229,7 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
         Err(c) => return c,
     };
     let Some(iv) = interval else {
-        crate::out(&render(&prev));
+        crate::out(&print(None, &prev));
         return 0;
     };
     let mut printed = 0;
@@ -236,18 +239,28 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
             Ok(s) => s,
             Err(c) => return c,
         };
-        let rows: Vec<ZilSnap> = now
-            .iter()
-            .map(|n| match prev.iter().find(|p| p.dataset == n.dataset) {
-                Some(p) => n.minus(p),
-                None => n.clone(),
-            })
-            .collect();
-        crate::out(&render(&rows));
+        crate::out(&print(Some(&prev), &now));
         prev = now;
         printed += 1;
         if count.is_some_and(|c| printed >= c) {
             return 0;
         }
     }
+}
+
+/// Client side.
+pub fn client(rundir: &Path, args: &[String]) -> i32 {
+    stat_client(rundir, args, "zilstat", USAGE, |prev, now: &[ZilSnap]| {
+        let rows: Vec<ZilSnap> = match prev {
+            None => now.to_vec(),
+            Some(prev) => now
+                .iter()
+                .map(|n| match prev.iter().find(|p| p.dataset == n.dataset) {
+                    Some(p) => n.minus(p),
+                    None => n.clone(),
+                })
+                .collect(),
+        };
+        render(&rows)
+    })
 }

@@ -311,6 +311,17 @@ pub(crate) fn get_pool(d: &Daemon, name: &str) -> Result<Arc<Pool>, Response> {
         .ok_or_else(|| err(format!("cannot open '{name}': no such pool")))
 }
 
+/// The pools a `*stat --snapshot` request names (its arguments that are
+/// not options), or every pool.
+pub(crate) fn pools_in_args(d: &Daemon, args: &[String]) -> Result<Vec<Arc<Pool>>, Response> {
+    let names: Vec<String> = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .cloned()
+        .collect();
+    pools_or_all(d, &names)
+}
+
 pub(crate) fn pools_or_all(d: &Daemon, names: &[String]) -> Result<Vec<Arc<Pool>>, Response> {
     if names.is_empty() {
         return Ok(d

@@ -172,6 +172,31 @@ pub fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+impl ScanPhys {
+    /// A scrub of every block from `bookmark` on, with nothing counted
+    /// yet: what a walk that only gathers needs.
+    pub(crate) fn walk_from(bookmark: Bookmark) -> ScanPhys {
+        ScanPhys {
+            func: ScanFunc::Scrub,
+            state: ScanState::Scanning,
+            min_txg: 0,
+            max_txg: u64::MAX,
+            start_time: 0,
+            end_time: 0,
+            to_examine: 0,
+            examined: 0,
+            issued: 0,
+            repaired: 0,
+            errors: 0,
+            bookmark,
+            paused: false,
+            pause_time: 0,
+            targets: Vec::new(),
+            order: IssueOrder::Sorted,
+        }
+    }
+}
+
 /// In-memory scan control, one per pool.
 #[derive(Default)]
 pub struct ScanCtl {
@@ -432,27 +457,10 @@ impl Pool {
     /// Level-0 blocks of the root dataset's files as of the last commit
     /// (fault injection picks its victims here).
     pub fn root_data_blocks(&self) -> Result<Vec<BlkPtr>> {
-        let phys = ScanPhys {
-            func: ScanFunc::Scrub,
-            state: ScanState::Scanning,
-            min_txg: 0,
-            max_txg: u64::MAX,
-            start_time: 0,
-            end_time: 0,
-            to_examine: 0,
-            examined: 0,
-            issued: 0,
-            repaired: 0,
-            errors: 0,
-            bookmark: Bookmark {
-                objset: 1,
-                ..Bookmark::default()
-            },
-            paused: false,
-            pause_time: 0,
-            targets: Vec::new(),
-            order: IssueOrder::Sorted,
-        };
+        let phys = ScanPhys::walk_from(Bookmark {
+            objset: 1,
+            ..Bookmark::default()
+        });
         let r = self.gather_with(&phys, usize::MAX);
         lock(&self.st).alloc.set_scan_hold(false);
         Ok(r?
@@ -1455,27 +1463,6 @@ mod tests {
     use crate::vdev::sim::SimWorld;
     use std::collections::BTreeSet;
 
-    fn scrub_from(bookmark: Bookmark) -> ScanPhys {
-        ScanPhys {
-            func: ScanFunc::Scrub,
-            state: ScanState::Scanning,
-            min_txg: 0,
-            max_txg: u64::MAX,
-            start_time: 0,
-            end_time: 0,
-            to_examine: 0,
-            examined: 0,
-            issued: 0,
-            repaired: 0,
-            errors: 0,
-            bookmark,
-            paused: false,
-            pause_time: 0,
-            targets: Vec::new(),
-            order: IssueOrder::Sorted,
-        }
-    }
-
     /// What a scan from its recorded bookmark to the end gathers, by
     /// address.
     fn rest_of_scan(p: &Pool) -> BTreeSet<(u32, u64)> {
@@ -1518,7 +1505,7 @@ mod tests {
         let (o_id, c_id) = (o.id(), p.dataset("t/c").expect("c").id());
         assert!(o_id < c_id, "the test needs the origin first in walk order");
         p.sync().expect("sync");
-        lock(&p.scan).phys = Some(scrub_from(Bookmark {
+        lock(&p.scan).phys = Some(ScanPhys::walk_from(Bookmark {
             objset: c_id,
             ..Bookmark::default()
         }));
