@@ -4,7 +4,8 @@
 //! the middle resumes where the last txg left off, zdb counts what the
 //! queue still holds (no leak, no double free at any point), and a power
 //! cut at any I/O imports to a state that finishes freeing with nothing
-//! leaked.
+//! leaked, also with the sync thread running and another filesystem
+//! being written meanwhile (odd seeds).
 
 mod common;
 use common::*;
@@ -26,12 +27,25 @@ fn small_budget() -> Tunables {
     }
 }
 
+/// As production runs: the sync thread on, txgs every 20 ms.
+fn small_budget_with_sync_thread() -> Tunables {
+    Tunables {
+        sync_thread: true,
+        txg_timeout: std::time::Duration::from_millis(20),
+        ..small_budget()
+    }
+}
+
 fn mirror(world: &SimWorld, seed: u64) -> (Vec<SimDevice>, Arc<Pool>) {
+    mirror_with(world, seed, small_budget())
+}
+
+fn mirror_with(world: &SimWorld, seed: u64, tunables: Tunables) -> (Vec<SimDevice>, Arc<Pool>) {
     let disks: Vec<_> = (0..2)
         .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
         .collect();
     let o = uzfs_core::spa::CreateOptions {
-        tunables: small_budget(),
+        tunables,
         guid_seed: Some(seed),
         ..Default::default()
     };
@@ -130,14 +144,56 @@ fn a_power_cut_during_background_freeing_resumes_and_leaks_nothing() {
     let mut resumed = 0;
     for seed in 0..seeds {
         let world = SimWorld::new();
-        let (_disks, pool) = mirror(&world, seed);
+        // Odd seeds as production runs: the sync thread committing on its
+        // own and a writer in another filesystem while the frees go on.
+        let production = seed % 2 == 1;
+        let tun = match production {
+            true => small_budget_with_sync_thread(),
+            false => small_budget(),
+        };
+        let (_disks, pool) = mirror_with(&world, seed, tun);
         drop(fill(&pool, "z/big", 24, 300_000, seed));
+        let other = production.then(|| fill(&pool, "z/other", 1, 4096, seed + 1));
         let mut rng = SimRng::new(seed ^ 0xf4ee);
         // The destroy and all its freeing take about 640 I/Os.
         world.cut_power_after(rng.below(640));
-        let r = pool
-            .destroy_dataset("z/big", false)
-            .and_then(|_| pool.wait_freed());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            if let Some(fs) = &other {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        // Creates and writes fail once the power is gone.
+                        let name = format!("w{i}");
+                        let Ok(e) = fs.mknod(
+                            fs.root,
+                            name.as_bytes(),
+                            libc::S_IFREG | 0o644,
+                            0,
+                            0,
+                            0,
+                            None,
+                        ) else {
+                            break;
+                        };
+                        if fs.write(e.ino, 0, &pattern(seed ^ i, 20_000)).is_err() {
+                            break;
+                        }
+                        i += 1;
+                        if i > 400 {
+                            break;
+                        }
+                    }
+                });
+            }
+            let r = pool
+                .destroy_dataset("z/big", false)
+                .and_then(|_| pool.wait_freed());
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            r
+        });
+        drop(other);
         assert!(r.is_err() == world.power_lost(), "seed {seed}: {r:?}");
         let images = world.crash(&mut SimRng::new(seed));
         drop(pool);
