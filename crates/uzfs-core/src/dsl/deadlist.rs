@@ -844,6 +844,46 @@ mod tests {
         p.close().expect("close");
     }
 
+    /// Destroying a clone frees its dead list's sub-list objects too (what
+    /// they list, the origin's blocks, stays allocated).
+    #[test]
+    fn destroying_a_clone_frees_its_sub_lists() {
+        let world = SimWorld::new();
+        let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(9)).expect("pool");
+        p.create_dataset("t/o", &[], false).expect("o");
+        let o = p.dataset("t/o").expect("o");
+        let obj =
+            o.os.create_object(ot::PLAIN_FILE, 16384, &ObjProps::default())
+                .expect("object");
+        o.os.write(obj, 0, &vec![1u8; 256 << 10]).expect("write");
+        p.create_snapshots(&["t/o@s".to_string()])
+            .expect("snapshot");
+        p.clone_snapshot("t/o@s", "t/c", &[], false).expect("clone");
+        let c = p.dataset("t/c").expect("c");
+        // The clone lets go of its origin's blocks: its dead list.
+        c.os.write(obj, 0, &vec![2u8; 256 << 10])
+            .expect("overwrite");
+        p.sync().expect("sync");
+        let dl = rlock(&c.phys).deadlist;
+        let subs = read_header(&p.mos, dl).expect("header").expect("keyed");
+        assert!(!subs.is_empty(), "the clone's dead list is empty");
+        p.destroy_dataset("t/c", false).expect("destroy");
+        p.sync().expect("sync");
+        for s in subs {
+            assert!(
+                !p.mos.exists(s.obj).expect("exists"),
+                "sub-list {} outlived its clone",
+                s.obj
+            );
+        }
+        assert!(!p.mos.exists(dl).expect("exists"));
+        // The origin's data is intact.
+        let mut buf = vec![0u8; 256 << 10];
+        o.os.read(obj, 0, &mut buf).expect("read");
+        assert!(buf.iter().all(|b| *b == 1));
+        p.close().expect("close");
+    }
+
     #[test]
     fn key_is_the_greatest_line_txg_below_birth() {
         let line = [5, 9, 14];

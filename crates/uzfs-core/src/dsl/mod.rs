@@ -471,8 +471,16 @@ impl Pool {
         }
         for x in kids.iter().chain(std::iter::once(&d)) {
             let id = x.id();
+            // Its dead list goes, sub-lists and all. What they still list
+            // (a clone's entries born by its origin) is the origin's: the
+            // blocks stay.
             let dl = rlock(&x.phys).deadlist;
             if dl != 0 {
+                if let Some(subs) = deadlist::read_header(&self.mos, dl)? {
+                    for s in subs {
+                        self.mos.free_object(s.obj)?;
+                    }
+                }
                 self.mos.free_object(dl)?;
             }
             wlock(&self.dsl.list).remove(&id);

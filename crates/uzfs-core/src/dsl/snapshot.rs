@@ -949,12 +949,13 @@ impl Pool {
         let mut spill = Vec::new();
         let mut sublists = Vec::new();
         let mut dls = DlSync::new(&self.mos, extra);
-        if !self.dsl.deadlists_keyed.swap(true, Ordering::Relaxed) {
+        if !self.dsl.deadlists_keyed.load(Ordering::Relaxed) {
             for (old, new) in self.convert_flat_deadlists(&mut dls)? {
                 if let Some(v) = ss.appends.remove(&old) {
                     ss.appends.insert(new, v);
                 }
             }
+            self.dsl.deadlists_keyed.store(true, Ordering::Relaxed);
         }
         if ss.is_empty() && dls.is_empty() {
             return Ok((spill, sublists));
