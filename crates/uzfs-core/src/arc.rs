@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 /// How often an insert may look at the machine's free memory.
 pub const PRESSURE_CHECK: Duration = Duration::from_millis(250);
-/// The cache never shrinks below this for memory pressure.
-const FLOOR_BYTES: u64 = 32 << 20;
+/// The cache never shrinks below this for memory pressure (`arc_min`,
+/// unless set otherwise).
+pub const FLOOR_BYTES: u64 = 32 << 20;
 
 /// Where the cache learns how much memory the machine has and has free.
 pub trait MemoryProbe: Send + Sync {
@@ -225,6 +226,8 @@ struct Lru {
 
 pub struct BlockCache {
     max_bytes: u64,
+    /// Memory pressure never takes it below this (`arc_min`).
+    min_bytes: u64,
     /// What the cache may hold now: `max_bytes` unless memory is short.
     target: AtomicU64,
     probe: Box<dyn MemoryProbe>,
@@ -244,6 +247,7 @@ impl BlockCache {
     pub fn with_probe(max_bytes: u64, probe: Box<dyn MemoryProbe>, check_every: Duration) -> Self {
         BlockCache {
             max_bytes,
+            min_bytes: FLOOR_BYTES.min(max_bytes),
             target: AtomicU64::new(max_bytes),
             reserve: (probe.total() / 8).max(256 << 20),
             probe,
@@ -251,6 +255,18 @@ impl BlockCache {
             last_check: Mutex::new(None),
             lru: Mutex::new(Lru::default()),
         }
+    }
+
+    /// The floor memory pressure cannot push it below (`arc_min`; at most
+    /// `max_bytes`).
+    pub fn with_min(mut self, min_bytes: u64) -> Self {
+        self.min_bytes = min_bytes.min(self.max_bytes);
+        self
+    }
+
+    /// The least the cache is held to under memory pressure (`arc_min`).
+    pub fn min_bytes(&self) -> u64 {
+        self.min_bytes
     }
 
     /// The size the cache is held to now.
@@ -280,7 +296,7 @@ impl BlockCache {
         };
         let held = self.lru.lock().unwrap_or_else(|e| e.into_inner()).bytes;
         let reserve = self.reserve;
-        let floor = FLOOR_BYTES.min(self.max_bytes);
+        let floor = self.min_bytes;
         let new = if avail < reserve {
             // Short: give back the shortfall from what is held now.
             held.min(target).saturating_sub(reserve - avail).max(floor)
@@ -409,6 +425,29 @@ mod tests {
         }
         assert_eq!(c.target_bytes(), 512 * MIB);
         assert_eq!(c.stats().0, 512 * MIB);
+    }
+
+    /// `arc_min` holds under any pressure, and cannot exceed `arc_max`.
+    #[test]
+    fn pressure_stops_at_arc_min() {
+        const MIB: u64 = 1 << 20;
+        let avail = Arc::new(AtomicU64::new(6 << 30));
+        let c = BlockCache::with_probe(512 * MIB, Box::new(Fake(avail.clone())), Duration::ZERO)
+            .with_min(100 * MIB);
+        assert_eq!(c.min_bytes(), 100 * MIB);
+        let block = Arc::new(vec![7u8; MIB as usize]);
+        for i in 0..600 {
+            c.insert(key(i), block.clone());
+        }
+        avail.store(0, Ordering::Relaxed);
+        for i in 0..10 {
+            c.insert(key(1000 + i), block.clone());
+        }
+        assert_eq!(c.stats().0, 100 * MIB);
+        assert_eq!(c.target_bytes(), 100 * MIB);
+        let small = BlockCache::with_probe(8 * MIB, Box::new(Fake(avail)), Duration::ZERO)
+            .with_min(100 * MIB);
+        assert_eq!(small.min_bytes(), 8 * MIB);
     }
 
     #[test]

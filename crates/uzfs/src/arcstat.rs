@@ -5,7 +5,8 @@
 //!
 //! Columns: `read` cache lookups (hits + misses), `hit%` the share served
 //! from memory, `size` bytes held, `c` the size the cache is held to now
-//! (below `c_max` while memory is short), `c_max` its largest size
+//! (below `c_max` while memory is short, never below `c_min`:
+//! `UZFS_ARC_MIN`, default 32 MiB), `c_max` its largest size
 //! (`UZFS_ARC_MAX`, or a quarter of the memory the daemon may use), `rss`
 //! the daemon's resident memory, `limit` the memory cgroup's limit ("-":
 //! none, the machine's RAM bounds it).
@@ -21,6 +22,8 @@ pub struct ArcSnap {
     pub size: u64,
     pub target: u64,
     pub max: u64,
+    #[serde(default)]
+    pub min: u64,
     pub hits: u64,
     pub misses: u64,
     pub rss: u64,
@@ -57,6 +60,7 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
                 size,
                 target: c.target_bytes(),
                 max: c.max_bytes(),
+                min: c.min_bytes(),
                 hits,
                 misses,
                 rss,
@@ -76,8 +80,8 @@ const USAGE: &str = "usage: uzfs arcstat [-p pool] [interval [count]]\n";
 fn render(rows: &[(ArcSnap, u64, u64)]) -> String {
     let size = crate::fmt::nicebytes;
     let mut s = format!(
-        "{:<8} {:<16} {:>8} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-        "time", "pool", "read", "hit%", "size", "c", "c_max", "rss", "limit"
+        "{:<8} {:<16} {:>8} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
+        "time", "pool", "read", "hit%", "size", "c", "c_min", "c_max", "rss", "limit"
     );
     let now = crate::zilstat::hms_now();
     for (r, hits, misses) in rows {
@@ -86,13 +90,14 @@ fn render(rows: &[(ArcSnap, u64, u64)]) -> String {
             .checked_div(reads)
             .map_or("-".to_string(), |p| p.to_string());
         s.push_str(&format!(
-            "{:<8} {:<16} {:>8} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
+            "{:<8} {:<16} {:>8} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
             now,
             r.pool,
             reads,
             pct,
             size(r.size),
             size(r.target),
+            size(r.min),
             size(r.max),
             size(r.rss),
             r.limit.map_or("-".to_string(), size),

@@ -240,6 +240,9 @@ impl Daemon {
         if let Some(m) = env::<u64>("UZFS_ARC_MAX") {
             t.cache_bytes = m.max(1 << 20);
         }
+        if let Some(m) = env::<u64>("UZFS_ARC_MIN") {
+            t.cache_min_bytes = m;
+        }
         if let Some(m) = env("UZFS_ZIL_MEM_MAX") {
             t.zil_mem_max = m;
         }

@@ -157,13 +157,14 @@ fn a_daemon_limited_to_1_gib_serves_a_4_gib_working_set() {
         .unwrap_or_else(|| panic!("no mtank row in arcstat:\n{stat}"))
         .split_whitespace()
         .collect();
-    // time pool read hit% size c c_max rss limit
-    assert_eq!(row.len(), 9, "{stat}");
+    // time pool read hit% size c c_min c_max rss limit
+    assert_eq!(row.len(), 10, "{stat}");
+    assert_eq!(row[6], "32M", "c_min is not the default:\n{stat}");
     assert_eq!(
-        row[6], "256M",
+        row[7], "256M",
         "c_max is not a quarter of the limit:\n{stat}"
     );
-    assert_eq!(row[8], "1G", "the limit is not shown:\n{stat}");
+    assert_eq!(row[9], "1G", "the limit is not shown:\n{stat}");
     assert!(
         row[2].parse::<u64>().is_ok_and(|r| r > 0),
         "no reads counted:\n{stat}"

@@ -306,7 +306,7 @@ impl Pool {
         // anything is read into memory or written.
         super::mmp::activity_check(found, &ub, &tun, |g| ashifts.get(&g).copied().unwrap_or(12))?;
         let tops = build_tops(lcfg, found)?;
-        let io = Arc::new(SpaIo::new(tops, tun.cache_bytes));
+        let io = Arc::new(SpaIo::new(tops, tun.cache_bytes, tun.cache_min_bytes));
         let open_txg = ub.txg + 1;
         let gate = Arc::new(crate::dmu::tx::TxgGate::new());
         let mos = Objset::open(&ub.rootbp, io.clone(), gate.clone(), open_txg)?;

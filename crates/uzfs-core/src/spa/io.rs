@@ -105,11 +105,11 @@ impl DataErrors {
 }
 
 impl SpaIo {
-    pub fn new(vdevs: Vec<Arc<TopVdev>>, cache_bytes: u64) -> Self {
+    pub fn new(vdevs: Vec<Arc<TopVdev>>, cache_bytes: u64, cache_min_bytes: u64) -> Self {
         SpaIo {
             vdevs: RwLock::new(vdevs),
             spares: RwLock::new(Vec::new()),
-            cache: BlockCache::new(cache_bytes),
+            cache: BlockCache::new(cache_bytes).with_min(cache_min_bytes),
             run_bufs: std::sync::Mutex::new(Vec::new()),
             data_errors: DataErrors::default(),
             scan_fence: Default::default(),

@@ -394,7 +394,11 @@ impl Pool {
             }
         }
         let txg = 1;
-        let io = Arc::new(SpaIo::new(tops.clone(), opts.tunables.cache_bytes));
+        let io = Arc::new(SpaIo::new(
+            tops.clone(),
+            opts.tunables.cache_bytes,
+            opts.tunables.cache_min_bytes,
+        ));
         let gate = Arc::new(crate::dmu::tx::TxgGate::new());
         let mos = Objset::create(OS_TYPE_META, io.clone(), gate.clone(), txg);
         let root = Arc::new(Objset::create(OS_TYPE_DATASET, io.clone(), gate, txg));

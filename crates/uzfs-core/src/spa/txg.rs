@@ -87,6 +87,9 @@ pub struct Tunables {
     /// the memory cgroup's limit when it is lower, at least 64 MiB); it
     /// gives memory back under pressure (`arc::SystemMemory`).
     pub cache_bytes: u64,
+    /// Memory pressure never shrinks the block cache below this (`arc_min`,
+    /// default 32 MiB, at most `cache_bytes`).
+    pub cache_min_bytes: u64,
     /// Run a background sync thread (tests drive syncs by hand).
     pub sync_thread: bool,
     /// A space map is condensed (rewritten as just its allocated segments)
@@ -171,6 +174,7 @@ impl Default for Tunables {
             // half; the kernel's page cache above FUSE holds file data too).
             // It shrinks while the machine is short of memory (arc.rs).
             cache_bytes: (ram_bytes() / 4).max(64 << 20),
+            cache_min_bytes: crate::arc::FLOOR_BYTES,
             sync_thread: true,
             condense_min_entries: 4096,
             scan_delay_us: 500,
