@@ -109,14 +109,15 @@ pub fn decode_root(hex: &str) -> Result<BlkPtr> {
 /// A `blocks` entry's object: a list of block pointers holding at least
 /// `count` of them.
 pub fn check_blocks_object(mos: &Objset, obj: u64, count: u64) -> Result<()> {
-    let dn = mos.synced_dnode(obj)?;
-    let need = count.checked_mul(BLKPTR_SIZE as u64);
-    if dn.obj_type != ot::DEADLIST || need.is_none_or(|n| n > dn.size) {
+    let dn = crate::dsl::deadlist::list_dnode(mos, obj)?;
+    if count
+        .checked_mul(BLKPTR_SIZE as u64)
+        .is_none_or(|n| n > dn.size)
+    {
         return Err(Error::corrupt(
             "free queue",
             format!(
-                "object {obj} ({}, {} bytes) does not hold {count} block pointers",
-                ot::name(dn.obj_type),
+                "object {obj} ({} bytes) does not hold {count} block pointers",
                 dn.size
             ),
         ));
@@ -443,20 +444,16 @@ mod tests {
         }
         let world = SimWorld::new();
         let (_d, p) = sim_pool(&world, "t", 64 << 20, sim_tunables(), Some(8)).expect("pool");
-        let list = p
-            .mos
-            .create_object(ot::DEADLIST, 16384, &ObjProps::METADATA)
-            .expect("list");
-        p.mos
-            .write(list, 0, &[0u8; 3 * BLKPTR_SIZE])
-            .expect("write");
-        let other = p
-            .mos
-            .create_object(ot::POOL_PROPS, 4096, &ObjProps::METADATA)
-            .expect("other");
-        p.mos
-            .write(other, 0, &[0u8; 3 * BLKPTR_SIZE])
-            .expect("write");
+        // Three block pointers' worth of bytes in an object of `t`.
+        let three = |t: u8| {
+            let o = p
+                .mos
+                .create_object(t, 16384, &ObjProps::METADATA)
+                .expect("object");
+            p.mos.write(o, 0, &[0u8; 3 * BLKPTR_SIZE]).expect("write");
+            o
+        };
+        let (list, other) = (three(ot::DEADLIST), three(ot::POOL_PROPS));
         p.sync().expect("sync");
         check_blocks_object(&p.mos, list, 3).expect("a list of three");
         let e = check_blocks_object(&p.mos, list, 4).expect_err("too short");

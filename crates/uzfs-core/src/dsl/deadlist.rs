@@ -152,9 +152,9 @@ pub(crate) fn encode_bps(bps: &[BlkPtr]) -> Vec<u8> {
     out
 }
 
-/// The block pointers of flat object `obj` (a sub-list, a legacy list, a
-/// free-queue `blocks` object) as the last sync left them.
-pub fn read_bps(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
+/// The synced dnode of `obj`, which must be a flat list of block pointers
+/// (a sub-list, a legacy list, a free-queue `blocks` object).
+pub fn list_dnode(mos: &Objset, obj: u64) -> Result<crate::dmu::dnode::DnodePhys> {
     let dn = mos.synced_dnode(obj)?;
     if dn.obj_type != ot::DEADLIST {
         return Err(Error::corrupt(
@@ -162,7 +162,31 @@ pub fn read_bps(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
             format!("object {obj} is a {} object", ot::name(dn.obj_type)),
         ));
     }
-    let size = dn.size as usize;
+    Ok(dn)
+}
+
+/// Bytes of the sub-lists born as `born` says, object-set blocks included
+/// or not.
+fn born_bytes(subs: &[SubList], born: Born, objsets: bool) -> u64 {
+    subs.iter()
+        .filter(|s| born.key(s.key))
+        .map(|s| s.bytes - if objsets { 0 } else { s.objset_bytes })
+        .sum()
+}
+
+/// A header's bytes.
+fn encode_header(subs: &[SubList]) -> Vec<u8> {
+    let mut hdr = Vec::with_capacity(subs.len() * SUBLIST_SIZE);
+    for s in subs {
+        s.encode(&mut hdr);
+    }
+    hdr
+}
+
+/// The block pointers of flat object `obj` (a sub-list, a legacy list, a
+/// free-queue `blocks` object) as the last sync left them.
+pub fn read_bps(mos: &Objset, obj: u64) -> Result<Vec<BlkPtr>> {
+    let size = list_dnode(mos, obj)?.size as usize;
     if !size.is_multiple_of(BLKPTR_SIZE) {
         return Err(Error::corrupt(
             "dead list",
@@ -323,13 +347,7 @@ impl Pool {
         let mut total = 0;
         for &dl in lists.iter().filter(|dl| **dl != 0) {
             match read_header(&self.mos, dl)? {
-                Some(subs) => {
-                    total += subs
-                        .iter()
-                        .filter(|s| born.key(s.key))
-                        .map(|s| s.bytes - if objsets { 0 } else { s.objset_bytes })
-                        .sum::<u64>();
-                }
+                Some(subs) => total += born_bytes(&subs, born, objsets),
                 None => {
                     let entries = read_bps(&self.mos, dl)?;
                     let st = lock(&self.st);
@@ -546,13 +564,11 @@ impl<'a> DlSync<'a> {
             return Ok(0);
         }
         let dl = self.load(obj)?;
-        Ok(dl
-            .subs
-            .iter()
-            .flatten()
-            .filter(|s| born.key(s.key))
-            .map(|s| s.bytes)
-            .sum())
+        Ok(born_bytes(
+            dl.subs.as_deref().unwrap_or_default(),
+            born,
+            true,
+        ))
     }
 
     /// Remove the entry `is` picks (one born in `birth`) from list `obj`:
@@ -643,11 +659,8 @@ impl<'a> DlSync<'a> {
                 dl.changed = true;
             }
             if dl.changed || dl.created {
-                let mut hdr = Vec::with_capacity(subs.len() * SUBLIST_SIZE);
-                for s in &subs {
-                    s.encode(&mut hdr);
-                }
-                self.mos.replace_in_sync(self.extra, obj, 0, &hdr)?;
+                self.mos
+                    .replace_in_sync(self.extra, obj, 0, &encode_header(&subs))?;
                 if !subs.is_empty() {
                     w.note_feature(crate::spa::feature::DEADLIST_KEYS);
                 }
@@ -821,11 +834,7 @@ mod tests {
         let mut subs = read_header(&p.mos, dl).expect("header").expect("keyed");
         assert!(!subs.is_empty());
         let damage = |subs: &[SubList]| {
-            let mut hdr = Vec::new();
-            for s in subs {
-                s.encode(&mut hdr);
-            }
-            p.mos.write(dl, 0, &hdr).expect("damage");
+            p.mos.write(dl, 0, &encode_header(subs)).expect("damage");
             p.sync().expect("sync");
         };
         subs[0].count += 1000;

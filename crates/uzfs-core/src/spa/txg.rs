@@ -163,17 +163,20 @@ fn ram_bytes() -> u64 {
 
 impl Default for Tunables {
     fn default() -> Self {
+        // RAM, or the memory cgroup's limit: read once.
+        let ram = ram_bytes();
         Tunables {
             txg_timeout: Duration::from_secs(5),
-            dirty_max: (ram_bytes() / 10).min(4 << 30),
+            dirty_max: (ram / 10).min(4 << 30),
             dirty_sync_pct: 50,
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
-            // The ARC: up to a quarter of RAM, at least 256 MiB (OpenZFS:
-            // half; the kernel's page cache above FUSE holds file data too).
-            // It shrinks while the machine is short of memory (arc.rs).
-            cache_bytes: (ram_bytes() / 4).max(64 << 20),
+            // The ARC: up to a quarter of RAM (or of the cgroup's limit),
+            // at least 64 MiB (OpenZFS: half; the kernel's page cache above
+            // FUSE holds file data too). It shrinks while the machine or
+            // the cgroup is short of memory (arc.rs).
+            cache_bytes: (ram / 4).max(64 << 20),
             cache_min_bytes: crate::arc::FLOOR_BYTES,
             sync_thread: true,
             condense_min_entries: 4096,
