@@ -1,34 +1,50 @@
-//! `uzfs arcstat [-p POOL] [interval [count]]`: each pool's block cache,
-//! like OpenZFS's `arcstat`. The daemon answers `arcstat --snapshot` with
-//! its counters (JSON); this side prints them, and with an interval the
-//! reads and hit ratio of each interval.
+//! `uzfs arcstat [-f FIELDS] [-v] [-p POOL] [interval [count]]`: each
+//! pool's ARC, with OpenZFS `arcstat`'s column names. The daemon answers
+//! `arcstat --snapshot` with every `arcstats` figure of each pool (JSON);
+//! this side prints them, and with an interval each interval's counts.
 //!
-//! Columns: `read` cache lookups (hits + misses), `hit%` the share served
-//! from memory, `size` bytes held, `c` the size the cache is held to now
-//! (below `c_max` while memory is short, never below `c_min`:
-//! `UZFS_ARC_MIN`, default 32 MiB), `c_max` its largest size
-//! (`UZFS_ARC_MAX`, or a quarter of the memory the daemon may use), `rss`
-//! the daemon's resident memory, `limit` the memory cgroup's limit ("-":
-//! none, the machine's RAM bounds it).
+//! The daemon also keeps `arcstats` in its run directory, the figures of
+//! all its pools summed, in the layout of Linux's
+//! `/proc/spl/kstat/zfs/arcstats` (a header line, `name type data`, one
+//! figure a line), rewritten every second, so exporters and scripts
+//! written for OpenZFS can read it.
 
 use crate::client::Response;
 use crate::daemon::Daemon;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ArcSnap {
     pub pool: String,
-    pub size: u64,
-    pub target: u64,
-    pub max: u64,
-    #[serde(default)]
-    pub min: u64,
-    pub hits: u64,
-    pub misses: u64,
+    /// Every `arcstats` figure by name.
+    pub stats: BTreeMap<String, u64>,
     pub rss: u64,
     pub limit: Option<u64>,
+    /// Memory the machine (or cgroup) could still hand out.
+    pub avail: Option<u64>,
 }
+
+/// Figures that are sizes now, not counts since start (an interval shows
+/// them as they are, not their difference).
+const GAUGES: &[&str] = &[
+    "p",
+    "c",
+    "c_min",
+    "c_max",
+    "size",
+    "data_size",
+    "metadata_size",
+    "mru_size",
+    "mru_ghost_size",
+    "mfu_size",
+    "mfu_ghost_size",
+    "uzfs_meta_floor",
+    "uzfs_prefetch_unused_size",
+    "uzfs_entries",
+    "uzfs_ghost_entries",
+];
 
 /// The daemon's resident memory (VmRSS), bytes.
 fn rss_bytes() -> u64 {
@@ -42,82 +58,344 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb << 10)
 }
 
+fn snaps<'a>(
+    pools: impl Iterator<Item = &'a std::sync::Arc<uzfs_core::spa::Pool>>,
+) -> Vec<ArcSnap> {
+    use uzfs_core::arc::MemoryProbe;
+    let rss = rss_bytes();
+    let mem = uzfs_core::arc::SystemMemory::detect();
+    let (limit, avail) = (mem.cgroup_limit(), mem.available());
+    let mut out: Vec<ArcSnap> = pools
+        .map(|p| ArcSnap {
+            pool: p.name.clone(),
+            stats: p
+                .io
+                .cache
+                .arcstats()
+                .fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            rss,
+            limit,
+            avail,
+        })
+        .collect();
+    out.sort_by(|a, b| a.pool.cmp(&b.pool));
+    out
+}
+
 /// Daemon side: every pool's cache.
 pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
     let pools = match crate::zpool::pools_in_args(d, args) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    let rss = rss_bytes();
-    let limit = uzfs_core::arc::SystemMemory::detect().cgroup_limit();
-    let mut out: Vec<ArcSnap> = pools
-        .iter()
-        .map(|p| {
-            let c = &p.io.cache;
-            let (size, hits, misses) = c.stats();
-            ArcSnap {
-                pool: p.name.clone(),
-                size,
-                target: c.target_bytes(),
-                max: c.max_bytes(),
-                min: c.min_bytes(),
-                hits,
-                misses,
-                rss,
-                limit,
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| a.pool.cmp(&b.pool));
-    match serde_json::to_string(&out) {
+    match serde_json::to_string(&snaps(pools.iter())) {
         Ok(j) => Response::ok(j),
         Err(e) => Response::err(1, format!("arcstat: {e}")),
     }
 }
 
-const USAGE: &str = "usage: uzfs arcstat [-p pool] [interval [count]]\n";
-
-fn render(rows: &[(ArcSnap, u64, u64)]) -> String {
-    let size = crate::fmt::nicebytes;
-    let mut s = format!(
-        "{:<8} {:<16} {:>8} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-        "time", "pool", "read", "hit%", "size", "c", "c_min", "c_max", "rss", "limit"
+/// The `arcstats` file's text: every pool's figures summed.
+pub fn kstat_text(snaps: &[ArcSnap]) -> String {
+    let names: Vec<&str> = uzfs_core::arc::ArcStats::default()
+        .fields()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let avail = snaps.first().and_then(|s| s.avail).unwrap_or(0);
+    let mut out = format!(
+        "13 1 0x01 {} 0 0 0\nname                            type data\n",
+        names.len() + 1
     );
-    let now = crate::zilstat::hms_now();
-    for (r, hits, misses) in rows {
-        let reads = hits + misses;
-        let pct = (hits * 100)
-            .checked_div(reads)
-            .map_or("-".to_string(), |p| p.to_string());
-        s.push_str(&format!(
-            "{:<8} {:<16} {:>8} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-            now,
-            r.pool,
-            reads,
-            pct,
-            size(r.size),
-            size(r.target),
-            size(r.min),
-            size(r.max),
-            size(r.rss),
-            r.limit.map_or("-".to_string(), size),
-        ));
+    for k in names {
+        let sum: u64 = snaps.iter().filter_map(|s| s.stats.get(k)).sum();
+        out.push_str(&format!("{k:<32}4    {sum}\n"));
     }
-    s
+    out.push_str(&format!("{:<32}4    {avail}\n", "memory_available_bytes"));
+    out
+}
+
+/// Keep `RUNDIR/arcstats` current (every second) while the daemon runs.
+pub fn start_kstat_writer(d: &std::sync::Arc<Daemon>) {
+    let w = std::sync::Arc::downgrade(d);
+    let _ = std::thread::Builder::new()
+        .name("arcstats".into())
+        .spawn(move || loop {
+            {
+                // Nothing held across the sleep: a pool exported or a
+                // daemon stopping must not wait for this thread.
+                // The pools are read under the daemon's map lock, never
+                // cloned out: an export that took one out of the map has
+                // the last reference to it.
+                let Some(d) = w.upgrade() else { return };
+                let text = {
+                    let pools = d.pools.lock().unwrap_or_else(|e| e.into_inner());
+                    kstat_text(&snaps(pools.values()))
+                };
+                let tmp = d.rundir.join(".arcstats.tmp");
+                if std::fs::write(&tmp, text).is_ok() {
+                    let _ = std::fs::rename(&tmp, d.rundir.join("arcstats"));
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        });
+}
+
+const USAGE: &str = "usage: uzfs arcstat [-f field[,field...]] [-v] [-p pool] [interval [count]]\n\
+     fields (-v lists them): time pool read hits miss hit% miss% dhit dmis dh% dm% phit pmis\n\
+     ph% pm% mhit mmis mh% mm% mru mfu mrug mfug size c p c_min c_max data meta mrusz mfusz\n\
+     pfu avail rss limit\n";
+
+const DEFAULT_FIELDS: &[&str] = &[
+    "time", "pool", "read", "miss", "miss%", "dmis", "dm%", "pmis", "pm%", "mmis", "mm%", "size",
+    "c", "avail",
+];
+
+/// (name, what it is) of every column.
+const FIELDS: &[(&str, &str)] = &[
+    ("time", "time of day"),
+    ("pool", "pool name"),
+    ("read", "ARC lookups (hits + misses) per interval"),
+    ("hits", "ARC hits per interval"),
+    ("miss", "ARC misses per interval"),
+    ("hit%", "ARC hit percentage"),
+    ("miss%", "ARC miss percentage"),
+    ("dhit", "demand hits per interval"),
+    ("dmis", "demand misses per interval"),
+    ("dh%", "demand hit percentage"),
+    ("dm%", "demand miss percentage"),
+    ("phit", "prefetch hits per interval"),
+    ("pmis", "prefetch misses per interval"),
+    ("ph%", "prefetch hit percentage"),
+    ("pm%", "prefetch miss percentage"),
+    ("mhit", "metadata hits per interval"),
+    ("mmis", "metadata misses per interval"),
+    ("mh%", "metadata hit percentage"),
+    ("mm%", "metadata miss percentage"),
+    ("mru", "MRU list hits per interval"),
+    ("mfu", "MFU list hits per interval"),
+    ("mrug", "MRU ghost list hits per interval"),
+    ("mfug", "MFU ghost list hits per interval"),
+    ("size", "ARC size"),
+    ("c", "ARC target size"),
+    ("p", "MRU target size"),
+    ("c_min", "ARC least target size (arc_min)"),
+    ("c_max", "ARC largest target size (arc_max)"),
+    ("data", "file data held"),
+    ("meta", "metadata held"),
+    ("mrusz", "MRU size"),
+    ("mfusz", "MFU size"),
+    ("pfu", "prefetched blocks not yet read"),
+    ("avail", "memory available to the daemon"),
+    ("rss", "daemon resident memory"),
+    ("limit", "memory cgroup limit (- none)"),
+];
+
+fn pct(part: u64, whole: u64) -> String {
+    (part * 100)
+        .checked_div(whole)
+        .map_or("-".to_string(), |p| p.to_string())
+}
+
+/// Column `f` of one row; `d` has the interval's counts (gauges as they
+/// are), `r` the snapshot.
+fn column(f: &str, r: &ArcSnap, d: &BTreeMap<String, u64>) -> String {
+    let g = |k: &str| d.get(k).copied().unwrap_or(0);
+    let size = crate::fmt::nicebytes;
+    let dh = g("demand_data_hits") + g("demand_metadata_hits");
+    let dm = g("demand_data_misses") + g("demand_metadata_misses");
+    let ph = g("prefetch_data_hits") + g("prefetch_metadata_hits");
+    let pm = g("prefetch_data_misses") + g("prefetch_metadata_misses");
+    let mh = g("demand_metadata_hits") + g("prefetch_metadata_hits");
+    let mm = g("demand_metadata_misses") + g("prefetch_metadata_misses");
+    let (h, m) = (g("hits"), g("misses"));
+    match f {
+        "time" => crate::zilstat::hms_now(),
+        "pool" => r.pool.clone(),
+        "read" => (h + m).to_string(),
+        "hits" => h.to_string(),
+        "miss" => m.to_string(),
+        "hit%" => pct(h, h + m),
+        "miss%" => pct(m, h + m),
+        "dhit" => dh.to_string(),
+        "dmis" => dm.to_string(),
+        "dh%" => pct(dh, dh + dm),
+        "dm%" => pct(dm, dh + dm),
+        "phit" => ph.to_string(),
+        "pmis" => pm.to_string(),
+        "ph%" => pct(ph, ph + pm),
+        "pm%" => pct(pm, ph + pm),
+        "mhit" => mh.to_string(),
+        "mmis" => mm.to_string(),
+        "mh%" => pct(mh, mh + mm),
+        "mm%" => pct(mm, mh + mm),
+        "mru" => g("mru_hits").to_string(),
+        "mfu" => g("mfu_hits").to_string(),
+        "mrug" => g("mru_ghost_hits").to_string(),
+        "mfug" => g("mfu_ghost_hits").to_string(),
+        "size" => size(g("size")),
+        "c" => size(g("c")),
+        "p" => size(g("p")),
+        "c_min" => size(g("c_min")),
+        "c_max" => size(g("c_max")),
+        "data" => size(g("data_size")),
+        "meta" => size(g("metadata_size")),
+        "mrusz" => size(g("mru_size")),
+        "mfusz" => size(g("mfu_size")),
+        "pfu" => size(g("uzfs_prefetch_unused_size")),
+        "avail" => r.avail.map_or("-".to_string(), size),
+        "rss" => size(r.rss),
+        "limit" => r.limit.map_or("-".to_string(), size),
+        _ => "-".to_string(),
+    }
+}
+
+fn width(f: &str) -> usize {
+    match f {
+        "time" => 8,
+        "pool" => 12,
+        "read" | "hits" | "miss" | "dhit" | "dmis" | "phit" | "pmis" | "mhit" | "mmis" => 7,
+        _ => 6,
+    }
+}
+
+fn render(fields: &[String], rows: &[(ArcSnap, BTreeMap<String, u64>)]) -> String {
+    let line = |cells: Vec<String>| -> String {
+        let mut s = String::new();
+        for (i, (f, c)) in fields.iter().zip(cells).enumerate() {
+            if i > 0 {
+                s.push(' ');
+            }
+            let w = width(f);
+            if f == "time" || f == "pool" {
+                s.push_str(&format!("{c:<w$}"));
+            } else {
+                s.push_str(&format!("{c:>w$}"));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = line(fields.to_vec());
+    for (r, d) in rows {
+        out.push_str(&line(fields.iter().map(|f| column(f, r, d)).collect()));
+    }
+    out
 }
 
 /// Client side.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
-    crate::zilstat::stat_client(rundir, args, "arcstat", USAGE, |prev, now: &[ArcSnap]| {
+    let mut fields: Vec<String> = DEFAULT_FIELDS.iter().map(|s| s.to_string()).collect();
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-v" => {
+                let mut s = String::from("fields:\n");
+                for (f, what) in FIELDS {
+                    s.push_str(&format!("  {f:<8} {what}\n"));
+                }
+                crate::out(&s);
+                return 0;
+            }
+            "-f" => {
+                let Some(list) = it.next() else {
+                    crate::err(USAGE);
+                    return 2;
+                };
+                fields = list.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(bad) = fields.iter().find(|f| !FIELDS.iter().any(|(n, _)| n == f)) {
+                    crate::err(&format!(
+                        "arcstat: unknown field '{bad}' (uzfs arcstat -v lists them)\n"
+                    ));
+                    return 2;
+                }
+            }
+            _ => rest.push(a.clone()),
+        }
+    }
+    crate::zilstat::stat_client(rundir, &rest, "arcstat", USAGE, |prev, now: &[ArcSnap]| {
         let rows: Vec<_> = now
             .iter()
             .map(|n| {
                 let p = prev.and_then(|prev| prev.iter().find(|p| p.pool == n.pool));
-                let hits = n.hits.saturating_sub(p.map_or(0, |p| p.hits));
-                let misses = n.misses.saturating_sub(p.map_or(0, |p| p.misses));
-                (n.clone(), hits, misses)
+                let d = n
+                    .stats
+                    .iter()
+                    .map(|(k, v)| {
+                        let before = match p {
+                            Some(p) if !GAUGES.contains(&k.as_str()) => {
+                                p.stats.get(k).copied().unwrap_or(0)
+                            }
+                            _ => 0,
+                        };
+                        (k.clone(), v.saturating_sub(before))
+                    })
+                    .collect();
+                (n.clone(), d)
             })
             .collect();
-        render(&rows)
+        render(&fields, &rows)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(hits: u64, misses: u64, size: u64) -> ArcSnap {
+        let mut stats: BTreeMap<String, u64> = uzfs_core::arc::ArcStats::default()
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        stats.insert("hits".into(), hits);
+        stats.insert("misses".into(), misses);
+        stats.insert("demand_data_misses".into(), misses);
+        stats.insert("size".into(), size);
+        ArcSnap {
+            pool: "tank".into(),
+            stats,
+            rss: 0,
+            limit: None,
+            avail: Some(1 << 30),
+        }
+    }
+
+    /// Counts are an interval's differences, sizes are as they are, and
+    /// every column the usage names exists.
+    #[test]
+    fn columns_and_intervals() {
+        let (a, b) = (snap(10, 10, 1 << 20), snap(40, 20, 2 << 20));
+        let d: BTreeMap<String, u64> = b
+            .stats
+            .iter()
+            .map(|(k, v)| {
+                let before = if GAUGES.contains(&k.as_str()) {
+                    0
+                } else {
+                    a.stats[k]
+                };
+                (k.clone(), v - before)
+            })
+            .collect();
+        assert_eq!(column("read", &b, &d), "40");
+        assert_eq!(column("miss%", &b, &d), "25");
+        assert_eq!(column("dmis", &b, &d), "10");
+        assert_eq!(column("size", &b, &d), "2M");
+        for (f, _) in FIELDS {
+            assert!(USAGE.contains(f), "{f} missing from the usage");
+            assert_ne!(column(f, &b, &d), "", "{f}");
+        }
+        let text = kstat_text(&[a.clone(), b]);
+        assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("name")));
+        let hits = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("hits"))
+            .and_then(|l| l.split_whitespace().nth(2));
+        assert_eq!(hits, Some("50"), "summed over pools:\n{text}");
+        assert!(text.contains("mfu_ghost_hits") && text.contains("memory_available_bytes"));
+    }
 }

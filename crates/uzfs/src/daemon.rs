@@ -540,6 +540,7 @@ pub fn run(rundir: &Path) -> i32 {
         cachefiles: Mutex::new(Default::default()),
     });
     d.reimport_cached();
+    crate::arcstat::start_kstat_writer(&d);
     // Devices change without a command (a replacement finishing, a spare
     // stepping in): keep the cache's device paths current.
     {

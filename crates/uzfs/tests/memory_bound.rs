@@ -150,7 +150,13 @@ fn a_daemon_limited_to_1_gib_serves_a_4_gib_working_set() {
     let health = e.ok(&["zpool", "get", "-H", "-o", "value", "health", "mtank"]);
     assert_eq!(health.trim(), "ONLINE");
     // `uzfs arcstat` shows the sizes the limit gave and the limit itself.
-    let stat = e.ok(&["arcstat", "-p", "mtank"]);
+    let stat = e.ok(&[
+        "arcstat",
+        "-f",
+        "time,pool,read,hit%,size,c,c_min,c_max,rss,limit",
+        "-p",
+        "mtank",
+    ]);
     let row: Vec<&str> = stat
         .lines()
         .find(|l| l.split_whitespace().nth(1) == Some("mtank"))

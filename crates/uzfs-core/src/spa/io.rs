@@ -12,7 +12,7 @@
 //! repair is safe although it is an overwrite: it restores the exact bytes
 //! the block pointer already vouches for.
 
-use crate::arc::BlockCache;
+use crate::arc::{BlockCache, Class};
 use crate::dmu::blkptr::{BlkPtr, Dva, DVA_GANG, DVA_REMAPPED};
 use crate::dmu::compress;
 use crate::dmu::objset::BlockReader;
@@ -309,7 +309,11 @@ fn cache_key(bp: &BlkPtr) -> crate::arc::Key {
 impl BlockReader for SpaIo {
     fn written(&self, bp: &BlkPtr, data: &Arc<Vec<u8>>) {
         if bp.lsize as usize == data.len() {
-            self.cache.insert(cache_key(bp), data.clone());
+            self.cache.insert(
+                cache_key(bp),
+                data.clone(),
+                Class::of(bp.level, bp.obj_type),
+            );
         }
     }
 
@@ -318,7 +322,8 @@ impl BlockReader for SpaIo {
         if let Some(v) = tx::pinned(&key) {
             return Ok(v);
         }
-        if let Some(v) = self.cache.get(&key) {
+        let class = Class::of(bp.level, bp.obj_type);
+        if let Some(v) = self.cache.get(&key, class) {
             tx::pin(key, &v);
             return Ok(v);
         }
@@ -333,7 +338,7 @@ impl BlockReader for SpaIo {
             phys,
             bp.lsize as usize,
         )?);
-        self.cache.insert(key, data.clone());
+        self.cache.insert(key, data.clone(), class);
         tx::pin(key, &data);
         Ok(data)
     }

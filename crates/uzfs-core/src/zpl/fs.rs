@@ -209,11 +209,13 @@ impl Prefetch {
                     let job = lock(&rx).recv();
                     let Ok((obj, from, to)) = job else { return };
                     let Some(os) = os.upgrade() else { return };
-                    for blk in from..to {
-                        if os.read_block(obj, blk).is_err() {
-                            break;
+                    crate::arc::prefetching(|| {
+                        for blk in from..to {
+                            if os.read_block(obj, blk).is_err() {
+                                break;
+                            }
                         }
-                    }
+                    });
                 });
         }
         Prefetch {

@@ -1,0 +1,369 @@
+//! The ARC: the block cache beside the DMU. Verified, decompressed blocks
+//! held under the adaptive replacement policy of [`lists`] (MRU and MFU
+//! with ghost lists, a metadata floor, unused prefetches first), bounded
+//! in bytes. Keys include the checksum, so a block rewritten in place
+//! within its birth txg can never be served stale. Blocks enter it when
+//! read and when a sync writes them (the data is the dirty buffer itself,
+//! no copy), so the next txg's read-modify-write of a record finds it
+//! here. `zinject -a` empties it. A block reached through several datasets
+//! (a clone and its origin) has one key, its address, so it is one entry.
+//!
+//! # Size under memory pressure
+//!
+//! The cache may grow to `max_bytes` (`arc_max`; by default a quarter of
+//! the memory the daemon may use), but like OpenZFS's ARC it gives memory
+//! back when the machine runs short: at most every [`PRESSURE_CHECK`] an
+//! insert reads the kernel's MemAvailable (and the memory cgroup's room),
+//! and while it is below the reserve (1/8 of RAM, at least 256 MiB) the
+//! target `c` drops by the shortfall and blocks are evicted by the policy;
+//! once memory is free again `c` climbs back towards `max_bytes`, never
+//! below `min_bytes` (`arc_min`). A daemon in user space has no shrinker
+//! callback, so this polling is the substitute.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often an insert may look at the machine's free memory.
+pub const PRESSURE_CHECK: Duration = Duration::from_millis(250);
+/// The cache never shrinks below this for memory pressure (`arc_min`,
+/// unless set otherwise).
+pub const FLOOR_BYTES: u64 = 32 << 20;
+
+pub mod lists;
+pub mod memory;
+pub use lists::{Class, Counters, Sizes};
+pub use memory::{cgroup_path, cgroup_value, Cgroup, MemoryProbe, ProcMeminfo, SystemMemory};
+
+pub type Key = (u32, u64, [u8; 16]);
+
+type Block = Arc<Vec<u8>>;
+
+thread_local! {
+    static PREFETCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` as read-ahead: the reads it makes are prefetches to the cache
+/// (they do not count as accesses, and the blocks they bring in are the
+/// first evicted if nothing reads them).
+pub fn prefetching<R>(f: impl FnOnce() -> R) -> R {
+    let was = PREFETCHING.with(|p| p.replace(true));
+    let r = f();
+    PREFETCHING.with(|p| p.set(was));
+    r
+}
+
+/// Whether this thread is reading ahead ([`prefetching`]).
+pub fn is_prefetch() -> bool {
+    PREFETCHING.with(|p| p.get())
+}
+
+pub struct BlockCache {
+    max_bytes: u64,
+    /// Memory pressure never takes it below this (`arc_min`).
+    min_bytes: u64,
+    /// What the cache may hold now: `max_bytes` unless memory is short.
+    target: AtomicU64,
+    probe: Box<dyn MemoryProbe>,
+    /// Memory's reserve (1/8 of RAM, at least 256 MiB), read once.
+    reserve: u64,
+    check_every: Duration,
+    last_check: Mutex<Option<Instant>>,
+    /// The policy's clock starts here (milliseconds since).
+    born: Instant,
+    lists: Mutex<lists::Lists<Block>>,
+}
+
+/// Everything `uzfs arcstat` and the `arcstats` file show.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArcStats {
+    pub counters: Counters,
+    pub sizes: Sizes,
+    pub c_min: u64,
+    pub c_max: u64,
+}
+
+impl ArcStats {
+    /// Every figure by its OpenZFS `arcstats` name (uzfs's own, with no
+    /// OpenZFS counterpart, start with `uzfs_`).
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        let (c, z) = (&self.counters, &self.sizes);
+        vec![
+            ("hits", c.hits),
+            ("misses", c.misses),
+            ("demand_data_hits", c.demand_data_hits),
+            ("demand_data_misses", c.demand_data_misses),
+            ("demand_metadata_hits", c.demand_metadata_hits),
+            ("demand_metadata_misses", c.demand_metadata_misses),
+            ("prefetch_data_hits", c.prefetch_data_hits),
+            ("prefetch_data_misses", c.prefetch_data_misses),
+            ("prefetch_metadata_hits", c.prefetch_metadata_hits),
+            ("prefetch_metadata_misses", c.prefetch_metadata_misses),
+            ("mru_hits", c.mru_hits),
+            ("mru_ghost_hits", c.mru_ghost_hits),
+            ("mfu_hits", c.mfu_hits),
+            ("mfu_ghost_hits", c.mfu_ghost_hits),
+            ("p", z.p),
+            ("c", z.c),
+            ("c_min", self.c_min),
+            ("c_max", self.c_max),
+            ("size", z.size),
+            ("data_size", z.data),
+            ("metadata_size", z.metadata),
+            ("mru_size", z.mru),
+            ("mru_ghost_size", z.mru_ghost),
+            ("mfu_size", z.mfu),
+            ("mfu_ghost_size", z.mfu_ghost),
+            ("uzfs_meta_floor", z.c / 4),
+            ("uzfs_prefetch_unused_size", z.prefetch_unused),
+            ("uzfs_entries", z.entries),
+            ("uzfs_ghost_entries", z.ghost_entries),
+            ("uzfs_evict_mru", c.evict_mru),
+            ("uzfs_evict_mfu", c.evict_mfu),
+            ("uzfs_evict_prefetch_unused", c.evict_prefetch_unused),
+        ]
+    }
+}
+
+impl BlockCache {
+    pub fn new(max_bytes: u64) -> Self {
+        Self::with_probe(max_bytes, Box::new(SystemMemory::detect()), PRESSURE_CHECK)
+    }
+
+    /// A cache that asks `probe` about memory at most every `check_every`.
+    pub fn with_probe(max_bytes: u64, probe: Box<dyn MemoryProbe>, check_every: Duration) -> Self {
+        BlockCache {
+            max_bytes,
+            min_bytes: FLOOR_BYTES.min(max_bytes),
+            target: AtomicU64::new(max_bytes),
+            reserve: (probe.total() / 8).max(256 << 20),
+            probe,
+            check_every,
+            last_check: Mutex::new(None),
+            born: Instant::now(),
+            lists: Mutex::new(lists::Lists::new(max_bytes)),
+        }
+    }
+
+    /// The floor memory pressure cannot push it below (`arc_min`; at most
+    /// `max_bytes`).
+    pub fn with_min(mut self, min_bytes: u64) -> Self {
+        self.min_bytes = min_bytes.min(self.max_bytes);
+        self
+    }
+
+    /// The least the cache is held to under memory pressure (`arc_min`).
+    pub fn min_bytes(&self) -> u64 {
+        self.min_bytes
+    }
+
+    /// The size the cache is held to now (`c`).
+    pub fn target_bytes(&self) -> u64 {
+        self.target.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, lists::Lists<Block>> {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// Re-read free memory if `check_every` has passed; returns the target
+    /// if it changed. Between checks this is one mutex taken briefly; the
+    /// lists are locked (to learn what is held) only when a check is due.
+    fn adjust_target(&self) -> Option<u64> {
+        let due = {
+            let mut last = self.last_check.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            let due = last.is_none_or(|t| now.duration_since(t) >= self.check_every);
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
+        if !due {
+            return None;
+        }
+        let target = self.target.load(Ordering::Relaxed);
+        let avail = self.probe.available()?;
+        let held = self.lock().sizes().size;
+        let reserve = self.reserve;
+        let floor = self.min_bytes;
+        let new = if avail < reserve {
+            // Short: give back the shortfall from what is held now.
+            held.min(target).saturating_sub(reserve - avail).max(floor)
+        } else {
+            // Room again: grow by half of what is free above the reserve.
+            target
+                .saturating_add((avail - reserve) / 2)
+                .min(self.max_bytes)
+        };
+        self.target.store(new, Ordering::Relaxed);
+        (new != target).then_some(new)
+    }
+
+    /// A demand read of the block `k` (of `class`), or a prefetch's lookup
+    /// when this thread runs [`prefetching`].
+    pub fn get(&self, k: &Key, class: Class) -> Option<Block> {
+        let now = self.now_ms();
+        self.lock()
+            .lookup(k, lists::Access::new(class, !is_prefetch(), now))
+    }
+
+    /// Drop every cached block (after the media changed under the pool).
+    pub fn clear(&self) {
+        let mut gone = Vec::new();
+        self.lock().clear(&mut gone);
+        drop(gone);
+    }
+
+    /// Block `k` was read (or written by a sync): keep it. A prefetching
+    /// thread's blocks enter as prefetched.
+    pub fn insert(&self, k: Key, v: Block, class: Class) {
+        if self.max_bytes == 0 || v.len() as u64 > self.max_bytes / 4 {
+            return;
+        }
+        let changed = self.adjust_target();
+        let now = self.now_ms();
+        let size = v.len() as u64;
+        let mut gone = Vec::new();
+        {
+            let mut l = self.lock();
+            if let Some(c) = changed {
+                l.set_target(c, &mut gone);
+            }
+            l.insert(
+                k,
+                v,
+                size,
+                lists::Access::new(class, !is_prefetch(), now),
+                &mut gone,
+            );
+        }
+        // Freed outside the lock: returning big buffers to the allocator
+        // (or the kernel) should not stall other readers.
+        drop(gone);
+    }
+
+    /// The most the cache may hold (`arc_max`).
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// (bytes held, hits, misses)
+    pub fn stats(&self) -> (u64, u64, u64) {
+        let l = self.lock();
+        (l.sizes().size, l.counters.hits, l.counters.misses)
+    }
+
+    /// Every counter and size.
+    pub fn arcstats(&self) -> ArcStats {
+        let l = self.lock();
+        ArcStats {
+            counters: l.counters,
+            sizes: l.sizes(),
+            c_min: self.min_bytes,
+            c_max: self.max_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A machine of 8 GiB whose free memory the test sets.
+    struct Fake(Arc<AtomicU64>);
+    impl MemoryProbe for Fake {
+        fn total(&self) -> u64 {
+            8 << 30
+        }
+        fn available(&self) -> Option<u64> {
+            Some(self.0.load(Ordering::Relaxed))
+        }
+    }
+
+    fn key(i: u64) -> Key {
+        (0, i, [0; 16])
+    }
+
+    #[test]
+    fn shrinks_under_memory_pressure_and_grows_back() {
+        const MIB: u64 = 1 << 20;
+        let avail = Arc::new(AtomicU64::new(6 << 30));
+        let c = BlockCache::with_probe(512 * MIB, Box::new(Fake(avail.clone())), Duration::ZERO);
+        let block = Arc::new(vec![7u8; MIB as usize]);
+        for i in 0..600 {
+            c.insert(key(i), block.clone(), Class::Data);
+        }
+        assert_eq!(c.stats().0, 512 * MIB, "full to max_bytes with memory free");
+        // The machine runs short: 300 MiB below the 1 GiB reserve.
+        avail.store((1 << 30) - 300 * MIB, Ordering::Relaxed);
+        c.insert(key(1000), block.clone(), Class::Data);
+        let held = c.stats().0;
+        assert!(held <= 213 * MIB, "gave back the shortfall, holds {held}");
+        assert_eq!(c.target_bytes(), held);
+        // The newest blocks stayed, the coldest went.
+        assert!(
+            c.get(&key(1000), Class::Data).is_some() && c.get(&key(599), Class::Data).is_some()
+        );
+        assert!(c.get(&key(0), Class::Data).is_none());
+        // Pressure cannot push it below the floor.
+        avail.store(0, Ordering::Relaxed);
+        for i in 0..10 {
+            c.insert(key(2000 + i), block.clone(), Class::Data);
+        }
+        assert_eq!(c.stats().0, FLOOR_BYTES);
+        // Memory free again: the target climbs back to max_bytes.
+        avail.store(6 << 30, Ordering::Relaxed);
+        for i in 0..600 {
+            c.insert(key(3000 + i), block.clone(), Class::Data);
+        }
+        assert_eq!(c.target_bytes(), 512 * MIB);
+        assert_eq!(c.stats().0, 512 * MIB);
+    }
+
+    /// `arc_min` holds under any pressure, and cannot exceed `arc_max`.
+    #[test]
+    fn pressure_stops_at_arc_min() {
+        const MIB: u64 = 1 << 20;
+        let avail = Arc::new(AtomicU64::new(6 << 30));
+        let c = BlockCache::with_probe(512 * MIB, Box::new(Fake(avail.clone())), Duration::ZERO)
+            .with_min(100 * MIB);
+        assert_eq!(c.min_bytes(), 100 * MIB);
+        let block = Arc::new(vec![7u8; MIB as usize]);
+        for i in 0..600 {
+            c.insert(key(i), block.clone(), Class::Data);
+        }
+        avail.store(0, Ordering::Relaxed);
+        for i in 0..10 {
+            c.insert(key(1000 + i), block.clone(), Class::Data);
+        }
+        assert_eq!(c.stats().0, 100 * MIB);
+        assert_eq!(c.target_bytes(), 100 * MIB);
+        let small = BlockCache::with_probe(8 * MIB, Box::new(Fake(avail)), Duration::ZERO)
+            .with_min(100 * MIB);
+        assert_eq!(small.min_bytes(), 8 * MIB);
+    }
+
+    #[test]
+    fn unknown_free_memory_keeps_the_size() {
+        struct Blind;
+        impl MemoryProbe for Blind {
+            fn total(&self) -> u64 {
+                1 << 30
+            }
+            fn available(&self) -> Option<u64> {
+                None
+            }
+        }
+        let c = BlockCache::with_probe(8 << 20, Box::new(Blind), Duration::ZERO);
+        for i in 0..20 {
+            c.insert(key(i), Arc::new(vec![0u8; 1 << 20]), Class::Data);
+        }
+        assert_eq!(c.stats().0, 8 << 20);
+        assert_eq!(c.target_bytes(), 8 << 20);
+    }
+}
