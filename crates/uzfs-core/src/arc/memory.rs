@@ -10,6 +10,22 @@ pub trait MemoryProbe: Send + Sync {
     /// Bytes the kernel could hand out without swapping (MemAvailable), or
     /// `None` when unknown (the cache then keeps its size).
     fn available(&self) -> Option<u64>;
+    /// The share of the last ten seconds (percent) in which some task
+    /// stalled waiting for memory (PSI `some avg10`), or `None` when the
+    /// kernel does not report it.
+    fn stall_pct(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// `some avg10` of a PSI file's text (`/proc/pressure/memory`, a cgroup's
+/// `memory.pressure`).
+pub fn psi_some_avg10(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("avg10="))
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// `/proc/meminfo`.
@@ -175,6 +191,17 @@ impl MemoryProbe for SystemMemory {
         let ram = ProcMeminfo.total();
         self.cgroup_limit().map_or(ram, |l| l.min(ram))
     }
+    /// The cgroup's own pressure (v2 `memory.pressure`) when the daemon
+    /// runs in one, else the machine's (`/proc/pressure/memory`).
+    fn stall_pct(&self) -> Option<f64> {
+        let cg = self
+            .cg
+            .as_ref()
+            .filter(|c| c.v2)
+            .and_then(|c| c.read(&c.dir, "memory.pressure"));
+        cg.or_else(|| std::fs::read_to_string("/proc/pressure/memory").ok())
+            .and_then(|t| psi_some_avg10(&t))
+    }
     fn available(&self) -> Option<u64> {
         let sys = ProcMeminfo.available();
         let cg = self
@@ -213,5 +240,10 @@ mod tests {
         let stat = "cache 10\ntotal_inactive_file 4096\nhierarchical_memory_limit 1073741824\n";
         assert_eq!(stat_field(stat, "total_inactive_file"), Some(4096));
         assert_eq!(stat_field(stat, "inactive_file"), None);
+        let psi = "some avg10=12.50 avg60=3.00 avg300=0.10 total=123\nfull avg10=1.00 avg60=0 avg300=0 total=9\n";
+        assert_eq!(psi_some_avg10(psi), Some(12.5));
+        assert_eq!(psi_some_avg10("full avg10=1.00\n"), None);
+        assert_eq!(psi_some_avg10("some avg10=nan\n"), None);
+        assert_eq!(psi_some_avg10(""), None);
     }
 }

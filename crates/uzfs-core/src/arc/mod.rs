@@ -17,7 +17,11 @@
 //! and while it is below the reserve (1/8 of RAM, at least 256 MiB) the
 //! target `c` drops by the shortfall and blocks are evicted by the policy;
 //! once memory is free again `c` climbs back towards `max_bytes`, never
-//! below `min_bytes` (`arc_min`). A daemon in user space has no shrinker
+//! below `min_bytes` (`arc_min`). Pressure stall information counts too:
+//! while tasks stalled on memory for more than [`STALL_SHRINK_PCT`] of the
+//! last ten seconds (PSI `some avg10`, the cgroup's `memory.pressure` under
+//! cgroup v2, else `/proc/pressure/memory`), each check gives back an
+//! eighth of what is held. A daemon in user space has no shrinker
 //! callback, so this polling is the substitute.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +33,11 @@ pub const PRESSURE_CHECK: Duration = Duration::from_millis(250);
 /// The cache never shrinks below this for memory pressure (`arc_min`,
 /// unless set otherwise).
 pub const FLOOR_BYTES: u64 = 32 << 20;
+/// Memory stalls (PSI `some avg10`, percent) above which the cache gives
+/// back an eighth of what it holds per check, however much MemAvailable
+/// says is free: reclaim is already hurting someone (a cgroup at its
+/// `memory.high`, a machine swapping page cache in and out).
+pub const STALL_SHRINK_PCT: f64 = 10.0;
 
 pub mod lists;
 pub mod memory;
@@ -187,11 +196,20 @@ impl BlockCache {
             return None;
         }
         let target = self.target.load(Ordering::Relaxed);
-        let avail = self.probe.available()?;
+        let stalled = self.probe.stall_pct().is_some_and(|p| p > STALL_SHRINK_PCT);
+        let avail = self.probe.available();
+        if avail.is_none() && !stalled {
+            return None;
+        }
+        let avail = avail.unwrap_or(u64::MAX);
         let held = self.lock().sizes().size;
         let reserve = self.reserve;
         let floor = self.min_bytes;
-        let new = if avail < reserve {
+        let new = if stalled {
+            // Tasks wait for memory: give back an eighth of what is held.
+            let h = held.min(target);
+            (h - h / 8).max(floor)
+        } else if avail < reserve {
             // Short: give back the shortfall from what is held now.
             held.min(target).saturating_sub(reserve - avail).max(floor)
         } else {
@@ -346,6 +364,50 @@ mod tests {
         let small = BlockCache::with_probe(8 * MIB, Box::new(Fake(avail)), Duration::ZERO)
             .with_min(100 * MIB);
         assert_eq!(small.min_bytes(), 8 * MIB);
+    }
+
+    /// Memory stalls shrink the cache by an eighth per check even while
+    /// MemAvailable looks fine; without stalls it grows back.
+    #[test]
+    fn memory_stalls_shrink_the_cache() {
+        struct Stalling(Arc<AtomicU64>);
+        impl MemoryProbe for Stalling {
+            fn total(&self) -> u64 {
+                8 << 30
+            }
+            fn available(&self) -> Option<u64> {
+                Some(6 << 30)
+            }
+            fn stall_pct(&self) -> Option<f64> {
+                Some(self.0.load(Ordering::Relaxed) as f64)
+            }
+        }
+        const MIB: u64 = 1 << 20;
+        let stall = Arc::new(AtomicU64::new(0));
+        let c =
+            BlockCache::with_probe(512 * MIB, Box::new(Stalling(stall.clone())), Duration::ZERO);
+        let block = Arc::new(vec![7u8; MIB as usize]);
+        for i in 0..600 {
+            c.insert(key(i), block.clone(), Class::Data);
+        }
+        assert_eq!(c.stats().0, 512 * MIB);
+        stall.store(25, Ordering::Relaxed);
+        c.insert(key(1000), block.clone(), Class::Data);
+        assert_eq!(c.target_bytes(), 448 * MIB, "an eighth given back");
+        assert!(c.stats().0 <= 448 * MIB);
+        for i in 0..40 {
+            c.insert(key(2000 + i), block.clone(), Class::Data);
+        }
+        assert_eq!(c.target_bytes(), FLOOR_BYTES, "down to arc_min, no further");
+        stall.store(0, Ordering::Relaxed);
+        for i in 0..10 {
+            c.insert(key(3000 + i), block.clone(), Class::Data);
+        }
+        assert_eq!(
+            c.target_bytes(),
+            512 * MIB,
+            "grows back once the stalls end"
+        );
     }
 
     #[test]

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The ARC's replacement policy against another build's (for example the LRU
+# before it), builds interleaved (A, B, A, B, ...), each round on a fresh
+# single-file pool with a small cache (UZFS_ARC_MAX, default 512 MiB).
+# Reads that must reach the daemon use O_DIRECT through the mount (the
+# kernel's page cache above FUSE would otherwise answer repeats).
+#
+#  1. scan resistance: a 256 MiB hot file read three times (4 KiB random
+#     reads, O_DIRECT), then its hit ratio measured (one more pass); then a
+#     4 GiB file read sequentially once (1 MiB, buffered, as `cp` would);
+#     then the hot file's hit ratio again.
+#  2. Zipf: 4 KiB random reads, fio `random_distribution=zipf:1.2`, O_DIRECT,
+#     over a file twice the cache, RUNTIME s: IOPS and hit ratio.
+#
+# Hit ratio = 1 - cache misses / reads issued, the misses from the
+# daemon's own counters (`arcstat --snapshot` over its socket, which every
+# build since the LRU answers). The hot passes read whole 128 KiB records
+# (one cache lookup of data each), the Zipf run 4 KiB pieces of them.
+# Device bytes cannot serve as the measure: the pool's reads are buffered,
+# so the host's page cache under a file vdev answers many misses.
+# Also printed: daemon CPU seconds and peak RSS per round.
+#
+# usage: bench/arc.sh A_BIN B_BIN [ROUNDS]
+# env: DATA [/var/tmp/uzfs-arcbench]  ARC [512M]  RUNTIME [20]
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: bench/arc.sh A_BIN B_BIN [ROUNDS]" >&2; exit 2; }
+A=$(realpath "$1"); B=$(realpath "$2"); ROUNDS=${3:-3}
+BASE=${DATA:-/var/tmp/uzfs-arcbench}; RUNTIME=${RUNTIME:-20}
+ARC=$(numfmt --from=iec "${ARC:-512M}")
+command -v fio >/dev/null || apt-get install -y -q fio >/dev/null
+HZ=$(getconf CLK_TCK)
+. "$(dirname "$0")/lib.sh"
+cpu() { awk -v hz="$HZ" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
+misses() { # -> the daemon's cache misses so far (pool arcb)
+  python3 - "$UZFS_RUNDIR/uzfsd.sock" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(json.dumps({"argv": ["arcstat", "--snapshot", "arcb"], "cwd": "/"}).encode() + b"\n")
+s.shutdown(socket.SHUT_WR)
+buf = b""
+while not buf.endswith(b"\n"):
+    c = s.recv(65536)
+    if not c:
+        break
+    buf += c
+r = json.loads(json.loads(buf)["stdout"])[0]
+print(r["stats"]["misses"] if "stats" in r else r["misses"])
+PY
+}
+peak() { awk '/^VmHWM/ {print $2 / 1024}' "/proc/$1/status"; }
+mkdir -p "$BASE"
+written_files 10G "$BASE/d0"
+OUT="$BASE/results.tsv"; : > "$OUT"
+
+hot_pass() { # mount -> hit ratio of one O_DIRECT pass over hot (2,048 records)
+  local m0 m1
+  m0=$(misses)
+  fio --name=h --ioengine=psync --direct=1 --filename="$1/hot" --size=256M --rw=randread \
+      --bs=128k --randrepeat=0 --output=/dev/null
+  m1=$(misses)
+  python3 -c "print(round(1 - ($m1 - $m0) / 2048, 3))"
+}
+
+one() { # binary label round
+  local U=$1 L=$2 R=$3 D="$BASE/$2"
+  export UZFS_RUNDIR="$D/run"
+  "$U" daemon --stop >/dev/null 2>&1 || true
+  rm -rf "$D"; mkdir -p "$D"
+  local M="$D/mnt"
+  UZFS_ARC_MAX=$ARC UZFS_ARC_MIN=$ARC "$U" zpool create -f -m "$M" arcb "$BASE/d0" >/dev/null
+  "$U" zfs set compression=off arcb
+  local P; P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
+  fio --name=w --ioengine=psync --filename="$M/hot" --size=256M --rw=write --bs=1M \
+      --end_fsync=1 --output=/dev/null
+  fio --name=w --ioengine=psync --filename="$M/cold" --size=4G --rw=write --bs=1M \
+      --end_fsync=1 --output=/dev/null
+  fio --name=w --ioengine=psync --filename="$M/zipf" --size=$((2 * ARC)) --rw=write --bs=1M \
+      --end_fsync=1 --output=/dev/null
+  "$U" zinject -a arcb >/dev/null; sync; echo 3 > /proc/sys/vm/drop_caches
+  local c0; c0=$(cpu "$P")
+  for _ in 1 2 3; do hot_pass "$M" >/dev/null; done
+  local before after zi zh
+  before=$(hot_pass "$M")
+  dd if="$M/cold" of=/dev/null bs=1M status=none
+  after=$(hot_pass "$M")
+  # Zipf: fresh cache, then RUNTIME s of skewed random reads.
+  "$U" zinject -a arcb >/dev/null
+  local r0; r0=$(misses)
+  fio --name=z --ioengine=psync --direct=1 --filename="$M/zipf" --size=$((2 * ARC)) \
+      --rw=randread --bs=4k --random_distribution=zipf:1.2 --time_based=1 \
+      --runtime="$RUNTIME" --output-format=json --output="$D/z.json"
+  local r1; r1=$(misses)
+  local c1; c1=$(cpu "$P")
+  python3 - "$D/z.json" "$r0" "$r1" "$L" "$R" "$before" "$after" "$c0" "$c1" "$(peak "$P")" \
+      >> "$OUT" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["read"]
+r0, r1 = int(sys.argv[2]), int(sys.argv[3])
+l, r, before, after, c0, c1, peak = sys.argv[4:11]
+hit = 1 - (r1 - r0) / max(j["total_ios"], 1)
+print(f"{l}\t{r}\t{before}\t{after}\t{j['iops']:.0f}\t{hit:.3f}\t{float(c1) - float(c0):.1f}\t{float(peak):.0f}")
+PY
+  tail -1 "$OUT"
+  "$U" zpool export arcb >/dev/null 2>&1 || true
+  "$U" daemon --stop >/dev/null 2>&1 || true
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  one "$A" A "$r"
+  one "$B" B "$r"
+done
+echo "A=$A B=$B ARC=$ARC RUNTIME=$RUNTIME"
+python3 - "$OUT" <<'PY'
+import sys, statistics as st
+rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
+cols = ["hot_hit_before_scan", "hot_hit_after_scan", "zipf_iops", "zipf_hit", "daemon_cpu_s", "peak_rss_mib"]
+print("| metric | A median (min-max) | B median (min-max) |")
+print("|---|---|---|")
+for i, c in enumerate(cols):
+    cell = []
+    for lab in "AB":
+        v = [float(x[2 + i]) for x in rows if x[0] == lab]
+        cell.append(f"{st.median(v):g} ({min(v):g}-{max(v):g})")
+    print(f"| {c} | {cell[0]} | {cell[1]} |")
+PY
