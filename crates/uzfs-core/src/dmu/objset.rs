@@ -196,7 +196,12 @@ struct OsState {
     /// Object-set block pointer as of the last sync pass.
     bp: BlkPtr,
     meta: DnodePhys,
+    /// Dnodes of the synced tree read or written lately, at most
+    /// [`DNODE_CACHE_MAX`] (their blocks stay in the ARC when trimmed).
     dnodes: HashMap<u64, DnodePhys>,
+    /// Bumped by every publication of a new `meta`: a dnode read from an
+    /// older `meta` must not be cached after it (`synced_dnode`).
+    meta_gen: u64,
     open: TxgDirty,
     syncing: Option<Arc<TxgDirty>>,
     /// The tree the syncing txg's pass wrote, published by `sync_done`.
@@ -287,12 +292,49 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Dnodes an object set keeps decoded. Past it a quarter (arbitrary ones)
+/// go; their dnode blocks are metadata in the ARC, so reading one again
+/// is a cache hit and a decode. Without a bound, a walk of a million files
+/// kept a million dnodes (about 600 MiB) for the life of the mount.
+pub const DNODE_CACHE_MAX: usize = 1 << 16;
+
+static DNODE_CACHE_LIMIT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(DNODE_CACHE_MAX);
+
+/// Set the dnode cache bound of every object set in this process (tests
+/// run the concurrency and crash simulations with a tiny one, so that
+/// eviction races with publication all the time).
+pub fn set_dnode_cache_max(n: usize) {
+    DNODE_CACHE_LIMIT.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn dnode_cache_max() -> usize {
+    DNODE_CACHE_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl OsState {
     fn publish(&mut self, t: SyncedTree) {
         self.space = t.space;
         self.bp = t.bp;
         self.meta = t.meta;
+        self.meta_gen += 1;
         self.dnodes.extend(t.changed);
+        self.trim_dnodes();
+    }
+
+    fn trim_dnodes(&mut self) {
+        let max = dnode_cache_max();
+        if self.dnodes.len() > max {
+            let mut drop = self.dnodes.len() - max * 3 / 4;
+            self.dnodes.retain(|_, _| {
+                if drop > 0 {
+                    drop -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
+        }
     }
 }
 
@@ -401,6 +443,7 @@ impl Objset {
                 bp,
                 meta,
                 dnodes: HashMap::new(),
+                meta_gen: 0,
                 open: TxgDirty::new(open_txg),
                 syncing: None,
                 pending: None,
@@ -537,27 +580,45 @@ impl Objset {
     // ---- reading -------------------------------------------------------
 
     /// The synced dnode of `obj` (free if none).
+    /// How many dnodes this object set keeps decoded (at most about
+    /// [`DNODE_CACHE_MAX`]).
+    pub fn cached_dnodes(&self) -> usize {
+        lock(&self.st).dnodes.len()
+    }
+
     pub fn synced_dnode(&self, obj: u64) -> Result<DnodePhys> {
-        let meta = {
-            let st = lock(&self.st);
+        loop {
+            let (meta, gen) = {
+                let st = lock(&self.st);
+                if let Some(d) = st.dnodes.get(&obj) {
+                    return Ok(d.clone());
+                }
+                (st.meta.clone(), st.meta_gen)
+            };
+            let blkid = obj / DNODES_PER_BLOCK;
+            let dn = match read_tree_block(&*self.reader, &meta, blkid)? {
+                None => DnodePhys::free(),
+                Some(block) => {
+                    let at = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+                    DnodePhys::decode(block.get(at..at + DNODE_SIZE).ok_or_else(|| {
+                        Error::corrupt("dnode block", format!("short block for object {obj}"))
+                    })?)?
+                }
+            };
+            let mut st = lock(&self.st);
+            if st.meta_gen == gen {
+                let dn = st.dnodes.entry(obj).or_insert(dn).clone();
+                st.trim_dnodes();
+                return Ok(dn);
+            }
+            // A publication landed since `meta` was read: its dnode, if it
+            // is still cached, is the newer one; if the cache let it go,
+            // read again from the new tree (caching `dn` could keep a
+            // stale dnode for good).
             if let Some(d) = st.dnodes.get(&obj) {
                 return Ok(d.clone());
             }
-            st.meta.clone()
-        };
-        let blkid = obj / DNODES_PER_BLOCK;
-        let dn = match read_tree_block(&*self.reader, &meta, blkid)? {
-            None => DnodePhys::free(),
-            Some(block) => {
-                let at = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
-                DnodePhys::decode(block.get(at..at + DNODE_SIZE).ok_or_else(|| {
-                    Error::corrupt("dnode block", format!("short block for object {obj}"))
-                })?)?
-            }
-        };
-        // A publication may have landed since `meta` was read: its dnode
-        // is the newer one, keep it.
-        Ok(lock(&self.st).dnodes.entry(obj).or_insert(dn).clone())
+        }
     }
 
     /// The current dnode of `obj` (type, block size, logical size), or `None`.

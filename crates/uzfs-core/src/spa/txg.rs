@@ -63,6 +63,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const MAX_SYNC_PASSES: u32 = 32;
+/// Dirty data is never held below this by a small cache (`Pool::dirty_limit`).
+pub const DIRTY_FLOOR: u64 = 32 << 20;
 
 /// Tunables, each documented with its default and what goes wrong if set badly.
 #[derive(Clone, Debug)]
@@ -73,7 +75,9 @@ pub struct Tunables {
     /// Bound on dirty bytes in memory (default 10% of RAM, or of the memory
     /// cgroup's limit when it is lower, at most 4 GiB, as
     /// zfs_dirty_data_max). Too small throttles writers; too large delays
-    /// syncs and risks memory pressure.
+    /// syncs and risks memory pressure. Dirty data is also held to half
+    /// the cache's target `c` ([`Pool::dirty_limit`]), as OpenZFS's
+    /// `arc_tempreserve_space` holds anonymous buffers to half of `arc_c`.
     pub dirty_max: u64,
     /// Percent of dirty_max that starts a sync early (default 20).
     pub dirty_sync_pct: u64,
@@ -814,10 +818,24 @@ impl Pool {
             + self.mos.dirty_bytes()
     }
 
+    /// The most dirty data the open and syncing txgs may hold now:
+    /// `dirty_max`, and at most half the cache's target `c` (at least
+    /// [`DIRTY_FLOOR`]), so a small `arc_max` bounds the daemon's memory
+    /// whole (cache plus dirty data) and memory pressure that shrinks the
+    /// cache shrinks the dirty allowance with it. OpenZFS counts dirty
+    /// buffers in the ARC and refuses to let them pass half of `arc_c`.
+    pub fn dirty_limit(&self) -> u64 {
+        let c = self.io.cache.target_bytes();
+        if c == 0 {
+            return self.tun.dirty_max.max(1);
+        }
+        self.tun.dirty_max.min((c / 2).max(DIRTY_FLOOR)).max(1)
+    }
+
     /// A txg should start now: dirty data past its threshold, or the
     /// intent log short of space (`LogSpace::pressed`).
     fn over_sync_threshold(&self) -> bool {
-        self.dirty_bytes() > self.tun.dirty_max * self.tun.dirty_sync_pct / 100
+        self.dirty_bytes() > self.dirty_limit() * self.tun.dirty_sync_pct / 100
             || self.log_space.pressed()
     }
 
@@ -1317,7 +1335,7 @@ impl Pool {
             !crate::dmu::tx::held_any(),
             "throttled while holding a txg (would deadlock the freeze)"
         );
-        let max = self.tun.dirty_max.max(1);
+        let max = self.dirty_limit();
         let min = max * self.tun.delay_min_pct / 100;
         loop {
             if let Some(why) = self.suspended() {
