@@ -470,6 +470,22 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// Hand memory the allocator holds free back to the kernel (glibc's
+/// `malloc_trim`, which also releases whole free pages inside its heaps,
+/// not only at their top). Called when the daemon's RSS passes its budget
+/// (`arcstat::start_kstat_writer`). `UZFS_MALLOC_TRIM=0` turns it off.
+pub fn return_free_memory() {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("UZFS_MALLOC_TRIM").map_or(true, |v| v != "0")) {
+        return;
+    }
+    // SAFETY: malloc_trim takes each arena's lock itself and only returns
+    // pages that hold no allocation; it has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Run the daemon in the foreground until a `shutdown` request.
 pub fn run(rundir: &Path) -> i32 {
     limit_malloc_arenas();

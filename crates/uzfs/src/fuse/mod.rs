@@ -388,6 +388,15 @@ impl Handler for FuseFs {
     }
 }
 
+/// `UZFS_FUSE_DIRECT_IO=1`: every file opened with direct I/O, so the
+/// kernel's page cache holds no file data and the ARC is the only cache
+/// (shared mmap still works through `DIRECT_IO_ALLOW_MMAP`). Off by
+/// default; bench/RESULTS.md ("one copy") has what it costs.
+fn direct_io_mount() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("UZFS_FUSE_DIRECT_IO").is_ok_and(|v| v == "1"))
+}
+
 impl FuseFs {
     fn sync_mode(&self) -> SyncMode {
         self.zpl.ctx().props().sync
@@ -398,7 +407,7 @@ impl FuseFs {
     /// or, on a `sync=always` dataset, with direct I/O: the writeback
     /// cache would acknowledge write(2) before the data reached the pool.
     fn open_flags(&self) -> u32 {
-        if self.sync_mode() == SyncMode::Always {
+        if self.sync_mode() == SyncMode::Always || direct_io_mount() {
             abi::FOPEN_DIRECT_IO
         } else {
             abi::FOPEN_KEEP_CACHE
