@@ -580,6 +580,16 @@ mod tests {
         (0, i, [0; 16])
     }
 
+    /// A demand read of block `x` (`size` bytes) at `now`: a lookup, and on
+    /// a miss the insert the read path makes. True on a hit.
+    fn read(arc: &mut Lists<u64>, x: u64, size: u64, a: Access, ev: &mut Vec<u64>) -> bool {
+        let hit = arc.lookup(&key(x), a).is_some();
+        if !hit {
+            arc.insert(key(x), x, size, a, ev);
+        }
+        hit
+    }
+
     /// The paper's ARC(c) in pages, transcribed literally (Megiddo and
     /// Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST
     /// 2003, Fig. 4), with `p` in bytes of pages of `unit` bytes so its
@@ -711,18 +721,13 @@ mod tests {
             let mut ev = Vec::new();
             for (i, x) in trace(seed, 6000).into_iter().enumerate() {
                 let now = i as u64 * 1000;
-                let hit = arc
-                    .lookup(&key(x), Access::new(Class::Data, true, now))
-                    .is_some();
-                if !hit {
-                    arc.insert(
-                        key(x),
-                        x,
-                        UNIT,
-                        Access::new(Class::Data, true, now),
-                        &mut ev,
-                    );
-                }
+                let hit = read(
+                    &mut arc,
+                    x,
+                    UNIT,
+                    Access::new(Class::Data, true, now),
+                    &mut ev,
+                );
                 assert_eq!(hit, paper.access(x), "seed {seed} access {i} of {x}");
                 assert_eq!(arc.p, paper.p, "seed {seed} access {i}: p");
                 let s = arc.sizes();
@@ -769,12 +774,7 @@ mod tests {
                     Class::Data
                 };
                 let demand = x % 7 != 0 || i % 2 == 0;
-                if arc
-                    .lookup(&key(x), Access::new(class, demand, now))
-                    .is_none()
-                {
-                    arc.insert(key(x), x, size, Access::new(class, demand, now), &mut ev);
-                }
+                read(&mut arc, x, size, Access::new(class, demand, now), &mut ev);
                 if i % 1000 == 999 {
                     let c = [1 << 20, 300 << 10, 4 << 20, 64 << 10][(i / 1000) % 4];
                     arc.set_target(c, &mut ev);
@@ -794,19 +794,7 @@ mod tests {
         let mut now = 0;
         let mut access = |arc: &mut Lists<u64>, x: u64| {
             now += 100;
-            let hit = arc
-                .lookup(&key(x), Access::new(Class::Data, true, now))
-                .is_some();
-            if !hit {
-                arc.insert(
-                    key(x),
-                    x,
-                    unit,
-                    Access::new(Class::Data, true, now),
-                    &mut ev,
-                );
-            }
-            hit
+            read(arc, x, unit, Access::new(Class::Data, true, now), &mut ev)
         };
         for _ in 0..3 {
             for x in 0..150 {
@@ -831,18 +819,7 @@ mod tests {
         let mut now = 0;
         let mut access = |arc: &mut Lists<u64>, x: u64| {
             now += 100;
-            if arc
-                .lookup(&key(x), Access::new(Class::Data, true, now))
-                .is_none()
-            {
-                arc.insert(
-                    key(x),
-                    x,
-                    unit,
-                    Access::new(Class::Data, true, now),
-                    &mut ev,
-                );
-            }
+            read(arc, x, unit, Access::new(Class::Data, true, now), &mut ev);
         };
         // A frequency set of 80 fills MFU.
         for _ in 0..3 {
