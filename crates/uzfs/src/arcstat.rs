@@ -146,18 +146,22 @@ pub fn start_kstat_writer(d: &std::sync::Arc<Daemon>) {
                     // cloned out: an export that took one out of the map
                     // has the last reference to it.
                     let Some(d) = w.upgrade() else { return };
-                    let pools = d.pools.lock().unwrap_or_else(|e| e.into_inner());
-                    let budget: u64 = pools
-                        .values()
-                        .map(|p| p.io.cache.target_bytes() + p.dirty_limit())
-                        .sum::<u64>()
-                        + ALLOWANCE;
+                    let (budget, text) = {
+                        let pools = d.pools.lock().unwrap_or_else(|e| e.into_inner());
+                        let budget: u64 = pools
+                            .values()
+                            .map(|p| p.io.cache.target_bytes() + p.dirty_limit())
+                            .sum::<u64>()
+                            + ALLOWANCE;
+                        let text = (tick % 10 == 0).then(|| kstat_text(&snaps(pools.values())));
+                        (budget, text)
+                    };
+                    // Trimmed with no lock held: a trim of a large heap
+                    // takes milliseconds, and commands wait on the map.
                     if rss_bytes() > budget {
                         crate::daemon::return_free_memory();
                     }
-                    if tick % 10 == 0 {
-                        let text = kstat_text(&snaps(pools.values()));
-                        drop(pools);
+                    if let Some(text) = text {
                         let tmp = d.rundir.join(".arcstats.tmp");
                         if std::fs::write(&tmp, text).is_ok() {
                             let _ = std::fs::rename(&tmp, d.rundir.join("arcstats"));
