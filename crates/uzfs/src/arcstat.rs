@@ -26,25 +26,14 @@ pub struct ArcSnap {
     pub avail: Option<u64>,
 }
 
-/// Figures that are sizes now, not counts since start (an interval shows
-/// them as they are, not their difference).
-const GAUGES: &[&str] = &[
-    "p",
-    "c",
-    "c_min",
-    "c_max",
-    "size",
-    "data_size",
-    "metadata_size",
-    "mru_size",
-    "mru_ghost_size",
-    "mfu_size",
-    "mfu_ghost_size",
-    "uzfs_meta_floor",
-    "uzfs_prefetch_unused_size",
-    "uzfs_entries",
-    "uzfs_ghost_entries",
-];
+/// Whether figure `k` is a size now, not a count since start (an interval
+/// shows it as it is, not its difference): the core's own split.
+fn is_gauge(k: &str) -> bool {
+    uzfs_core::arc::ArcStats::default()
+        .gauge_fields()
+        .iter()
+        .any(|(g, _)| *g == k)
+}
 
 /// The daemon's resident memory (VmRSS), bytes.
 fn rss_bytes() -> u64 {
@@ -315,6 +304,21 @@ fn render(fields: &[String], rows: &[(ArcSnap, BTreeMap<String, u64>)]) -> Strin
     out
 }
 
+/// The figures of `now` as an interval since `prev` shows them: counts as
+/// their difference, sizes as they are (no `prev`: totals).
+fn interval(prev: Option<&ArcSnap>, now: &ArcSnap) -> BTreeMap<String, u64> {
+    now.stats
+        .iter()
+        .map(|(k, v)| {
+            let before = match prev {
+                Some(p) if !is_gauge(k) => p.stats.get(k).copied().unwrap_or(0),
+                _ => 0,
+            };
+            (k.clone(), v.saturating_sub(before))
+        })
+        .collect()
+}
+
 /// Client side.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
     let mut fields: Vec<String> = DEFAULT_FIELDS.iter().map(|s| s.to_string()).collect();
@@ -351,20 +355,7 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
             .iter()
             .map(|n| {
                 let p = prev.and_then(|prev| prev.iter().find(|p| p.pool == n.pool));
-                let d = n
-                    .stats
-                    .iter()
-                    .map(|(k, v)| {
-                        let before = match p {
-                            Some(p) if !GAUGES.contains(&k.as_str()) => {
-                                p.stats.get(k).copied().unwrap_or(0)
-                            }
-                            _ => 0,
-                        };
-                        (k.clone(), v.saturating_sub(before))
-                    })
-                    .collect();
-                (n.clone(), d)
+                (n.clone(), interval(p, n))
             })
             .collect();
         render(&fields, &rows)
@@ -399,18 +390,7 @@ mod tests {
     #[test]
     fn columns_and_intervals() {
         let (a, b) = (snap(10, 10, 1 << 20), snap(40, 20, 2 << 20));
-        let d: BTreeMap<String, u64> = b
-            .stats
-            .iter()
-            .map(|(k, v)| {
-                let before = if GAUGES.contains(&k.as_str()) {
-                    0
-                } else {
-                    a.stats[k]
-                };
-                (k.clone(), v - before)
-            })
-            .collect();
+        let d = interval(Some(&a), &b);
         assert_eq!(column("read", &b, &d), "40");
         assert_eq!(column("miss%", &b, &d), "25");
         assert_eq!(column("dmis", &b, &d), "10");

@@ -30,8 +30,8 @@ commands:
     zinject ...          inject device faults (see 'uzfs zinject -h')
     zilstat [-p POOL] [interval [count]]
                          intent log activity per dataset
-    arcstat [-p POOL] [interval [count]]
-                         block cache size, target, hit ratio, daemon memory
+    arcstat [-f FIELDS] [-v] [-p POOL] [interval [count]]
+                         block cache (ARC) hits, misses, sizes, daemon memory
     daemon [--foreground | --stop | --status]
                          run, stop or query the daemon
     object put POOL FILE | get POOL OBJ FILE | free POOL OBJ

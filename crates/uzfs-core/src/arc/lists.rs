@@ -91,6 +91,17 @@ impl Access {
     }
 }
 
+/// How far a ghost hit of a block of `s` bytes moves `p`: `s * max(1,
+/// other / hit)`, the paper's delta, where `hit` is the bytes of the ghost
+/// list that was hit and `other` those of the other one.
+fn ghost_delta(s: u64, hit: u64, other: u64) -> u64 {
+    if other <= hit || hit == 0 {
+        s
+    } else {
+        (s as u128 * other as u128 / hit as u128) as u64
+    }
+}
+
 const MRU: usize = 0;
 const MFU: usize = 1;
 /// Sub-lists of each state, in the order eviction takes from them.
@@ -188,6 +199,8 @@ pub struct Sizes {
     pub mfu_ghost: u64,
     pub data: u64,
     pub metadata: u64,
+    /// Metadata up to this is kept before data ([`Lists::meta_floor`]).
+    pub meta_floor: u64,
     pub prefetch_unused: u64,
     pub entries: u64,
     pub ghost_entries: u64,
@@ -239,6 +252,7 @@ impl<V: Clone> Lists<V> {
             mfu_ghost: self.ghost[MFU].bytes,
             data: self.class_size[0],
             metadata: self.class_size[1],
+            meta_floor: self.meta_floor(),
             prefetch_unused: self.prefetch_size,
             entries: self.map.len() as u64,
             ghost_entries: (self.ghost[0].map.len() + self.ghost[1].map.len()) as u64,
@@ -347,24 +361,14 @@ impl<V: Clone> Lists<V> {
         let (b1, b2) = (self.ghost[MRU].bytes, self.ghost[MFU].bytes);
         let state = if demand && self.ghost[MRU].contains(&k) {
             // Case II: MRU was evicted too early. p += s * max(1, B2/B1).
-            let delta = if b2 <= b1 {
-                s
-            } else {
-                (s as u128 * b2 as u128 / b1 as u128) as u64
-            };
-            self.p = self.p.saturating_add(delta).min(c);
+            self.p = self.p.saturating_add(ghost_delta(s, b1, b2)).min(c);
             self.counters.mru_ghost_hits += 1;
             self.ghost[MRU].remove(&k);
             self.make_room(s, false, evicted);
             MFU
         } else if demand && self.ghost[MFU].contains(&k) {
             // Case III: MFU was evicted too early. p -= s * max(1, B1/B2).
-            let delta = if b1 <= b2 {
-                s
-            } else {
-                (s as u128 * b1 as u128 / b2 as u128) as u64
-            };
-            self.p = self.p.saturating_sub(delta);
+            self.p = self.p.saturating_sub(ghost_delta(s, b2, b1));
             self.counters.mfu_ghost_hits += 1;
             self.ghost[MFU].remove(&k);
             self.make_room(s, true, evicted);

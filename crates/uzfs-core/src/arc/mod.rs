@@ -93,10 +93,10 @@ pub struct ArcStats {
 }
 
 impl ArcStats {
-    /// Every figure by its OpenZFS `arcstats` name (uzfs's own, with no
-    /// OpenZFS counterpart, start with `uzfs_`).
-    pub fn fields(&self) -> Vec<(&'static str, u64)> {
-        let (c, z) = (&self.counters, &self.sizes);
+    /// Counts since the cache was made, by their OpenZFS `arcstats` names
+    /// (uzfs's own, with no OpenZFS counterpart, start with `uzfs_`).
+    pub fn counter_fields(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
         vec![
             ("hits", c.hits),
             ("misses", c.misses),
@@ -112,6 +112,16 @@ impl ArcStats {
             ("mru_ghost_hits", c.mru_ghost_hits),
             ("mfu_hits", c.mfu_hits),
             ("mfu_ghost_hits", c.mfu_ghost_hits),
+            ("uzfs_evict_mru", c.evict_mru),
+            ("uzfs_evict_mfu", c.evict_mfu),
+            ("uzfs_evict_prefetch_unused", c.evict_prefetch_unused),
+        ]
+    }
+
+    /// Sizes as they are now (an interval shows them, not their change).
+    pub fn gauge_fields(&self) -> Vec<(&'static str, u64)> {
+        let z = &self.sizes;
+        vec![
             ("p", z.p),
             ("c", z.c),
             ("c_min", self.c_min),
@@ -123,14 +133,18 @@ impl ArcStats {
             ("mru_ghost_size", z.mru_ghost),
             ("mfu_size", z.mfu),
             ("mfu_ghost_size", z.mfu_ghost),
-            ("uzfs_meta_floor", z.c / 4),
+            ("uzfs_meta_floor", z.meta_floor),
             ("uzfs_prefetch_unused_size", z.prefetch_unused),
             ("uzfs_entries", z.entries),
             ("uzfs_ghost_entries", z.ghost_entries),
-            ("uzfs_evict_mru", c.evict_mru),
-            ("uzfs_evict_mfu", c.evict_mfu),
-            ("uzfs_evict_prefetch_unused", c.evict_prefetch_unused),
         ]
+    }
+
+    /// Every figure: the counters, then the sizes.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.counter_fields();
+        v.extend(self.gauge_fields());
+        v
     }
 }
 

@@ -579,13 +579,13 @@ impl Objset {
 
     // ---- reading -------------------------------------------------------
 
-    /// The synced dnode of `obj` (free if none).
     /// How many dnodes this object set keeps decoded (at most about
     /// [`DNODE_CACHE_MAX`]).
     pub fn cached_dnodes(&self) -> usize {
         lock(&self.st).dnodes.len()
     }
 
+    /// The synced dnode of `obj` (free if none).
     pub fn synced_dnode(&self, obj: u64) -> Result<DnodePhys> {
         loop {
             let (meta, gen) = {

@@ -859,14 +859,7 @@ mod tests {
     fn destroying_a_clone_frees_its_sub_lists() {
         let world = SimWorld::new();
         let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(9)).expect("pool");
-        p.create_dataset("t/o", &[], false).expect("o");
-        let o = p.dataset("t/o").expect("o");
-        let obj =
-            o.os.create_object(ot::PLAIN_FILE, 16384, &ObjProps::default())
-                .expect("object");
-        o.os.write(obj, 0, &vec![1u8; 256 << 10]).expect("write");
-        p.create_snapshots(&["t/o@s".to_string()])
-            .expect("snapshot");
+        let (o, obj) = crate::spa::sim_snapshotted_file(&p, 1u8);
         p.clone_snapshot("t/o@s", "t/c", &[], false).expect("clone");
         let c = p.dataset("t/c").expect("c");
         // The clone lets go of its origin's blocks: its dead list.

@@ -1187,6 +1187,23 @@ pub(crate) fn sim_pool(
     Ok((d, Pool::create(name, vec![spec], opts)?))
 }
 
+/// Unit tests' origin: dataset `t/o` of pool `t` with one file of 16 KiB
+/// records holding 256 KiB of `fill`, snapshotted as `t/o@s`. Returns the
+/// dataset and the file's object number.
+#[cfg(test)]
+pub(crate) fn sim_snapshotted_file(p: &Pool, fill: u8) -> (Arc<crate::dsl::Dataset>, u64) {
+    use crate::dmu::dnode::{ot, ObjProps};
+    p.create_dataset("t/o", &[], false).expect("o");
+    let o = p.dataset("t/o").expect("o");
+    let obj =
+        o.os.create_object(ot::PLAIN_FILE, 16384, &ObjProps::default())
+            .expect("object");
+    o.os.write(obj, 0, &vec![fill; 256 << 10]).expect("write");
+    p.create_snapshots(&["t/o@s".to_string()])
+        .expect("snapshot");
+    (o, obj)
+}
+
 /// Unit tests' tunables: no sync thread (the test syncs).
 #[cfg(test)]
 pub(crate) fn sim_tunables() -> Tunables {

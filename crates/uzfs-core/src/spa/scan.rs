@@ -1458,7 +1458,6 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dmu::dnode::{ot, ObjProps};
     use crate::spa::{sim_pool, sim_tunables};
     use crate::vdev::sim::SimWorld;
     use std::collections::BTreeSet;
@@ -1486,14 +1485,7 @@ mod tests {
     fn a_promote_during_a_scan_does_not_hide_moved_snapshots() {
         let world = SimWorld::new();
         let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(11)).expect("pool");
-        p.create_dataset("t/o", &[], false).expect("o");
-        let o = p.dataset("t/o").expect("o");
-        let obj =
-            o.os.create_object(ot::PLAIN_FILE, 16384, &ObjProps::default())
-                .expect("object");
-        o.os.write(obj, 0, &vec![0x11; 256 << 10]).expect("write");
-        p.create_snapshots(&["t/o@s".to_string()])
-            .expect("snapshot");
+        let (o, obj) = crate::spa::sim_snapshotted_file(&p, 0x11);
         // The snapshot alone holds the first contents.
         o.os.write(obj, 0, &vec![0x22; 256 << 10])
             .expect("overwrite");
