@@ -464,6 +464,88 @@ fn the_transport_is_io_uring_where_the_kernel_offers_it() {
     e.export_and_zdb("tank");
 }
 
+/// Requests of `op` the daemon served, from the counts it logs when a
+/// session ends (`UZFS_FUSE_STATS=1`).
+fn requests_served(e: &Env, op: &str) -> u64 {
+    let log = std::fs::read_to_string(e.rundir.join("uzfsd.log")).unwrap_or_default();
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("fuse requests over"))
+        .expect("request counts in the log");
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{op}=")))
+        .map_or(0, |n| n.parse().expect("count"))
+}
+
+/// READDIRPLUS: a listing carries each entry's attributes, so walking a
+/// tree whose cached entries expired (`ls -l`, `find`, `du`) revalidates
+/// them from the listing, not with one LOOKUP per name; and what the
+/// listing says is right (sizes, link counts, types, a renamed and a
+/// removed name, more entries than one reply holds).
+#[test]
+fn a_listing_carries_attributes_so_a_walk_needs_no_lookups() {
+    if !can_mount() {
+        return;
+    }
+    let mut e = Env::new();
+    e.envs.push(("UZFS_FUSE_STATS".into(), "1".into()));
+    let m = pool(&e);
+    let d = m.join("d");
+    std::fs::create_dir(&d).expect("mkdir");
+    const N: usize = 300;
+    for i in 0..N {
+        std::fs::write(d.join(format!("f{i}")), vec![7u8; i]).expect("write");
+    }
+    std::fs::create_dir(d.join("sub")).expect("mkdir sub");
+    std::fs::hard_link(d.join("f5"), d.join("sub/link")).expect("link");
+    std::os::unix::fs::symlink("f1", d.join("sym")).expect("symlink");
+    std::fs::rename(d.join("f2"), d.join("renamed")).expect("rename");
+    std::fs::remove_file(d.join("f3")).expect("unlink");
+    let walk = || {
+        let mut seen = BTreeMap::new();
+        for ent in std::fs::read_dir(&d).expect("read_dir") {
+            let ent = ent.expect("entry");
+            let md = std::fs::symlink_metadata(ent.path()).expect("lstat");
+            let name = ent.file_name().to_string_lossy().into_owned();
+            seen.insert(name, (md.len(), md.nlink(), md.file_type().is_dir()));
+        }
+        seen
+    };
+    use std::os::unix::fs::MetadataExt;
+    for round in 0..2 {
+        // Let every cached entry and attribute expire (1 s).
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let seen = walk();
+        assert_eq!(
+            seen.len(),
+            N - 2 + 3,
+            "round {round}: f2 and f3 gone; sub, sym, renamed"
+        );
+        assert_eq!(seen["f5"], (5, 2, false), "hard link counted");
+        assert_eq!(seen["renamed"], (2, 1, false));
+        assert_eq!(seen["sym"], (2, 1, false));
+        assert!(seen["sub"].2, "sub is a directory");
+        assert!(!seen.contains_key("f3") && !seen.contains_key("f2"));
+        for i in (6..N).step_by(37) {
+            assert_eq!(seen[&format!("f{i}")].0, i as u64, "size of f{i}");
+        }
+    }
+    e.ok(&["zpool", "export", "tank"]);
+    // Creating N names looks each up once (it is new); the two walks of
+    // N + 3 expired entries add next to nothing (without READDIRPLUS:
+    // 2 N more).
+    let lookups = requests_served(&e, "lookup");
+    assert!(
+        requests_served(&e, "readdirplus") > 0,
+        "READDIRPLUS not used"
+    );
+    assert!(
+        lookups < N as u64 + 60,
+        "{lookups} lookups for {N} names and two walks"
+    );
+}
+
 #[test]
 fn a_ring_that_cannot_start_falls_back_to_dev_fuse() {
     if !can_mount() {

@@ -56,6 +56,7 @@ pub const CREATE: u32 = 35;
 pub const INTERRUPT: u32 = 36;
 pub const BATCH_FORGET: u32 = 42;
 pub const FALLOCATE: u32 = 43;
+pub const READDIRPLUS: u32 = 44;
 pub const RENAME2: u32 = 45;
 pub const LSEEK: u32 = 46;
 
@@ -108,6 +109,7 @@ pub fn name(opcode: u32) -> String {
         FLUSH => "flush",
         OPENDIR => "opendir",
         READDIR => "readdir",
+        READDIRPLUS => "readdirplus",
         RELEASEDIR => "releasedir",
         FSYNCDIR => "fsyncdir",
         ACCESS => "access",
@@ -147,7 +149,7 @@ pub fn op_header_len(opcode: u32) -> usize {
         GETATTR | MKNOD | CREATE | FSYNC | FSYNCDIR | RENAME2 => 16,
         RELEASE | RELEASEDIR | FLUSH | LSEEK => 24,
         FALLOCATE => 32,
-        READ | READDIR | WRITE => 40,
+        READ | READDIR | READDIRPLUS | WRITE => 40,
         SETATTR => 88,
         INIT => 64,
         _ => 0,
@@ -283,9 +285,12 @@ pub enum Op<'a> {
     },
     Flush,
     Opendir,
+    /// READDIR, or READDIRPLUS (`plus`): each entry with its attributes,
+    /// as if looked up (`Out::direntplus`).
     Readdir {
         offset: u64,
         size: u32,
+        plus: bool,
     },
     Releasedir,
     Fsyncdir,
@@ -438,9 +443,10 @@ pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
         },
         FLUSH => Op::Flush,
         OPENDIR => Op::Opendir,
-        READDIR => Op::Readdir {
+        READDIR | READDIRPLUS => Op::Readdir {
             offset: r.u64(8)?,
             size: r.u32(16)?,
+            plus: opcode == READDIRPLUS,
         },
         RELEASEDIR => Op::Releasedir,
         FSYNCDIR => Op::Fsyncdir,
@@ -624,7 +630,40 @@ impl<'a> Out<'a> {
         self.put(&[0u8; 8][..padded - len]);
         true
     }
+
+    /// One `fuse_direntplus`: a `fuse_entry_out` (the entry's attributes,
+    /// as LOOKUP would answer, or all zero for an entry the kernel should
+    /// look up itself: node id 0) and then the `fuse_dirent`; false, and
+    /// nothing written, if it does not fit in `limit` bytes. `ino` is the
+    /// inode number readdir(3) reports either way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn direntplus(
+        &mut self,
+        limit: usize,
+        ino: u64,
+        entry: Option<(&FAttr, u64)>,
+        ttl_secs: u64,
+        next: u64,
+        dtype: u32,
+        name: &[u8],
+    ) -> bool {
+        let padded = (24 + name.len() + 7) & !7;
+        if self.len + ENTRY_OUT_LEN + padded > limit.min(self.buf.len()) {
+            return false;
+        }
+        match entry {
+            Some((a, generation)) => self.entry(a, generation, ttl_secs),
+            None => {
+                self.put(&[0u8; ENTRY_OUT_LEN]);
+            }
+        }
+        self.dirent(limit, ino, next, dtype, name)
+    }
 }
+
+/// `sizeof(struct fuse_entry_out)`: 40 bytes of ids and timeouts and the
+/// 88-byte `fuse_attr`.
+pub const ENTRY_OUT_LEN: usize = 128;
 
 /// `fuse_notify_code`: drop an inode's cached attributes (and pages).
 pub const NOTIFY_INVAL_INODE: i32 = 2;
@@ -725,5 +764,50 @@ mod tests {
         assert!(o.dirent(40, 1, 1, 8, b"abcdefg"));
         assert!(!o.dirent(40, 2, 2, 8, b"x"), "does not fit in the limit");
         assert_eq!(o.len(), 32);
+    }
+
+    #[test]
+    fn readdirplus_entries_have_the_kernel_layout() {
+        let mut h = vec![0u8; 40];
+        h[8..16].copy_from_slice(&5u64.to_le_bytes());
+        h[16..20].copy_from_slice(&4096u32.to_le_bytes());
+        match parse(READDIRPLUS, &h, &[]) {
+            Some(Op::Readdir {
+                offset: 5,
+                size: 4096,
+                plus: true,
+            }) => {}
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(
+            parse(READDIR, &h, &[]),
+            Some(Op::Readdir { plus: false, .. })
+        ));
+        let a = FAttr {
+            ino: 77,
+            mode: 0o100644,
+            ..Default::default()
+        };
+        let mut b = vec![0u8; 4096];
+        let mut o = Out::new(&mut b);
+        // fuse_entry_out (128) + fuse_dirent (24 + "file" padded to 32).
+        assert!(o.direntplus(4096, 77, Some((&a, 3)), 1, 9, 8, b"file"));
+        assert_eq!(o.len(), 160);
+        // An entry the kernel must look up itself: node id 0, but the
+        // dirent still carries the inode number readdir(3) shows.
+        assert!(o.direntplus(4096, 1, None, 1, 10, 4, b"."));
+        assert_eq!(o.len(), 160 + 128 + 32);
+        assert!(!o.direntplus(400, 78, Some((&a, 3)), 1, 11, 8, b"x"));
+        assert_eq!(o.len(), 320, "nothing written past the limit");
+        let u64_at =
+            |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        assert_eq!(u64_at(&b, 0), 77, "entry_out.nodeid");
+        assert_eq!(u64_at(&b, 8), 3, "entry_out.generation");
+        assert_eq!(u64_at(&b, 40), 77, "entry_out.attr.ino");
+        assert_eq!(u64_at(&b, 128), 77, "dirent.ino");
+        assert_eq!(u64_at(&b, 136), 9, "dirent.off");
+        assert_eq!(&b[152..156], b"file");
+        assert_eq!(u64_at(&b, 160), 0, "node id 0");
+        assert_eq!(u64_at(&b, 160 + 128), 1, "dirent.ino of '.'");
     }
 }

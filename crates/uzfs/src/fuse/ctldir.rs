@@ -230,16 +230,25 @@ impl FuseFs {
                 out.open(0, 0);
                 Ok(())
             }
-            Op::Readdir { offset, size } => {
+            Op::Readdir { offset, size, plus } => {
                 let dt = DT_DIR;
                 let size = size as usize;
+                // READDIRPLUS: no attributes here (node id 0), the kernel
+                // looks each entry up when it is used.
+                let mut dirent = |ino: u64, next: u64, name: &[u8]| {
+                    if plus {
+                        out.direntplus(size, ino, None, TTL, next, dt, name)
+                    } else {
+                        out.dirent(size, ino, next, dt, name)
+                    }
+                };
                 let parent = if dir == CTL_DIR { super::ROOT } else { CTL_DIR };
                 let mut fixed = vec![(dir, 1, &b"."[..]), (parent, 2, &b".."[..])];
                 if dir == CTL_DIR {
                     fixed.push((SNAP_DIR, 3, b"snapshot"));
                 }
                 for (ino, next, name) in fixed {
-                    if next > offset && !out.dirent(size, ino, next, dt, name) {
+                    if next > offset && !dirent(ino, next, name) {
                         return Ok(());
                     }
                 }
@@ -248,7 +257,7 @@ impl FuseFs {
                     for (id, name, view) in ctl.listing()? {
                         let ino = (view << VIEW_SHIFT) | root;
                         let next = id + 3;
-                        if next > offset && !out.dirent(size, ino, next, dt, name.as_bytes()) {
+                        if next > offset && !dirent(ino, next, name.as_bytes()) {
                             break;
                         }
                     }

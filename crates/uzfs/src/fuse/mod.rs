@@ -258,25 +258,56 @@ impl<'a> Tree<'a> {
 
     /// `ctl`: the root of a mount with `.zfs`, listed after `..` when
     /// `visible` (a real `.zfs` there is shadowed either way).
+    ///
+    /// `plus` (READDIRPLUS): every entry carries its attributes, so a
+    /// walk that stats what it lists (`ls -l`, `find`, `du`) costs one
+    /// round trip per reply instead of one LOOKUP per name. `.`, `..`
+    /// and `.zfs` go without (node id 0: the kernel keeps what it has).
     fn readdir(
         &self,
         obj: u64,
         offset: u64,
         size: u32,
+        plus: bool,
         ctl: Option<bool>,
         out: &mut Out<'_>,
     ) -> ZResult<()> {
         let size = size as usize;
-        for (next, child, dt, name) in self.zpl.readdir(obj, offset, 256)? {
+        // Names listed per reply: what fits, at the smallest entry size,
+        // so a READDIRPLUS does not read 256 names to send 20.
+        let smallest = if plus { abi::ENTRY_OUT_LEN + 32 } else { 32 };
+        let max = (size / smallest).clamp(1, 256);
+        // `of`: the object whose attributes go with the entry, if any.
+        let dirent = |out: &mut Out<'_>, ino: u64, of: Option<u64>, next, dt, name: &[u8]| {
+            if !plus {
+                return out.dirent(size, ino, next, dt, name);
+            }
+            // An entry that vanished since the listing (a racing unlink)
+            // goes without attributes, as the name alone would have.
+            let a = of.and_then(|o| self.zpl.getattr(o).ok());
+            let fa = a.as_ref().map(|a| (self.fattr(a), a.z.gen));
+            out.direntplus(
+                size,
+                ino,
+                fa.as_ref().map(|(f, g)| (f, *g)),
+                TTL,
+                next,
+                dt,
+                name,
+            )
+        };
+        for (next, child, dt, name) in self.zpl.readdir(obj, offset, max)? {
             if ctl.is_some() && name == ctldir::NAME {
                 continue;
             }
-            if !out.dirent(size, self.ino(child), next, dt as u32, &name) {
+            let dots = name == b"." || name == b"..";
+            let of = (!dots).then_some(child);
+            if !dirent(out, self.ino(child), of, next, dt as u32, &name) {
                 break;
             }
             if next == 2
                 && ctl == Some(true)
-                && !out.dirent(size, ctldir::CTL_DIR, 2, ctldir::DT_DIR, ctldir::NAME)
+                && !dirent(out, ctldir::CTL_DIR, None, 2, ctldir::DT_DIR, ctldir::NAME)
             {
                 break;
             }
@@ -314,7 +345,7 @@ impl<'a> Tree<'a> {
                 out.open(0, 0);
                 Ok(())
             }
-            Op::Readdir { offset, size } => self.readdir(obj, offset, size, None, out),
+            Op::Readdir { offset, size, plus } => self.readdir(obj, offset, size, plus, None, out),
             Op::Releasedir => Ok(()),
             Op::Lseek { offset, whence } => self.lseek(obj, offset, whence, out),
             // Nothing to do at close (data reaches the DMU on each write);
@@ -524,9 +555,9 @@ impl FuseFs {
                 zpl.setxattr_kill(obj, name, Some(value), flags as i32, kill_sgid)
             }
             Op::Removexattr { name } => zpl.setxattr(obj, name, None, 0),
-            Op::Readdir { offset, size } if h.nodeid == ROOT && self.ctl.is_some() => {
+            Op::Readdir { offset, size, plus } if h.nodeid == ROOT && self.ctl.is_some() => {
                 let visible = zpl.ctx().props().snapdir_visible;
-                head.readdir(obj, offset, size, Some(visible), out)
+                head.readdir(obj, offset, size, plus, Some(visible), out)
             }
             Op::Create { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
@@ -601,6 +632,10 @@ pub fn negotiate(config: &mut KernelConfig) {
         | InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_MAX_PAGES
+        // READDIRPLUS when the kernel sees that names listed get looked
+        // up (and always for a listing's first reply).
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
         // Shared mmap of files opened with direct I/O (`sync=always`).
         | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
     if std::env::var("UZFS_FUSE_WRITEBACK").map_or(true, |v| v != "0") {
