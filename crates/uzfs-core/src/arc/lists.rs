@@ -116,6 +116,16 @@ fn kind_of(c: Class) -> usize {
     }
 }
 
+/// A block the policy let go, handed back so that it is freed outside
+/// the lock, and fed to the L2ARC (`l2.rs`) if it was `used`: read since
+/// it came in (an unused prefetch is not worth a cache device's write).
+pub struct Evicted<V> {
+    pub key: Key,
+    pub v: V,
+    pub class: Class,
+    pub used: bool,
+}
+
 struct Entry<V> {
     v: V,
     size: u64,
@@ -335,7 +345,7 @@ impl<V: Clone> Lists<V> {
     /// A block read (or written) at time `now` enters the cache. `demand`
     /// as for [`Lists::lookup`]. Evicted values are pushed to `evicted`
     /// (the caller drops or recycles them outside its lock).
-    pub fn insert(&mut self, k: Key, v: V, size: u64, a: Access, evicted: &mut Vec<V>) {
+    pub fn insert(&mut self, k: Key, v: V, size: u64, a: Access, evicted: &mut Vec<Evicted<V>>) {
         let Access { class, demand, now } = a;
         self.now = self.now.max(now);
         if let Some(e) = self.map.get_mut(&k) {
@@ -349,7 +359,12 @@ impl<V: Clone> Lists<V> {
             if kind == PREFETCH {
                 self.prefetch_size = self.prefetch_size - was + size;
             }
-            evicted.push(old);
+            evicted.push(Evicted {
+                key: k,
+                v: old,
+                class: cl,
+                used: false,
+            });
             self.make_room(0, false, evicted);
             return;
         }
@@ -430,7 +445,7 @@ impl<V: Clone> Lists<V> {
 
     /// Evict until `s` more bytes fit in `c` (the paper's REPLACE, once per
     /// block evicted).
-    fn make_room(&mut self, s: u64, in_b2: bool, evicted: &mut Vec<V>) {
+    fn make_room(&mut self, s: u64, in_b2: bool, evicted: &mut Vec<Evicted<V>>) {
         while self.size[MRU] + self.size[MFU] + s > self.c {
             if !self.replace(in_b2, evicted) {
                 break;
@@ -441,7 +456,7 @@ impl<V: Clone> Lists<V> {
     /// REPLACE: evict one block from MRU if it holds more than `p` (or
     /// exactly `p` and the miss was an MFU ghost hit), else from MFU; the
     /// block goes to its list's ghost list.
-    fn replace(&mut self, in_b2: bool, evicted: &mut Vec<V>) -> bool {
+    fn replace(&mut self, in_b2: bool, evicted: &mut Vec<Evicted<V>>) -> bool {
         let t1 = self.size[MRU];
         let first = if t1 > 0 && (t1 > self.p || (in_b2 && t1 >= self.p)) || self.size[MFU] == 0 {
             MRU
@@ -459,7 +474,13 @@ impl<V: Clone> Lists<V> {
     /// [`MIN_PREFETCH_MS`], then data, then younger prefetches, then
     /// metadata (with `keep_meta`, only above the floor). `ghost`:
     /// remember its key. False if nothing qualified.
-    fn evict_from(&mut self, st: usize, keep_meta: bool, ghost: bool, ev: &mut Vec<V>) -> bool {
+    fn evict_from(
+        &mut self,
+        st: usize,
+        keep_meta: bool,
+        ghost: bool,
+        ev: &mut Vec<Evicted<V>>,
+    ) -> bool {
         let meta_ok = !keep_meta || self.class_size[1] > self.meta_floor();
         let stale_prefetch = self.order[st][PREFETCH]
             .first_key_value()
@@ -497,7 +518,12 @@ impl<V: Clone> Lists<V> {
         } else {
             self.counters.evict_mfu += 1;
         }
-        ev.push(e.v);
+        ev.push(Evicted {
+            key: k,
+            v: e.v,
+            class: e.class,
+            used: kind != PREFETCH,
+        });
         true
     }
 
@@ -520,7 +546,7 @@ impl<V: Clone> Lists<V> {
     }
 
     /// A new target (memory pressure or its end): evict down to it.
-    pub fn set_target(&mut self, c: u64, evicted: &mut Vec<V>) {
+    pub fn set_target(&mut self, c: u64, evicted: &mut Vec<Evicted<V>>) {
         self.c = c;
         self.p = self.p.min(c);
         self.make_room(0, false, evicted);
@@ -528,8 +554,14 @@ impl<V: Clone> Lists<V> {
     }
 
     /// Forget everything (the media changed under the pool).
-    pub fn clear(&mut self, evicted: &mut Vec<V>) {
-        evicted.extend(self.map.drain().map(|(_, e)| e.v));
+    pub fn clear(&mut self, evicted: &mut Vec<Evicted<V>>) {
+        // Not worth a second-level cache: the media changed.
+        evicted.extend(self.map.drain().map(|(key, e)| Evicted {
+            key,
+            v: e.v,
+            class: e.class,
+            used: false,
+        }));
         self.order = Default::default();
         self.size = [0; 2];
         self.class_size = [0; 2];
@@ -586,7 +618,13 @@ mod tests {
 
     /// A demand read of block `x` (`size` bytes) at `now`: a lookup, and on
     /// a miss the insert the read path makes. True on a hit.
-    fn read(arc: &mut Lists<u64>, x: u64, size: u64, a: Access, ev: &mut Vec<u64>) -> bool {
+    fn read(
+        arc: &mut Lists<u64>,
+        x: u64,
+        size: u64,
+        a: Access,
+        ev: &mut Vec<Evicted<u64>>,
+    ) -> bool {
         let hit = arc.lookup(&key(x), a).is_some();
         if !hit {
             arc.insert(key(x), x, size, a, ev);

@@ -39,9 +39,10 @@ pub const FLOOR_BYTES: u64 = 32 << 20;
 /// `memory.high`, a machine swapping page cache in and out).
 pub const STALL_SHRINK_PCT: f64 = 10.0;
 
+pub mod l2;
 pub mod lists;
 pub mod memory;
-pub use lists::{Class, Counters, Sizes};
+pub use lists::{Class, Counters, Evicted, Sizes};
 pub use memory::{cgroup_path, cgroup_value, Cgroup, MemoryProbe, ProcMeminfo, SystemMemory};
 
 pub type Key = (u32, u64, [u8; 16]);
@@ -81,6 +82,11 @@ pub struct BlockCache {
     /// The policy's clock starts here (milliseconds since).
     born: Instant,
     lists: Mutex<lists::Lists<Block>>,
+    /// Cache devices (the L2ARC, `l2.rs`): fed what the lists let go,
+    /// asked on a miss.
+    l2: std::sync::RwLock<Vec<Arc<l2::L2Device>>>,
+    /// Round robin of the feed over several cache devices.
+    l2_turn: AtomicU64,
 }
 
 /// Everything `uzfs arcstat` and the `arcstats` file show.
@@ -90,6 +96,8 @@ pub struct ArcStats {
     pub sizes: Sizes,
     pub c_min: u64,
     pub c_max: u64,
+    /// The cache devices', summed.
+    pub l2: l2::L2Stats,
 }
 
 impl ArcStats {
@@ -115,6 +123,19 @@ impl ArcStats {
             ("uzfs_evict_mru", c.evict_mru),
             ("uzfs_evict_mfu", c.evict_mfu),
             ("uzfs_evict_prefetch_unused", c.evict_prefetch_unused),
+            ("l2_hits", self.l2.hits),
+            ("l2_misses", self.l2.misses),
+            ("l2_read_bytes", self.l2.read_bytes),
+            ("l2_write_bytes", self.l2.write_bytes),
+            ("l2_writes_sent", self.l2.writes_sent),
+            ("l2_writes_error", self.l2.writes_error),
+            ("l2_cksum_bad", self.l2.cksum_bad),
+            ("l2_io_error", self.l2.io_error),
+            ("l2_rw_clash", self.l2.rw_clash),
+            ("l2_rebuild_bufs", self.l2.rebuild_bufs),
+            ("uzfs_l2_rebuild_slots", self.l2.rebuild_slots),
+            ("uzfs_l2_rebuild_errors", self.l2.rebuild_errors),
+            ("uzfs_l2_feed_dropped", self.l2.feed_dropped),
         ]
     }
 
@@ -137,6 +158,10 @@ impl ArcStats {
             ("uzfs_prefetch_unused_size", z.prefetch_unused),
             ("uzfs_entries", z.entries),
             ("uzfs_ghost_entries", z.ghost_entries),
+            // Blocks are stored on the cache device as they are held.
+            ("l2_size", self.l2.size),
+            ("l2_asize", self.l2.size),
+            ("uzfs_l2_entries", self.l2.entries),
         ]
     }
 
@@ -158,6 +183,8 @@ impl BlockCache {
         BlockCache {
             max_bytes,
             min_bytes: FLOOR_BYTES.min(max_bytes),
+            l2: std::sync::RwLock::new(Vec::new()),
+            l2_turn: AtomicU64::new(0),
             target: AtomicU64::new(max_bytes),
             reserve: (probe.total() / 8).max(256 << 20),
             probe,
@@ -276,7 +303,7 @@ impl BlockCache {
         }
         // Freed outside the lock: returning big buffers to the allocator
         // (or the kernel) should not stall other readers.
-        drop(gone);
+        self.let_go(gone);
     }
 
     /// The most the cache may hold (`arc_max`).
@@ -298,7 +325,75 @@ impl BlockCache {
             sizes: l.sizes(),
             c_min: self.min_bytes,
             c_max: self.max_bytes,
+            l2: self.l2_stats(),
         }
+    }
+
+    /// Cache devices in use.
+    pub fn l2_devices(&self) -> Vec<Arc<l2::L2Device>> {
+        self.l2.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A cache device joins (added, or opened at import).
+    pub fn add_l2(&self, d: Arc<l2::L2Device>) {
+        self.l2.write().unwrap_or_else(|e| e.into_inner()).push(d);
+    }
+
+    /// A cache device leaves: its feed stops, what it held is forgotten.
+    pub fn remove_l2(&self, guid: u64) {
+        self.l2
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|d| {
+                let keep = d.leaf.guid != guid;
+                if !keep {
+                    d.stop();
+                }
+                keep
+            });
+    }
+
+    fn l2_stats(&self) -> l2::L2Stats {
+        let mut s = l2::L2Stats::default();
+        for d in self.l2_devices() {
+            s.add(&d.stats());
+        }
+        s
+    }
+
+    /// After a miss: the block `k` from a cache device, verified, or
+    /// `None` (none holds it, or what one held was bad: counted there).
+    pub fn l2_read(&self, k: &Key) -> Option<Vec<u8>> {
+        let devs = self.l2.read().unwrap_or_else(|e| e.into_inner());
+        let first = devs.first()?;
+        for d in devs.iter() {
+            if d.contains(k) {
+                let v = d.read(k);
+                d.count(v.is_some());
+                if v.is_some() {
+                    return v;
+                }
+            }
+        }
+        first.count(false);
+        None
+    }
+
+    /// Hand what the lists let go to the cache devices (round robin), then
+    /// drop it, outside the lists' lock.
+    fn let_go(&self, gone: Vec<Evicted<Block>>) {
+        if gone.is_empty() {
+            return;
+        }
+        let devs = self.l2.read().unwrap_or_else(|e| e.into_inner());
+        if !devs.is_empty() {
+            for e in gone.iter().filter(|e| e.used) {
+                let i = self.l2_turn.fetch_add(1, Ordering::Relaxed) as usize % devs.len();
+                devs[i].feed(e.key, &e.v, e.class);
+            }
+        }
+        drop(devs);
+        drop(gone);
     }
 }
 

@@ -332,6 +332,16 @@ impl BlockReader for SpaIo {
         if tx::held_any() {
             self.reads_under_hold.fetch_add(1, Ordering::Relaxed);
         }
+        // A cache device may hold it (verified there; anything wrong and
+        // the pool is read as if it held nothing).
+        if let Some(v) = self.cache.l2_read(&key) {
+            if v.len() == bp.lsize as usize {
+                let data = Arc::new(v);
+                self.cache.insert(key, data.clone(), class);
+                tx::pin(key, &data);
+                return Ok(data);
+            }
+        }
         let phys = self.read_phys(bp)?;
         let data = Arc::new(compress::decompress_owned(
             bp.compress,
