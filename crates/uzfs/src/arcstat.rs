@@ -165,7 +165,7 @@ pub fn start_kstat_writer(d: &std::sync::Arc<Daemon>) {
 const USAGE: &str = "usage: uzfs arcstat [-f field[,field...]] [-v] [-p pool] [interval [count]]\n\
      fields (-v lists them): time pool read hits miss hit% miss% dhit dmis dh% dm% phit pmis\n\
      ph% pm% mhit mmis mh% mm% mru mfu mrug mfug size c p c_min c_max data meta mrusz mfusz\n\
-     pfu avail rss limit\n";
+     pfu avail rss limit l2read l2hits l2miss l2hit% l2miss% l2size l2asize l2bytes\n";
 
 const DEFAULT_FIELDS: &[&str] = &[
     "time", "pool", "read", "miss", "miss%", "dmis", "dm%", "pmis", "pm%", "mmis", "mm%", "size",
@@ -210,6 +210,14 @@ const FIELDS: &[(&str, &str)] = &[
     ("avail", "memory available to the daemon"),
     ("rss", "daemon resident memory"),
     ("limit", "memory cgroup limit (- none)"),
+    ("l2read", "L2ARC lookups per interval (after an ARC miss)"),
+    ("l2hits", "L2ARC hits per interval"),
+    ("l2miss", "L2ARC misses per interval"),
+    ("l2hit%", "L2ARC hit percentage"),
+    ("l2miss%", "L2ARC miss percentage"),
+    ("l2size", "bytes held on cache devices"),
+    ("l2asize", "bytes of cache devices used"),
+    ("l2bytes", "bytes read from cache devices per interval"),
 ];
 
 fn pct(part: u64, whole: u64) -> String {
@@ -230,6 +238,7 @@ fn column(f: &str, r: &ArcSnap, d: &BTreeMap<String, u64>) -> String {
     let mh = g("demand_metadata_hits") + g("prefetch_metadata_hits");
     let mm = g("demand_metadata_misses") + g("prefetch_metadata_misses");
     let (h, m) = (g("hits"), g("misses"));
+    let (l2h, l2m) = (g("l2_hits"), g("l2_misses"));
     match f {
         "time" => crate::zilstat::hms_now(),
         "pool" => r.pool.clone(),
@@ -267,6 +276,14 @@ fn column(f: &str, r: &ArcSnap, d: &BTreeMap<String, u64>) -> String {
         "avail" => r.avail.map_or("-".to_string(), size),
         "rss" => size(r.rss),
         "limit" => r.limit.map_or("-".to_string(), size),
+        "l2read" => (l2h + l2m).to_string(),
+        "l2hits" => l2h.to_string(),
+        "l2miss" => l2m.to_string(),
+        "l2hit%" => pct(l2h, l2h + l2m),
+        "l2miss%" => pct(l2m, l2h + l2m),
+        "l2size" => size(g("l2_size")),
+        "l2asize" => size(g("l2_asize")),
+        "l2bytes" => size(g("l2_read_bytes")),
         _ => "-".to_string(),
     }
 }
@@ -276,6 +293,7 @@ fn width(f: &str) -> usize {
         "time" => 8,
         "pool" => 12,
         "read" | "hits" | "miss" | "dhit" | "dmis" | "phit" | "pmis" | "mhit" | "mmis" => 7,
+        "l2read" | "l2hits" | "l2miss" | "l2asize" | "l2bytes" => 7,
         _ => 6,
     }
 }

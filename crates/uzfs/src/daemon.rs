@@ -159,13 +159,7 @@ impl Daemon {
         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         for e in entries.iter_mut() {
             if let Some(p) = pools.values().find(|p| p.guid == e.guid) {
-                e.paths =
-                    p.io.tops()
-                        .iter()
-                        .flat_map(|t| t.leaves())
-                        .chain(p.io.spares())
-                        .map(|l| l.path.clone())
-                        .collect();
+                e.paths = device_paths(p);
             }
         }
         drop(pools);
@@ -195,14 +189,7 @@ impl Daemon {
             guid: p.guid,
             altroot: alt.get(&p.name).cloned(),
             readonly: p.readonly(),
-            paths: p
-                .io
-                .tops()
-                .iter()
-                .flat_map(|t| t.leaves())
-                .chain(p.io.spares())
-                .map(|l| l.path.clone())
-                .collect(),
+            paths: device_paths(p),
         };
         let of = |file: Option<&str>| -> Vec<CacheEntry> {
             pools
@@ -674,4 +661,16 @@ pub fn hostid() -> u64 {
     }
     // SAFETY: gethostid has no preconditions.
     (unsafe { libc::gethostid() }) as u32 as u64
+}
+
+/// Every device of `p` the cache file lists for the next start's import:
+/// data and log leaves, spares, cache devices.
+fn device_paths(p: &Pool) -> Vec<String> {
+    p.io.tops()
+        .iter()
+        .flat_map(|t| t.leaves())
+        .chain(p.io.spares())
+        .chain(p.io.cache.l2_devices().iter().map(|d| d.leaf.clone()))
+        .map(|l| l.path.clone())
+        .collect()
 }

@@ -169,6 +169,26 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
                 nodes.extend(kids);
             }
         }
+        // Cache devices under "cache": what each holds and its room; their
+        // I/O is not the pool's (OpenZFS's pool line leaves it out too).
+        let caches = p.io.cache.l2_devices();
+        if !caches.is_empty() {
+            nodes.push(Node {
+                name: "cache".into(),
+                depth: 0,
+                space: None,
+                c: Counters::default(),
+            });
+            for d in caches {
+                let held = d.stats().size;
+                nodes.push(Node {
+                    name: d.leaf.path.clone(),
+                    depth: 1,
+                    space: Some((held, d.capacity().saturating_sub(held))),
+                    c: Counters::of(&d.leaf),
+                });
+            }
+        }
         nodes[0].c = total;
         snaps.push(PoolSnap {
             name: p.name.clone(),

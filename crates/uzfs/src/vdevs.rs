@@ -225,13 +225,20 @@ pub fn remove(d: &Daemon, args: &[String], full: &str) -> Response {
             p.io.spares()
                 .iter()
                 .any(|s| s.path == *dev || s.guid.to_string() == *dev);
+        let is_cache =
+            p.io.cache
+                .l2_devices()
+                .iter()
+                .any(|c| c.leaf.path == *dev || c.leaf.guid.to_string() == *dev);
         let r = if is_spare {
             p.remove_spare(dev)
+        } else if is_cache {
+            p.remove_cache(dev)
         } else {
             match p.remove_log(dev) {
                 Err(e) if e.to_string().contains("no such log device") => Err(
                     uzfs_core::Error::invalid(format!(
-                        "{e} (only hot spares and log devices can be removed; removing data devices is not supported)"
+                        "{e} (only hot spares, cache and log devices can be removed; removing data devices is not supported)"
                     )),
                 ),
                 r => r,

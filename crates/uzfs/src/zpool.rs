@@ -178,14 +178,17 @@ pub struct VdevSpec {
     pub spares: Devices,
     /// Separate intent-log devices (`log dev... | log mirror dev...`).
     pub logs: Vec<TopSpec>,
+    /// L2ARC cache devices (`cache dev...`).
+    pub caches: Devices,
 }
 
 /// Parse `dev | mirror dev... | raidz[1-3] dev... | spare dev... | log
-/// [mirror] dev...` (zpoolconcepts(7)).
+/// [mirror] dev... | cache dev...` (zpoolconcepts(7)).
 pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
     let mut specs: Vec<TopSpec> = Vec::new();
     let mut spares = Vec::new();
     let mut logs: Vec<TopSpec> = Vec::new();
+    let mut caches = Vec::new();
     // After `log`, top-level vdevs are log devices (until `spare`).
     let mut in_log = false;
     let mut i = 0;
@@ -262,7 +265,17 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                 in_log = true;
                 i += 1;
             }
-            "cache" | "special" | "dedup" => {
+            "cache" => {
+                in_log = false;
+                let leaves = group(&mut i)?;
+                if leaves.is_empty() {
+                    return Err(
+                        "invalid vdev specification: cache requires at least 1 device".into(),
+                    );
+                }
+                caches.extend(leaves);
+            }
+            "special" | "dedup" => {
                 return Err(format!(
                     "invalid vdev specification: '{a}' devices are not supported yet"
                 ));
@@ -276,13 +289,14 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
             }
         }
     }
-    if specs.is_empty() && spares.is_empty() && logs.is_empty() {
+    if specs.is_empty() && spares.is_empty() && logs.is_empty() && caches.is_empty() {
         return Err("missing vdev specification".into());
     }
     Ok(VdevSpec {
         tops: specs,
         spares,
         logs,
+        caches,
     })
 }
 
@@ -482,6 +496,7 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         tops: specs,
         spares,
         logs,
+        caches,
     } = match parse_vdevs(&rest[1..], cwd) {
         Ok(s) if s.tops.is_empty() => {
             return err(format!(
@@ -493,10 +508,10 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     };
     if has(&o, 'n') {
         let (tops, spares) = named(&specs, &spares);
-        let (logs, _) = named(&logs, &Vec::new());
+        let (logs, caches) = named(&logs, &caches);
         return Response::ok(format!(
             "would create '{name}' with the following layout:\n\n{}",
-            layout(name, &tops, &spares, &logs)
+            layout(name, &tops, &spares, &logs, &caches)
         ));
     }
     let force = has(&o, 'f');
@@ -512,6 +527,12 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     }
     if !spares.is_empty() {
         if let Err(e) = pool.add_spares(spares, force) {
+            let _ = pool.destroy();
+            return err(format!("cannot create '{name}': {e}"));
+        }
+    }
+    if !caches.is_empty() {
+        if let Err(e) = pool.add_caches(caches, force) {
             let _ = pool.destroy();
             return err(format!("cannot create '{name}': {e}"));
         }
@@ -581,6 +602,7 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         tops: specs,
         spares,
         logs,
+        caches,
     } = match parse_vdevs(&rest[1..], cwd) {
         Ok(s) => s,
         Err(e) => return err(format!("cannot add to '{name}': {e}")),
@@ -595,8 +617,10 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
             .map(|t| (t.kind, t.children.iter().map(|c| c.path.clone()).collect()))
             .collect();
         let mut all_spares: Vec<String> = cfg.spares.iter().map(|l| l.path.clone()).collect();
+        let mut all_caches: Vec<String> = cfg.cache.iter().map(|l| l.path.clone()).collect();
         let (new_tops, new_spares) = named(&specs, &spares);
-        let (new_logs, _) = named(&logs, &Vec::new());
+        let (new_logs, new_caches) = named(&logs, &caches);
+        all_caches.extend(new_caches);
         let mut all_logs: Vec<(TopKind, Vec<String>)> = Vec::new();
         for (t, c) in tops.drain(..).zip(cfg.vdev_tree.iter()) {
             if c.log {
@@ -611,11 +635,17 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         all_spares.extend(new_spares);
         return Response::ok(format!(
             "would update '{name}' to the following configuration:\n\n{}",
-            layout(name, &tops, &all_spares, &all_logs)
+            layout(name, &tops, &all_spares, &all_logs, &all_caches)
         ));
     }
     if !spares.is_empty() {
         if let Err(e) = pool.add_spares(spares, has(&o, 'f')) {
+            return err(format!("cannot add to '{name}': {e}"));
+        }
+        d.write_cache();
+    }
+    if !caches.is_empty() {
+        if let Err(e) = pool.add_caches(caches, has(&o, 'f')) {
             return err(format!("cannot add to '{name}': {e}"));
         }
         d.write_cache();
@@ -636,8 +666,8 @@ fn add(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
     Response::ok(String::new())
 }
 
-/// Parsed vdev specs and spares by the paths they were named with, for
-/// [`layout`].
+/// Parsed vdev specs and single devices (spares, caches) by the paths
+/// they were named with, for [`layout`].
 fn named(specs: &[TopSpec], spares: &Devices) -> (Vec<(TopKind, Vec<String>)>, Vec<String>) {
     let paths = |devs: &Devices| devs.iter().map(|(p, _)| p.clone()).collect();
     (
@@ -653,6 +683,7 @@ fn layout(
     tops: &[(TopKind, Vec<String>)],
     spares: &[String],
     logs: &[(TopKind, Vec<String>)],
+    caches: &[String],
 ) -> String {
     let mut out = format!("\t{name}\n");
     let logs_head = (!logs.is_empty()).then_some((TopKind::Disk, Vec::new()));
@@ -673,10 +704,12 @@ fn layout(
             }
         }
     }
-    if !spares.is_empty() {
-        out.push_str("\tspares\n");
-        for p in spares {
-            out.push_str(&format!("\t  {p}\n"));
+    for (head, devs) in [("cache", caches), ("spares", spares)] {
+        if !devs.is_empty() {
+            out.push_str(&format!("\t{head}\n"));
+            for p in devs {
+                out.push_str(&format!("\t  {p}\n"));
+            }
         }
     }
     out
@@ -1053,6 +1086,34 @@ fn vdev_rows(
                     .map(|c| match c.as_str() {
                         "name" => format!("    {}", naming.leaf(&l)),
                         "health" => crate::status::leaf_state(&l).to_string(),
+                        _ => "-".into(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    let caches = p.io.cache.l2_devices();
+    if !caches.is_empty() {
+        let head = |c: &String| {
+            if c == "name" {
+                "cache".into()
+            } else {
+                "-".into()
+            }
+        };
+        rows.push(cols.iter().map(head).collect());
+        for d in caches {
+            let alloc = d.stats().size;
+            let size = d.capacity();
+            rows.push(
+                cols.iter()
+                    .map(|c| match c.as_str() {
+                        "name" => format!("  {}", naming.leaf(&d.leaf)),
+                        "size" => n(size),
+                        "allocated" | "alloc" => n(alloc),
+                        "free" => n(size.saturating_sub(alloc)),
+                        "capacity" | "cap" => capacity(alloc, size, parsable),
+                        "health" => crate::status::leaf_state(&d.leaf).to_string(),
                         _ => "-".into(),
                     })
                     .collect(),

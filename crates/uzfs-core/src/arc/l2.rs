@@ -207,6 +207,44 @@ struct Feed {
     bytes: usize,
 }
 
+/// The feed queue, shared by the device and its thread: the thread waits
+/// here holding no reference to the device, so dropping the pool (and
+/// with it the device's file) is never held up by the thread.
+#[derive(Default)]
+struct FeedShared {
+    feed: Mutex<Feed>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+impl FeedShared {
+    /// Wait up to `wait` for a slot's worth of blocks, then take what is
+    /// queued (at most a slot).
+    fn take_batch(&self, wait: Duration) -> Vec<(Key, Block, Class)> {
+        let mut f = lock(&self.feed);
+        if f.bytes < PAYLOAD && !self.stop.load(Ordering::Relaxed) && !wait.is_zero() {
+            f = self
+                .wake
+                .wait_timeout(f, wait)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        while let Some((_, v, _)) = f.queue.front() {
+            if bytes + v.len() > PAYLOAD || out.len() == MAX_ENTRIES {
+                break;
+            }
+            bytes += v.len();
+            if let Some(e) = f.queue.pop_front() {
+                out.push(e);
+            }
+        }
+        f.bytes -= bytes;
+        out
+    }
+}
+
 /// One cache device: its leaf (labels, state, I/O counters), the index of
 /// what it holds, and the feed queue its thread drains.
 pub struct L2Device {
@@ -217,11 +255,10 @@ pub struct L2Device {
     nslots: u32,
     write_max: u64,
     index: Mutex<Index>,
-    feed: Mutex<Feed>,
-    wake: Condvar,
+    shared: Arc<FeedShared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The slot the feed thread is rewriting (`u32::MAX`: none).
     writing: AtomicU32,
-    stop: AtomicBool,
     c: Counters,
 }
 
@@ -264,23 +301,22 @@ impl L2Device {
                 slots: vec![Vec::new(); nslots as usize],
                 ..Default::default()
             }),
-            feed: Mutex::new(Feed::default()),
-            wake: Condvar::new(),
+            shared: Arc::new(FeedShared::default()),
+            thread: Mutex::new(None),
             writing: AtomicU32::new(u32::MAX),
-            stop: AtomicBool::new(false),
             c: Counters::default(),
         });
         if rebuild && !d.leaf.is_missing() {
             d.rebuild();
         }
         if nslots > 0 && !d.leaf.is_missing() {
-            let w = Arc::downgrade(&d);
-            let name = "l2arc_feed".to_string();
-            if let Err(e) = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || feed_thread(w))
+            let (w, shared) = (Arc::downgrade(&d), d.shared.clone());
+            match std::thread::Builder::new()
+                .name("l2arc_feed".into())
+                .spawn(move || feed_thread(w, shared))
             {
-                log::warn!("{}: no L2ARC feed thread: {e}", d.leaf.path);
+                Ok(h) => *lock(&d.thread) = Some(h),
+                Err(e) => log::warn!("{}: no L2ARC feed thread: {e}", d.leaf.path),
             }
         }
         d
@@ -296,11 +332,23 @@ impl L2Device {
         self.nslots as u64 * PAYLOAD as u64
     }
 
-    /// End the feed thread; queued blocks are dropped.
+    /// End the feed thread (without waiting for it); queued blocks are
+    /// dropped.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-        lock(&self.feed).queue.clear();
-        self.wake.notify_all();
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let mut f = lock(&self.shared.feed);
+        f.queue.clear();
+        f.bytes = 0;
+        self.shared.wake.notify_all();
+    }
+
+    /// [`L2Device::stop`], and wait until the thread has ended (export:
+    /// no write to the device after the pool let it go).
+    pub fn close(&self) {
+        self.stop();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
     }
 
     fn slot_offset(&self, slot: u32) -> u64 {
@@ -355,13 +403,13 @@ impl L2Device {
     /// Queue a block the ARC let go, unless it is here already or the
     /// queue is full.
     pub fn feed(&self, k: Key, v: &Block, class: Class) {
-        if self.nslots == 0 || self.stop.load(Ordering::Relaxed) || v.len() > PAYLOAD {
+        if self.nslots == 0 || self.shared.stop.load(Ordering::Relaxed) || v.len() > PAYLOAD {
             return;
         }
         if self.contains(&k) {
             return;
         }
-        let mut f = lock(&self.feed);
+        let mut f = lock(&self.shared.feed);
         if f.bytes + v.len() > FEED_QUEUE_MAX {
             self.c.feed_dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -369,7 +417,7 @@ impl L2Device {
         f.bytes += v.len();
         f.queue.push_back((k, v.clone(), class));
         if f.bytes >= PAYLOAD {
-            self.wake.notify_one();
+            self.shared.wake.notify_one();
         }
     }
 
@@ -417,32 +465,6 @@ impl L2Device {
     pub fn count(&self, hit: bool) {
         let c = if hit { &self.c.hits } else { &self.c.misses };
         c.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Wait up to `wait` for a slot's worth of blocks, then take what is
-    /// queued (at most a slot).
-    fn take_batch(&self, wait: Duration) -> Vec<(Key, Block, Class)> {
-        let mut f = lock(&self.feed);
-        if f.bytes < PAYLOAD && !self.stop.load(Ordering::Relaxed) {
-            f = self
-                .wake
-                .wait_timeout(f, wait)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        while let Some((_, v, _)) = f.queue.front() {
-            if bytes + v.len() > PAYLOAD || out.len() == MAX_ENTRIES {
-                break;
-            }
-            bytes += v.len();
-            if let Some(e) = f.queue.pop_front() {
-                out.push(e);
-            }
-        }
-        f.bytes -= bytes;
-        out
     }
 
     /// Write `batch` into the next slot of the ring (dropping what that
@@ -515,7 +537,7 @@ impl L2Device {
     /// Write whatever is queued now (tests, and `zpool sync`-like waits).
     pub fn flush_feed(&self) {
         loop {
-            let batch = self.take_batch(Duration::ZERO);
+            let batch = self.shared.take_batch(Duration::ZERO);
             if batch.is_empty() {
                 return;
             }
@@ -548,25 +570,38 @@ impl L2Device {
 }
 
 /// The feed thread of one device: write a slot whenever one is full (or
-/// a second has passed with something queued), no faster than the
-/// device's `write_max`. Holds the device only while it works, so
-/// dropping the pool ends it.
-fn feed_thread(w: Weak<L2Device>) {
+/// half a second has passed with something queued), no faster than the
+/// device's `write_max`. It holds the device only while it writes.
+fn feed_thread(w: Weak<L2Device>, shared: Arc<FeedShared>) {
     loop {
+        let batch = shared.take_batch(Duration::from_millis(500));
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
         let pause = {
             let Some(d) = w.upgrade() else { return };
-            if d.stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let batch = d.take_batch(Duration::from_millis(500));
             let t0 = Instant::now();
             let n = d.write_slot(batch);
             // Keep to the rate: a slot of n bytes earns n / write_max s.
             let due = Duration::from_secs_f64(n as f64 / d.write_max as f64);
             due.saturating_sub(t0.elapsed())
         };
-        if !pause.is_zero() {
-            std::thread::sleep(pause);
+        // On the queue's condvar, so that `stop` ends the wait (a full
+        // queue does not: the rate holds).
+        let until = Instant::now() + pause;
+        let mut f = lock(&shared.feed);
+        while !shared.stop.load(Ordering::Relaxed) {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            if left.is_zero() {
+                break;
+            }
+            f = shared
+                .wake
+                .wait_timeout(f, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 }

@@ -353,6 +353,13 @@ impl BlockCache {
             });
     }
 
+    /// The pool closes: every feed thread ends before this returns.
+    pub fn close_l2(&self) {
+        for d in self.l2_devices() {
+            d.close();
+        }
+    }
+
     fn l2_stats(&self) -> l2::L2Stats {
         let mut s = l2::L2Stats::default();
         for d in self.l2_devices() {

@@ -135,6 +135,9 @@ pub struct PoolConfig {
     /// Hot spares (`zpool add POOL spare DEV`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<LeafConfig>,
+    /// L2ARC cache devices (`zpool add POOL cache DEV`, `arc/l2.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<LeafConfig>,
 }
 
 impl PoolConfig {

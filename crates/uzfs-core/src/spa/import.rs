@@ -396,7 +396,22 @@ impl Pool {
         // Record where the devices are now and that the pool is in use.
         let spares = build_spares(&config, found);
         *io.spares.write().unwrap_or_else(|e| e.into_inner()) = spares.clone();
-        super::refresh_vdev_config(&mut config, &tops, &spares);
+        // Cache devices: what they held is indexed again from their slot
+        // headers; one missing is UNAVAIL and the pool imports anyway.
+        let mut problems = Vec::new();
+        let caches: Vec<Arc<Leaf>> = config
+            .cache
+            .iter()
+            .map(|c| build_leaf(c, 0, found, false, &mut problems))
+            .collect();
+        for c in &caches {
+            io.cache.add_l2(crate::arc::l2::L2Device::open(
+                c.clone(),
+                config.pool_guid,
+                true,
+            ));
+        }
+        super::refresh_vdev_config(&mut config, &tops, &spares, &caches);
         config.state = PoolState::Active;
         config.hostname = hostname();
         config.hostid = tun.hostid;

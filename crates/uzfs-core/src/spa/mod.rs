@@ -431,6 +431,7 @@ impl Pool {
             vdev_tree: cfgs,
             features: feature::default_set(),
             spares: Vec::new(),
+            cache: Vec::new(),
         };
         let st = SpaState {
             config,
@@ -909,17 +910,19 @@ pub fn check_comment(comment: &str) -> Result<()> {
     Ok(())
 }
 
-/// Rewrite the vdev tree and spares of `config` from the live leaves
-/// (paths, states, DTLs, attachments).
+/// Rewrite the vdev tree, spares and cache devices of `config` from the
+/// live leaves (paths, states, DTLs, attachments).
 pub(crate) fn refresh_vdev_config(
     config: &mut PoolConfig,
     tops: &[Arc<TopVdev>],
     spares: &[Arc<Leaf>],
+    caches: &[Arc<Leaf>],
 ) {
     for (t, tc) in tops.iter().zip(config.vdev_tree.iter_mut()) {
         tc.children = t.children.iter().map(|c| LeafConfig::of(c)).collect();
     }
     config.spares = spares.iter().map(|s| LeafConfig::of(s)).collect();
+    config.cache = caches.iter().map(|s| LeafConfig::of(s)).collect();
 }
 
 /// Create one space map object per metaslab and the array listing them.

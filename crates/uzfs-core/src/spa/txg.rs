@@ -949,7 +949,14 @@ impl Pool {
             leaf_dirty |= l.config_dirty.swap(false, Ordering::Relaxed);
         }
         if leaf_dirty || st.config_dirty {
-            super::refresh_vdev_config(&mut st.config, &tops_now, &spares_now);
+            let caches: Vec<_> = self
+                .io
+                .cache
+                .l2_devices()
+                .iter()
+                .map(|d| d.leaf.clone())
+                .collect();
+            super::refresh_vdev_config(&mut st.config, &tops_now, &spares_now, &caches);
             st.config_dirty = true;
         }
         let mut w = SyncWriter {
@@ -1247,6 +1254,23 @@ impl Pool {
                 }
                 let _ = sp.flush();
             }
+            // Cache devices too (their labels are outside the slot ring).
+            for d in self.io.cache.l2_devices() {
+                let c = &d.leaf;
+                if c.is_missing() {
+                    continue;
+                }
+                let lc = super::config::LabelConfig {
+                    pool: config.clone(),
+                    top_guid: 0,
+                    guid: c.guid,
+                };
+                let payload = serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
+                if let Err(Error::PowerLost) = label::write_config(&*c.dev, &payload, &half) {
+                    return Err(Error::PowerLost);
+                }
+                let _ = c.flush();
+            }
             for t in tops {
                 flush_unless_log(t, config, txg)?;
             }
@@ -1468,6 +1492,7 @@ impl Pool {
         if let Some(h) = lock(&self.thread).take() {
             let _ = h.join();
         }
+        self.io.cache.close_l2();
         r
     }
 }

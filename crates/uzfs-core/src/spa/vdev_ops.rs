@@ -446,6 +446,73 @@ impl Pool {
         self.txg_wait_synced().map(|_| ())
     }
 
+    /// `zpool add POOL cache DEV...`: L2ARC devices (`arc/l2.rs`). They
+    /// start empty and fill with what the ARC lets go; the next txg
+    /// writes their labels, so that import finds them.
+    pub fn add_caches(&self, devs: Vec<(String, Arc<dyn BlockDevice>)>, force: bool) -> Result<()> {
+        {
+            let _g = self.sync_guard()?;
+            let have = self.io.cache.l2_devices();
+            for (path, dev) in &devs {
+                if self.find_leaf(path).is_some()
+                    || self.io.spares().iter().any(|s| s.path == *path)
+                    || have.iter().any(|d| d.leaf.path == *path)
+                {
+                    return Err(Error::invalid(format!(
+                        "{path} is part of this pool already"
+                    )));
+                }
+                if !force {
+                    check_not_in_use(path, &**dev)?;
+                }
+                let need =
+                    vdev::LABEL_START_SIZE + crate::arc::l2::SLOT_SIZE + vdev::LABEL_END_SIZE;
+                if label::aligned_size(dev.size()) < need {
+                    return Err(Error::invalid(format!(
+                        "cannot use {path}: a cache device must hold at least {} MiB",
+                        need >> 20
+                    )));
+                }
+            }
+            let pool_guid = lock(&self.st).config.pool_guid;
+            for (path, dev) in devs {
+                label::clear(&*dev)?;
+                let guid = self.new_guid();
+                let leaf = Arc::new(Leaf::new(guid, path, dev));
+                self.io
+                    .cache
+                    .add_l2(crate::arc::l2::L2Device::open(leaf, pool_guid, false));
+            }
+            lock(&self.st).config_dirty = true;
+        }
+        self.txg_wait_synced().map(|_| ())
+    }
+
+    /// `zpool remove POOL CACHEDEV`: a cache device leaves at once (what
+    /// it held is only a copy).
+    pub fn remove_cache(&self, name: &str) -> Result<()> {
+        {
+            let _g = self.sync_guard()?;
+            let Some(d) = self
+                .io
+                .cache
+                .l2_devices()
+                .into_iter()
+                .find(|d| d.leaf.path == name || d.leaf.guid.to_string() == name)
+            else {
+                return Err(Error::invalid(format!(
+                    "no such cache device in pool: '{name}'"
+                )));
+            };
+            self.io.cache.remove_l2(d.leaf.guid);
+            if !d.leaf.is_missing() {
+                let _ = label::clear(&*d.leaf.dev);
+            }
+            lock(&self.st).config_dirty = true;
+        }
+        self.txg_wait_synced().map(|_| ())
+    }
+
     /// `zpool remove POOL LOGDEV`: a separate log device leaves the pool
     /// (a single-disk log by its path, a mirror by its name, `mirror-N`).
     /// The logs move off it first: no more space is lent from it, every
