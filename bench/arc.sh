@@ -11,6 +11,11 @@
 #     then the hot file's hit ratio again.
 #  2. Zipf: 4 KiB random reads, fio `random_distribution=zipf:1.2`, O_DIRECT,
 #     over a file twice the cache, RUNTIME s: IOPS and hit ratio.
+#     With L2=B (or A, or AB) that build's pool has a cache device (a file
+#     of L2_SIZE, default twice the cache, beside the pool's): its l2 hit
+#     ratio over the Zipf run (L2ARC hits / lookups after an ARC miss) and
+#     what it held at the end are printed too. Both builds may be the same
+#     binary: then A/B is without/with the cache device.
 #  3. (EXT4=1) the same Zipf reads on ext4 on a loop device (direct I/O to
 #     its backing file, so the host caches nothing under it), buffered, with
 #     fio in a memory cgroup limited to the cache size plus 64 MiB: the page
@@ -27,6 +32,7 @@
 #
 # usage: bench/arc.sh A_BIN B_BIN [ROUNDS]
 # env: DATA [/var/tmp/uzfs-arcbench]  ARC [512M]  RUNTIME [20]  EXT4 [0]
+#      L2 [none]  L2_SIZE [2 x ARC]
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: bench/arc.sh A_BIN B_BIN [ROUNDS]" >&2; exit 2; }
 A=$(realpath "$1"); B=$(realpath "$2"); ROUNDS=${3:-3}
@@ -36,8 +42,8 @@ command -v fio >/dev/null || apt-get install -y -q fio >/dev/null
 HZ=$(getconf CLK_TCK)
 . "$(dirname "$0")/lib.sh"
 cpu() { awk -v hz="$HZ" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
-misses() { # -> the daemon's cache misses so far (pool arcb)
-  python3 - "$UZFS_RUNDIR/uzfsd.sock" <<'PY'
+misses() { # [FIELD] -> the daemon's cache misses (or FIELD) so far (pool arcb)
+  python3 - "$UZFS_RUNDIR/uzfsd.sock" "${1:-misses}" <<'PY'
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
@@ -50,7 +56,8 @@ while not buf.endswith(b"\n"):
         break
     buf += c
 r = json.loads(json.loads(buf)["stdout"])[0]
-print(r["stats"]["misses"] if "stats" in r else r["misses"])
+f = sys.argv[2]
+print((r["stats"] if "stats" in r else r).get(f, 0))
 PY
 }
 peak() { awk '/^VmHWM/ {print $2 / 1024}' "/proc/$1/status"; }
@@ -73,7 +80,12 @@ one() { # binary label round
   "$U" daemon --stop >/dev/null 2>&1 || true
   rm -rf "$D"; mkdir -p "$D"
   local M="$D/mnt"
-  UZFS_ARC_MAX=$ARC UZFS_ARC_MIN=$ARC "$U" zpool create -f -m "$M" arcb "$BASE/d0" >/dev/null
+  local cache=()
+  if [[ "${L2:-}" == *"$L"* ]]; then
+    truncate -s "$(numfmt --from=iec "${L2_SIZE:-$((2 * ARC))}")" "$D/l2.img"
+    cache=(cache "$D/l2.img")
+  fi
+  UZFS_ARC_MAX=$ARC UZFS_ARC_MIN=$ARC "$U" zpool create -f -m "$M" arcb "$BASE/d0" "${cache[@]}" >/dev/null
   "$U" zfs set compression=off arcb
   local P; P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
   fio --name=w --ioengine=psync --filename="$M/hot" --size=256M --rw=write --bs=1M \
@@ -92,19 +104,24 @@ one() { # binary label round
   # Zipf: fresh cache, then RUNTIME s of skewed random reads.
   "$U" zinject -a arcb >/dev/null
   local r0; r0=$(misses)
+  local h0 m0; h0=$(misses l2_hits); m0=$(misses l2_misses)
   fio --name=z --ioengine=psync --direct=1 --filename="$M/zipf" --size=$((2 * ARC)) \
       --rw=randread --bs=4k --random_distribution=zipf:1.2 --time_based=1 \
       --runtime="$RUNTIME" --output-format=json --output="$D/z.json"
   local r1; r1=$(misses)
+  local h1 m1 l2held; h1=$(misses l2_hits); m1=$(misses l2_misses); l2held=$(misses l2_size)
+  local l2hit=-
+  [ ${#cache[@]} -gt 0 ] && l2hit=$(python3 -c "print(round(($h1 - $h0) / max($h1 - $h0 + $m1 - $m0, 1), 3))")
   local c1; c1=$(cpu "$P")
   python3 - "$D/z.json" "$r0" "$r1" "$L" "$R" "$before" "$after" "$c0" "$c1" "$(peak "$P")" \
-      >> "$OUT" <<'PY'
+      "$l2hit" "$((l2held >> 20))" >> "$OUT" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["read"]
 r0, r1 = int(sys.argv[2]), int(sys.argv[3])
-l, r, before, after, c0, c1, peak = sys.argv[4:11]
+l, r, before, after, c0, c1, peak, l2hit, l2mib = sys.argv[4:13]
 hit = 1 - (r1 - r0) / max(j["total_ios"], 1)
-print(f"{l}\t{r}\t{before}\t{after}\t{j['iops']:.0f}\t{hit:.3f}\t{float(c1) - float(c0):.1f}\t{float(peak):.0f}")
+l2mib = l2mib if l2hit != "-" else "-"
+print(f"{l}\t{r}\t{before}\t{after}\t{j['iops']:.0f}\t{hit:.3f}\t{float(c1) - float(c0):.1f}\t{float(peak):.0f}\t{l2hit}\t{l2mib}")
 PY
   tail -1 "$OUT"
   "$U" zpool export arcb >/dev/null 2>&1 || true
@@ -140,7 +157,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["read"]
 s0, s1, r = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 hit = 1 - (s1 - s0) * 512 / max(j["io_bytes"], 1)
-print(f"E\t{r}\t-\t-\t{j['iops']:.0f}\t{hit:.3f}\t-\t-")
+print(f"E\t{r}\t-\t-\t{j['iops']:.0f}\t{hit:.3f}\t-\t-\t-\t-")
 PY
   tail -1 "$OUT"
   rm -rf "$D"
@@ -151,11 +168,12 @@ for r in $(seq 1 "$ROUNDS"); do
   one "$B" B "$r"
   [ "${EXT4:-0}" = 1 ] && one_ext4 "$r"
 done
-echo "A=$A B=$B ARC=$ARC RUNTIME=$RUNTIME"
+echo "A=$A B=$B ARC=$ARC RUNTIME=$RUNTIME L2=${L2:-none}"
 python3 - "$OUT" <<'PY'
 import sys, statistics as st
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
-cols = ["hot_hit_before_scan", "hot_hit_after_scan", "zipf_iops", "zipf_hit", "daemon_cpu_s", "peak_rss_mib"]
+cols = ["hot_hit_before_scan", "hot_hit_after_scan", "zipf_iops", "zipf_hit", "daemon_cpu_s", "peak_rss_mib",
+        "zipf_l2_hit", "l2_held_mib"]
 labs = [l for l in "ABE" if any(x[0] == l for x in rows)]
 print("| metric | " + " | ".join(f"{l} median (min-max)" for l in labs) + " |")
 print("|---" * (len(labs) + 1) + "|")

@@ -939,14 +939,7 @@ fn posix_acls_behave_as_on_ext4() {
     // ACLs are on disk: the same after export and import.
     let list = "getfacl -R w | grep -v '^$' | sort";
     let before = sh(&m.join("acl"), list);
-    e.ok(&["zpool", "export", "tank"]);
-    e.ok(&[
-        "zpool",
-        "import",
-        "-d",
-        e.dir.path().to_str().expect("path"),
-        "tank",
-    ]);
+    e.reimport("tank");
     assert_eq!(sh(&m.join("acl"), list), before);
 
     // acltype=off (the root dataset's default): refused, never stored.

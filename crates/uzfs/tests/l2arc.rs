@@ -92,14 +92,7 @@ fn reads_come_from_the_cache_device_which_persists_and_never_lies() {
     assert!(list.contains("cache") && list.contains(&c), "{list}");
 
     // Export and import: the index comes back from the device.
-    e.ok(&["zpool", "export", "tank"]);
-    e.ok(&[
-        "zpool",
-        "import",
-        "-d",
-        e.dir.path().to_str().expect("path"),
-        "tank",
-    ]);
+    e.reimport("tank");
     wait_for(&e, "rebuilt at import", |e| {
         arcstat(e, "l2_rebuild_bufs") > 100 && arcstat(e, "l2_size") > 64 << 20
     });

@@ -1234,42 +1234,32 @@ impl Pool {
                     }
                 }
             }
-            // Spares not in use carry the config too, so import finds them.
-            for sp in self.io.spares() {
-                if !sp.is_usable()
-                    || tops
+            // Spares not in use and cache devices carry the config too, so
+            // import finds them (a cache device's labels are outside its
+            // slot ring).
+            let spares = self.io.spares().into_iter().filter(|sp| {
+                sp.is_usable()
+                    && !tops
                         .iter()
-                        .any(|t| t.leaves().iter().any(|l| Arc::ptr_eq(l, &sp)))
-                {
-                    continue;
-                }
+                        .any(|t| t.leaves().iter().any(|l| Arc::ptr_eq(l, sp)))
+            });
+            let caches = self
+                .io
+                .cache
+                .l2_devices()
+                .into_iter()
+                .map(|d| d.leaf.clone());
+            for aux in spares.chain(caches.filter(|c| !c.is_missing())) {
                 let lc = super::config::LabelConfig {
                     pool: config.clone(),
                     top_guid: 0,
-                    guid: sp.guid,
+                    guid: aux.guid,
                 };
                 let payload = serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
-                if let Err(Error::PowerLost) = label::write_config(&*sp.dev, &payload, &half) {
+                if let Err(Error::PowerLost) = label::write_config(&*aux.dev, &payload, &half) {
                     return Err(Error::PowerLost);
                 }
-                let _ = sp.flush();
-            }
-            // Cache devices too (their labels are outside the slot ring).
-            for d in self.io.cache.l2_devices() {
-                let c = &d.leaf;
-                if c.is_missing() {
-                    continue;
-                }
-                let lc = super::config::LabelConfig {
-                    pool: config.clone(),
-                    top_guid: 0,
-                    guid: c.guid,
-                };
-                let payload = serde_json::to_vec(&lc).map_err(|e| Error::invalid(e.to_string()))?;
-                if let Err(Error::PowerLost) = label::write_config(&*c.dev, &payload, &half) {
-                    return Err(Error::PowerLost);
-                }
-                let _ = c.flush();
+                let _ = aux.flush();
             }
             for t in tops {
                 flush_unless_log(t, config, txg)?;

@@ -89,6 +89,12 @@ impl Env {
         let z = self.ok(&["zdb", "-e", "-p", ".", "-b", pool]);
         assert!(z.contains("No errors"), "zdb after the test:\n{z}");
     }
+    /// `zpool export` then `zpool import -d` of the test's directory.
+    pub fn reimport(&self, pool: &str) {
+        self.ok(&["zpool", "export", pool]);
+        let dir = self.dir.path().to_str().expect("path");
+        self.ok(&["zpool", "import", "-d", dir, pool]);
+    }
     pub fn fails(&self, args: &[&str], code: i32, needle: &str) {
         let o = self.run(args);
         let err = String::from_utf8_lossy(&o.stderr);
