@@ -240,15 +240,19 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                 }
                 specs.push(TopSpec { kind, leaves });
             }
-            "spare" => {
+            "spare" | "cache" => {
                 in_log = false;
                 let leaves = group(&mut i)?;
                 if leaves.is_empty() {
-                    return Err(
-                        "invalid vdev specification: spare requires at least 1 device".into(),
-                    );
+                    return Err(format!(
+                        "invalid vdev specification: {a} requires at least 1 device"
+                    ));
                 }
-                spares.extend(leaves);
+                if a == "spare" {
+                    spares.extend(leaves);
+                } else {
+                    caches.extend(leaves);
+                }
             }
             k if k.starts_with("raidz") || k.starts_with("draid") => {
                 return Err(format!(
@@ -264,16 +268,6 @@ pub fn parse_vdevs(args: &[String], cwd: &Path) -> Result<VdevSpec, String> {
                 }
                 in_log = true;
                 i += 1;
-            }
-            "cache" => {
-                in_log = false;
-                let leaves = group(&mut i)?;
-                if leaves.is_empty() {
-                    return Err(
-                        "invalid vdev specification: cache requires at least 1 device".into(),
-                    );
-                }
-                caches.extend(leaves);
             }
             "special" | "dedup" => {
                 return Err(format!(
