@@ -19,7 +19,8 @@
 //! The device keeps the pool's labels at both ends, as every leaf does,
 //! so that import finds it. Between them, the cache is a ring of
 //! [`SLOT_SIZE`] slots, written in turn. Each slot is a [`HEADER_SIZE`]
-//! header and the blocks' bytes (decompressed, as the ARC holds them):
+//! header and the blocks' bytes (as the ARC holds them: file data as it is
+//! on disk, compressed or not; metadata decompressed):
 //!
 //! ```text
 //!   header   magic "UZL2SLOT", version, entry count, pool guid,
@@ -280,14 +281,16 @@ impl L2Device {
             .and_then(|v| crate::dsl::props::parse_size(&v).ok())
             .filter(|&v| v > 0)
             .unwrap_or(WRITE_MAX);
-        Self::open_with(leaf, pool_guid, rebuild, write_max)
+        Self::open_with(leaf, pool_guid, rebuild, Some(write_max))
     }
 
+    /// [`L2Device::open`] with the feed rate given; `None`: no feed thread
+    /// (the caller writes the queue out with [`L2Device::flush_feed`]).
     pub fn open_with(
         leaf: Arc<Leaf>,
         pool_guid: u64,
         rebuild: bool,
-        write_max: u64,
+        write_max: Option<u64>,
     ) -> Arc<L2Device> {
         let size = crate::vdev::label::aligned_size(leaf.dev.size());
         let start = crate::vdev::LABEL_START_SIZE;
@@ -298,7 +301,7 @@ impl L2Device {
             pool_guid,
             start,
             nslots,
-            write_max,
+            write_max: write_max.unwrap_or(u64::MAX),
             index: Mutex::new(Index {
                 slots: vec![Vec::new(); nslots as usize],
                 ..Default::default()
@@ -311,7 +314,7 @@ impl L2Device {
         if rebuild && !d.leaf.is_missing() {
             d.rebuild();
         }
-        if nslots > 0 && !d.leaf.is_missing() {
+        if nslots > 0 && !d.leaf.is_missing() && write_max.is_some() {
             let (w, shared) = (Arc::downgrade(&d), d.shared.clone());
             match std::thread::Builder::new()
                 .name("l2arc_feed".into())
@@ -709,12 +712,12 @@ mod tests {
         (dir, p)
     }
 
-    /// Open the file as cache device `guid`; no feed thread races the
-    /// test's own writes (the rate is one byte a second).
+    /// Open the file as cache device `guid`, with no feed thread to race
+    /// the test's own writes.
     fn open(p: &std::path::Path, guid: u64, pool: u64, rebuild: bool) -> Arc<L2Device> {
         let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(p).expect("open"));
         let leaf = Arc::new(Leaf::new(guid, p.display().to_string(), dev));
-        L2Device::open_with(leaf, pool, rebuild, 1)
+        L2Device::open_with(leaf, pool, rebuild, None)
     }
 
     fn key(i: u64) -> Key {

@@ -306,6 +306,26 @@ fn cache_key(bp: &BlkPtr) -> crate::arc::Key {
     (bp.dva[0].vdev, bp.dva[0].offset, ck)
 }
 
+/// The compressed ARC: file data whose block is compressed on disk is held
+/// as it is there (its physical bytes, a fraction of the logical size for
+/// compressible data) and decompressed on every use, as OpenZFS's ARC
+/// holds `b_pabd`. Metadata (indirect blocks, dnodes, directories) is
+/// held decompressed: every lookup walks it, and it is small. A cached
+/// value is decompressed exactly when its length is the logical size
+/// (a block that did not shrink below it is stored uncompressed).
+fn held_compressed(bp: &BlkPtr, class: Class) -> bool {
+    class == Class::Data && bp.compress != compress::Compression::Off
+}
+
+/// A cached value as its reader wants it: the logical bytes.
+fn inflate(bp: &BlkPtr, v: Arc<Vec<u8>>) -> Result<Arc<Vec<u8>>> {
+    let lsize = bp.lsize as usize;
+    if v.len() == lsize {
+        return Ok(v);
+    }
+    Ok(Arc::new(compress::decompress(bp.compress, &v, lsize)?))
+}
+
 impl BlockReader for SpaIo {
     fn written(&self, bp: &BlkPtr, data: &Arc<Vec<u8>>) {
         if bp.lsize as usize == data.len() {
@@ -324,6 +344,7 @@ impl BlockReader for SpaIo {
         }
         let class = Class::of(bp.level, bp.obj_type);
         if let Some(v) = self.cache.get(&key, class) {
+            let v = inflate(bp, v)?;
             tx::pin(key, &v);
             return Ok(v);
         }
@@ -332,17 +353,26 @@ impl BlockReader for SpaIo {
         if tx::held_any() {
             self.reads_under_hold.fetch_add(1, Ordering::Relaxed);
         }
-        // A cache device may hold it (verified there; anything wrong and
-        // the pool is read as if it held nothing).
+        // A cache device may hold it, as the ARC held it (verified there;
+        // anything wrong and the pool is read as if it held nothing).
         if let Some(v) = self.cache.l2_read(&key) {
-            if v.len() == bp.lsize as usize {
-                let data = Arc::new(v);
-                self.cache.insert(key, data.clone(), class);
+            let lsize = bp.lsize as usize;
+            if v.len() == lsize || (held_compressed(bp, class) && v.len() < lsize) {
+                let v = Arc::new(v);
+                self.cache.insert(key, v.clone(), class);
+                let data = inflate(bp, v)?;
                 tx::pin(key, &data);
                 return Ok(data);
             }
         }
         let phys = self.read_phys(bp)?;
+        if held_compressed(bp, class) && phys.len() < bp.lsize as usize {
+            let phys = Arc::new(phys);
+            let data = inflate(bp, phys.clone())?;
+            self.cache.insert(key, phys, class);
+            tx::pin(key, &data);
+            return Ok(data);
+        }
         let data = Arc::new(compress::decompress_owned(
             bp.compress,
             phys,

@@ -1,0 +1,111 @@
+//! The ARC through the engine: file data kept compressed in memory as it
+//! is on disk (OpenZFS's compressed ARC), decompressed on every use.
+
+mod common;
+use common::*;
+use uzfs_core::spa::Pool;
+use uzfs_core::vdev::sim::SimWorld;
+use uzfs_core::vdev::TopKind;
+
+const REG: u32 = libc::S_IFREG | 0o644;
+
+/// Text that lz4 packs to a fraction of its size, different per offset.
+fn text(len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 64);
+    let mut i = 0u64;
+    while v.len() < len {
+        v.extend_from_slice(format!("line {i:08} of a compressible file, ").as_bytes());
+        i += 1;
+    }
+    v.truncate(len);
+    v
+}
+
+#[test]
+fn compressed_file_data_is_held_compressed_and_read_right() {
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", DISK)];
+    let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(11)).expect("create");
+    p.format_root_fs().expect("format");
+    let ds = p.dataset("tank").expect("dataset");
+    p.set_prop(&ds, "compression", "lz4").expect("compression");
+    let fs = mount_fs(&p, "tank");
+    // 3 MiB of text and 1 MiB that does not compress, in a cache of 4 MiB.
+    let data = text(3 << 20);
+    let noise = pattern(5, 1 << 20);
+    let f = fs
+        .mknod(fs.root, b"text", REG, 0, 0, 0, None)
+        .expect("create");
+    fs.write(f.ino, 0, &data).expect("write");
+    let g = fs
+        .mknod(fs.root, b"noise", REG, 0, 0, 0, None)
+        .expect("create");
+    fs.write(g.ino, 0, &noise).expect("write");
+    p.sync().expect("sync");
+    // Read both cold.
+    p.io.cache.clear();
+    assert!(fs.read(f.ino, 0, data.len()).expect("read") == data);
+    assert!(fs.read(g.ino, 0, noise.len()).expect("read") == noise);
+    let held = p.io.cache.arcstats().sizes.data;
+    // The text's records are held as lz4 packed them (a fraction of 3
+    // MiB); the noise could not be compressed and is held whole.
+    assert!(
+        held < (1 << 20) + (1 << 20),
+        "{held} bytes of file data held for 3 MiB of text and 1 MiB of noise"
+    );
+    assert!(held >= 1 << 20, "the noise is held: {held}");
+    // Hits decompress: the same bytes, and no device read.
+    let misses = p.io.cache.stats().2;
+    for round in 0..3 {
+        assert!(
+            fs.read(f.ino, 0, data.len()).expect("read") == data,
+            "round {round}"
+        );
+        let at = 12345 * (round + 1);
+        assert_eq!(
+            fs.read(f.ino, at as u64, 4096).expect("read"),
+            data[at..at + 4096].to_vec()
+        );
+    }
+    assert_eq!(p.io.cache.stats().2, misses, "hits went to the devices");
+    // Overwrite part of it: the next txg reads the old record from the
+    // cache (compressed), patches and writes it; the result is right.
+    fs.write(f.ino, 1 << 20, b"PATCHED").expect("patch");
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    let mut want = data.clone();
+    want[1 << 20..(1 << 20) + 7].copy_from_slice(b"PATCHED");
+    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
+
+    // With a cache device: what the ARC lets go is written there as it
+    // was held (the text compressed), and read back right.
+    let dev: std::sync::Arc<dyn uzfs_core::vdev::BlockDevice> =
+        std::sync::Arc::new(world.disk("c", 64 << 20));
+    let leaf = std::sync::Arc::new(uzfs_core::vdev::Leaf::new(99, "c".into(), dev));
+    let l2 = uzfs_core::arc::l2::L2Device::open_with(leaf, 1, false, None);
+    p.io.cache.add_l2(l2.clone());
+    // Read the text, then push it out of the 4 MiB cache with 6 MiB more.
+    let big = pattern(6, 6 << 20);
+    let h = fs
+        .mknod(fs.root, b"big", REG, 0, 0, 0, None)
+        .expect("create");
+    fs.write(h.ino, 0, &big).expect("write");
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
+    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
+    assert!(fs.read(h.ino, 0, big.len()).expect("read") == big);
+    l2.flush_feed();
+    let s = l2.stats();
+    assert!(s.entries > 0, "{s:?}");
+    // Records of 128 KiB: the text's went there compressed.
+    assert!(
+        s.size < s.entries * (100 << 10),
+        "the text is on the cache device compressed: {s:?}"
+    );
+    p.io.cache.clear();
+    let hits = l2.stats().hits;
+    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
+    assert!(l2.stats().hits > hits, "no L2 hits: {:?}", l2.stats());
+    l2.close();
+}
