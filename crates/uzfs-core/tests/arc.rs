@@ -68,6 +68,22 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
         );
     }
     assert_eq!(p.io.cache.stats().2, misses, "hits went to the devices");
+    // A record read in 4 KiB pieces is decompressed once, not 32 times
+    // (the request thread keeps the record it decompressed last).
+    use std::sync::atomic::Ordering;
+    let d0 = uzfs_core::spa::io::ARC_DECOMPRESSIONS.load(Ordering::Relaxed);
+    for i in 0..32 {
+        let at = (2 << 20) + i * 4096;
+        assert_eq!(
+            fs.read(f.ino, at as u64, 4096).expect("read"),
+            data[at..at + 4096].to_vec()
+        );
+    }
+    let d = uzfs_core::spa::io::ARC_DECOMPRESSIONS.load(Ordering::Relaxed) - d0;
+    assert!(
+        d <= 2,
+        "a record read in 32 pieces was decompressed {d} times"
+    );
     // Overwrite part of it: the next txg reads the old record from the
     // cache (compressed), patches and writes it; the result is right.
     fs.write(f.ino, 1 << 20, b"PATCHED").expect("patch");
