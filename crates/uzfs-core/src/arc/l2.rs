@@ -475,7 +475,16 @@ impl L2Device {
     /// Write `batch` into the next slot of the ring (dropping what that
     /// slot held); returns the bytes written.
     pub fn write_slot(&self, batch: Vec<(Key, Block, Class)>) -> usize {
-        if batch.is_empty() || self.nslots == 0 {
+        if self.nslots == 0 {
+            return 0;
+        }
+        // What is not there yet, each key once.
+        let mut seen = std::collections::HashSet::with_capacity(batch.len());
+        let fresh: Vec<_> = batch
+            .iter()
+            .filter(|(k, _, _)| seen.insert(*k) && !self.contains(k))
+            .collect();
+        if fresh.is_empty() {
             return 0;
         }
         let (slot, seq) = {
@@ -488,11 +497,8 @@ impl L2Device {
         };
         self.writing.store(slot, Ordering::Relaxed);
         let mut payload = Vec::with_capacity(PAYLOAD);
-        let mut entries = Vec::with_capacity(batch.len());
-        for (k, v, class) in &batch {
-            if self.contains(k) || entries.iter().any(|(e, _, _)| e == k) {
-                continue;
-            }
+        let mut entries = Vec::with_capacity(fresh.len());
+        for (k, v, class) in fresh {
             let loc = Loc {
                 slot,
                 off: payload.len() as u32,
