@@ -70,8 +70,7 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     assert_eq!(p.io.cache.stats().2, misses, "hits went to the devices");
     // A record read in 4 KiB pieces is decompressed once, not 32 times
     // (the request thread keeps the record it decompressed last).
-    use std::sync::atomic::Ordering;
-    let d0 = uzfs_core::spa::io::ARC_DECOMPRESSIONS.load(Ordering::Relaxed);
+    let d0 = uzfs_core::spa::io::decompressions_here();
     for i in 0..32 {
         let at = (2 << 20) + i * 4096;
         assert_eq!(
@@ -79,7 +78,7 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
             data[at..at + 4096].to_vec()
         );
     }
-    let d = uzfs_core::spa::io::ARC_DECOMPRESSIONS.load(Ordering::Relaxed) - d0;
+    let d = uzfs_core::spa::io::decompressions_here() - d0;
     assert!(
         d <= 2,
         "a record read in 32 pieces was decompressed {d} times"

@@ -55,12 +55,6 @@ pub trait BlockReader: Send + Sync {
     /// so the next txg's read-modify-write of the block costs no device
     /// read. The default has no cache.
     fn written(&self, _bp: &BlkPtr, _data: &Arc<Vec<u8>>) {}
-    /// Read ahead: make `bp` cheap to read soon. A reader with a cache
-    /// only brings it in (as it holds it: compressed file data is not
-    /// decompressed for nobody); the default reads it.
-    fn prefetch_bp(&self, bp: &BlkPtr) -> Result<()> {
-        self.read_bp(bp).map(|_| ())
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -719,18 +713,6 @@ impl Objset {
                 })
             }
         }
-    }
-
-    /// Read block `blkid` of `obj` ahead ([`BlockReader::prefetch_bp`]):
-    /// its indirect blocks are read, the block itself only brought into
-    /// the cache. Dirty blocks and holes need nothing.
-    pub fn prefetch_block(&self, obj: u64, blkid: u64) -> Result<()> {
-        if let BlockSource::Tree(dn) = self.block_source(obj, blkid)? {
-            if let Some(bp) = find_l0_bp(&*self.reader, &dn, blkid)? {
-                self.reader.prefetch_bp(&bp)?;
-            }
-        }
-        Ok(())
     }
 
     /// Read `buf.len()` bytes at `offset`. Holes and bytes past the end of

@@ -321,9 +321,17 @@ fn held_compressed(bp: &BlkPtr, class: Class) -> bool {
     on && class == Class::Data && bp.compress != compress::Compression::Off
 }
 
-/// Records decompressed from the compressed ARC (or a cache device),
-/// since start: what a hit costs (tests, and the curious).
-pub static ARC_DECOMPRESSIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Records this thread decompressed from the compressed ARC (or a
+    /// cache device): what its hits cost ([`decompressions_here`]).
+    static DECOMPRESSIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Records the calling thread has decompressed from the compressed ARC
+/// (read-ahead threads count their own).
+pub fn decompressions_here() -> u64 {
+    DECOMPRESSIONS.with(|c| c.get())
+}
 
 thread_local! {
     /// The record this thread decompressed last. Reads that bypass the
@@ -354,7 +362,7 @@ fn inflate(bp: &BlkPtr, key: crate::arc::Key, v: Arc<Vec<u8>>) -> Result<Arc<Vec
     if let Some(d) = last {
         return Ok(d);
     }
-    ARC_DECOMPRESSIONS.fetch_add(1, Ordering::Relaxed);
+    DECOMPRESSIONS.with(|c| c.set(c.get() + 1));
     let d = Arc::new(compress::decompress(bp.compress, &v, lsize)?);
     LAST_INFLATED.with(|l| *l.borrow_mut() = Some((key, d.clone())));
     Ok(d)
@@ -369,33 +377,6 @@ impl BlockReader for SpaIo {
                 Class::of(bp.level, bp.obj_type),
             );
         }
-    }
-
-    fn prefetch_bp(&self, bp: &BlkPtr) -> Result<()> {
-        let class = Class::of(bp.level, bp.obj_type);
-        if !held_compressed(bp, class) {
-            return self.read_bp(bp).map(|_| ());
-        }
-        // Compressed file data: into the cache as it is held, with no
-        // decompression (a hit or a read is enough).
-        let key = cache_key(bp);
-        if self.cache.get(&key, class).is_some() {
-            return Ok(());
-        }
-        if let Some(v) = self.cache.l2_read(&key) {
-            if v.len() <= bp.lsize as usize {
-                self.cache.insert(key, Arc::new(v), class);
-                return Ok(());
-            }
-        }
-        let phys = self.read_phys(bp)?;
-        if phys.len() < bp.lsize as usize {
-            self.cache.insert(key, Arc::new(phys), class);
-            return Ok(());
-        }
-        let data = compress::decompress_owned(bp.compress, phys, bp.lsize as usize)?;
-        self.cache.insert(key, Arc::new(data), class);
-        Ok(())
     }
 
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {

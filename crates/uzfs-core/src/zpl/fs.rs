@@ -211,7 +211,7 @@ impl Prefetch {
                     let Some(os) = os.upgrade() else { return };
                     crate::arc::prefetching(|| {
                         for blk in from..to {
-                            if os.prefetch_block(obj, blk).is_err() {
+                            if os.read_block(obj, blk).is_err() {
                                 break;
                             }
                         }
