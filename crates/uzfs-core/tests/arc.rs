@@ -3,9 +3,7 @@
 
 mod common;
 use common::*;
-use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::SimWorld;
-use uzfs_core::vdev::TopKind;
 
 const REG: u32 = libc::S_IFREG | 0o644;
 
@@ -24,9 +22,7 @@ fn text(len: usize) -> Vec<u8> {
 #[test]
 fn compressed_file_data_is_held_compressed_and_read_right() {
     let world = SimWorld::new();
-    let disks = vec![world.disk("d0", DISK)];
-    let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(11)).expect("create");
-    p.format_root_fs().expect("format");
+    let (_disks, p) = one_disk_fs(&world, 11);
     let ds = p.dataset("tank").expect("dataset");
     p.set_prop(&ds, "compression", "lz4").expect("compression");
     let fs = mount_fs(&p, "tank");

@@ -108,6 +108,14 @@ pub fn assert_zdb_clean(disks: &[SimDevice], what: &str) {
 }
 
 /// Mount dataset `name` of `p` as a filesystem (the engine's POSIX layer).
+/// A pool on one 96 MiB disk with its root filesystem formatted.
+pub fn one_disk_fs(world: &SimWorld, seed: u64) -> (Vec<SimDevice>, Arc<Pool>) {
+    let disks = vec![world.disk("d0", DISK)];
+    let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
+    p.format_root_fs().expect("format");
+    (disks, p)
+}
+
 pub fn mount_fs(p: &Arc<Pool>, name: &str) -> uzfs_core::zpl::Zpl {
     let ds = p.dataset(name).expect("dataset");
     uzfs_core::zpl::Zpl::mount(ds.os.clone(), uzfs_core::dsl::DsCtx::new(p.clone(), ds))
