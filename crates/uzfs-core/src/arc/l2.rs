@@ -31,7 +31,8 @@
 //! ```
 //!
 //! The payload is written first and the header last. At import (and at
-//! every daemon start) the index is rebuilt from the headers alone: one
+//! every daemon start) the index is rebuilt from the headers alone, by
+//! the feed thread before it writes anything (import does not wait): one
 //! read per slot, no block read (OpenZFS's persistent L2ARC keeps log
 //! blocks for the same purpose). A header that fails its checksum, names
 //! another pool or device, or has a sequence number older than a slot it
@@ -311,18 +312,27 @@ impl L2Device {
             writing: AtomicU32::new(u32::MAX),
             c: Counters::default(),
         });
-        if rebuild && !d.leaf.is_missing() {
-            d.rebuild();
-        }
+        let rebuild = rebuild && nslots > 0 && !d.leaf.is_missing();
         if nslots > 0 && !d.leaf.is_missing() && write_max.is_some() {
+            // The rebuild reads a 64th of the device: in the feed thread,
+            // before it writes anything, so import does not wait for it
+            // (OpenZFS rebuilds in the background too). Until it is done
+            // lookups miss.
             let (w, shared) = (Arc::downgrade(&d), d.shared.clone());
             match std::thread::Builder::new()
                 .name("l2arc_feed".into())
-                .spawn(move || feed_thread(w, shared))
+                .spawn(move || feed_thread(w, shared, rebuild))
             {
                 Ok(h) => *lock(&d.thread) = Some(h),
-                Err(e) => log::warn!("{}: no L2ARC feed thread: {e}", d.leaf.path),
+                Err(e) => {
+                    log::warn!("{}: no L2ARC feed thread: {e}", d.leaf.path);
+                    if rebuild {
+                        d.rebuild();
+                    }
+                }
             }
+        } else if rebuild {
+            d.rebuild();
         }
         d
     }
@@ -583,7 +593,11 @@ impl L2Device {
 /// The feed thread of one device: write a slot whenever one is full (or
 /// half a second has passed with something queued), no faster than the
 /// device's `write_max`. It holds the device only while it writes.
-fn feed_thread(w: Weak<L2Device>, shared: Arc<FeedShared>) {
+fn feed_thread(w: Weak<L2Device>, shared: Arc<FeedShared>, rebuild: bool) {
+    if rebuild {
+        let Some(d) = w.upgrade() else { return };
+        d.rebuild();
+    }
     loop {
         let batch = shared.take_batch(Duration::from_millis(500));
         if shared.stop.load(Ordering::Relaxed) {
