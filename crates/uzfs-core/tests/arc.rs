@@ -19,6 +19,13 @@ fn text(len: usize) -> Vec<u8> {
     v
 }
 
+/// A new file in the root holding `data`; its object number.
+fn file(fs: &uzfs_core::zpl::Zpl, name: &[u8], data: &[u8]) -> u64 {
+    let f = fs.mknod(fs.root, name, REG, 0, 0, 0, None).expect("create");
+    fs.write(f.ino, 0, data).expect("write");
+    f.ino
+}
+
 #[test]
 fn compressed_file_data_is_held_compressed_and_read_right() {
     let world = SimWorld::new();
@@ -29,19 +36,13 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     // 3 MiB of text and 1 MiB that does not compress, in a cache of 4 MiB.
     let data = text(3 << 20);
     let noise = pattern(5, 1 << 20);
-    let f = fs
-        .mknod(fs.root, b"text", REG, 0, 0, 0, None)
-        .expect("create");
-    fs.write(f.ino, 0, &data).expect("write");
-    let g = fs
-        .mknod(fs.root, b"noise", REG, 0, 0, 0, None)
-        .expect("create");
-    fs.write(g.ino, 0, &noise).expect("write");
+    let f = file(&fs, b"text", &data);
+    let g = file(&fs, b"noise", &noise);
     p.sync().expect("sync");
     // Read both cold.
     p.io.cache.clear();
-    assert!(fs.read(f.ino, 0, data.len()).expect("read") == data);
-    assert!(fs.read(g.ino, 0, noise.len()).expect("read") == noise);
+    assert!(fs.read(f, 0, data.len()).expect("read") == data);
+    assert!(fs.read(g, 0, noise.len()).expect("read") == noise);
     let held = p.io.cache.arcstats().sizes.data;
     // The text's records are held as lz4 packed them (a fraction of 3
     // MiB); the noise could not be compressed and is held whole.
@@ -54,12 +55,12 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     let misses = p.io.cache.stats().2;
     for round in 0..3 {
         assert!(
-            fs.read(f.ino, 0, data.len()).expect("read") == data,
+            fs.read(f, 0, data.len()).expect("read") == data,
             "round {round}"
         );
         let at = 12345 * (round + 1);
         assert_eq!(
-            fs.read(f.ino, at as u64, 4096).expect("read"),
+            fs.read(f, at as u64, 4096).expect("read"),
             data[at..at + 4096].to_vec()
         );
     }
@@ -70,7 +71,7 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     for i in 0..32 {
         let at = (2 << 20) + i * 4096;
         assert_eq!(
-            fs.read(f.ino, at as u64, 4096).expect("read"),
+            fs.read(f, at as u64, 4096).expect("read"),
             data[at..at + 4096].to_vec()
         );
     }
@@ -81,12 +82,12 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     );
     // Overwrite part of it: the next txg reads the old record from the
     // cache (compressed), patches and writes it; the result is right.
-    fs.write(f.ino, 1 << 20, b"PATCHED").expect("patch");
+    fs.write(f, 1 << 20, b"PATCHED").expect("patch");
     p.sync().expect("sync");
     p.io.cache.clear();
     let mut want = data.clone();
     want[1 << 20..(1 << 20) + 7].copy_from_slice(b"PATCHED");
-    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
+    assert!(fs.read(f, 0, want.len()).expect("read") == want);
 
     // With a cache device: what the ARC lets go is written there as it
     // was held (the text compressed), and read back right.
@@ -97,15 +98,12 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     p.io.cache.add_l2(l2.clone());
     // Read the text, then push it out of the 4 MiB cache with 6 MiB more.
     let big = pattern(6, 6 << 20);
-    let h = fs
-        .mknod(fs.root, b"big", REG, 0, 0, 0, None)
-        .expect("create");
-    fs.write(h.ino, 0, &big).expect("write");
+    let h = file(&fs, b"big", &big);
     p.sync().expect("sync");
     p.io.cache.clear();
-    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
-    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
-    assert!(fs.read(h.ino, 0, big.len()).expect("read") == big);
+    assert!(fs.read(f, 0, want.len()).expect("read") == want);
+    assert!(fs.read(f, 0, want.len()).expect("read") == want);
+    assert!(fs.read(h, 0, big.len()).expect("read") == big);
     l2.flush_feed();
     let s = l2.stats();
     assert!(s.entries > 0, "{s:?}");
@@ -116,7 +114,7 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     );
     p.io.cache.clear();
     let hits = l2.stats().hits;
-    assert!(fs.read(f.ino, 0, want.len()).expect("read") == want);
+    assert!(fs.read(f, 0, want.len()).expect("read") == want);
     assert!(l2.stats().hits > hits, "no L2 hits: {:?}", l2.stats());
     l2.close();
 }

@@ -670,7 +670,7 @@ fn device_paths(p: &Pool) -> Vec<String> {
         .iter()
         .flat_map(|t| t.leaves())
         .chain(p.io.spares())
-        .chain(p.io.cache.l2_devices().iter().map(|d| d.leaf.clone()))
+        .chain(p.io.cache_leaves())
         .map(|l| l.path.clone())
         .collect()
 }

@@ -65,6 +65,15 @@ fn main() {
     uzfs_core::vdev::device::set_direct_io(
         std::env::var("UZFS_DIRECT_IO").map_or(true, |v| v != "0"),
     );
+    uzfs_core::spa::io::set_compressed_arc(
+        std::env::var("UZFS_COMPRESSED_ARC").map_or(true, |v| v != "0"),
+    );
+    if let Some(rate) = std::env::var("UZFS_L2ARC_WRITE_MAX")
+        .ok()
+        .and_then(|v| uzfs_core::dsl::props::parse_size(&v).ok())
+    {
+        uzfs_core::arc::l2::set_write_max(rate);
+    }
     let args: Vec<String> = std::env::args().collect();
     let argv0 = args
         .first()

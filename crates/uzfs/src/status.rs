@@ -335,7 +335,7 @@ fn tree_rows(p: &Pool, health: &str, resilvering: bool) -> Vec<Vec<String>> {
             }
         }
     }
-    let caches = p.io.cache.l2_devices();
+    let caches = p.io.cache_leaves();
     if !caches.is_empty() {
         let mut h = zero_row("cache".into(), "");
         for c in h.iter_mut().skip(1) {
@@ -343,7 +343,7 @@ fn tree_rows(p: &Pool, health: &str, resilvering: bool) -> Vec<Vec<String>> {
         }
         rows.push(h);
         for c in &caches {
-            rows.push(leaf_row(&c.leaf, 2, false));
+            rows.push(leaf_row(c, 2, false));
         }
     }
     rows

@@ -225,14 +225,9 @@ pub fn remove(d: &Daemon, args: &[String], full: &str) -> Response {
             p.io.spares()
                 .iter()
                 .any(|s| s.path == *dev || s.guid.to_string() == *dev);
-        let is_cache =
-            p.io.cache
-                .l2_devices()
-                .iter()
-                .any(|c| c.leaf.path == *dev || c.leaf.guid.to_string() == *dev);
         let r = if is_spare {
             p.remove_spare(dev)
-        } else if is_cache {
+        } else if p.find_cache(dev).is_some() {
             p.remove_cache(dev)
         } else {
             match p.remove_log(dev) {

@@ -81,6 +81,17 @@ pub const FEED_QUEUE_MAX: usize = 4 * PAYLOAD;
 /// here takes this without slowing the pool). `UZFS_L2ARC_WRITE_MAX`.
 pub const WRITE_MAX: u64 = 64 << 20;
 
+static FEED_RATE: AtomicU64 = AtomicU64::new(WRITE_MAX);
+
+/// The feed rate of cache devices this process opens from now on (bytes
+/// per second, 0 ignored). The binary maps `UZFS_L2ARC_WRITE_MAX` here;
+/// the engine reads no environment.
+pub fn set_write_max(bytes_per_sec: u64) {
+    if bytes_per_sec > 0 {
+        FEED_RATE.store(bytes_per_sec, Ordering::Relaxed);
+    }
+}
+
 /// Where a cached block lies: slot, offset in its payload, length, hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Loc {
@@ -277,11 +288,7 @@ impl L2Device {
     /// Starts the feed thread, which ends when the device is dropped or
     /// [`L2Device::stop`]ped.
     pub fn open(leaf: Arc<Leaf>, pool_guid: u64, rebuild: bool) -> Arc<L2Device> {
-        let write_max = std::env::var("UZFS_L2ARC_WRITE_MAX")
-            .ok()
-            .and_then(|v| crate::dsl::props::parse_size(&v).ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(WRITE_MAX);
+        let write_max = FEED_RATE.load(Ordering::Relaxed);
         Self::open_with(leaf, pool_guid, rebuild, Some(write_max))
     }
 

@@ -373,13 +373,12 @@ impl BlockCache {
     pub fn l2_read(&self, k: &Key) -> Option<Vec<u8>> {
         let devs = self.l2.read().unwrap_or_else(|e| e.into_inner());
         let first = devs.first()?;
-        for d in devs.iter() {
-            if d.contains(k) {
-                let v = d.read(k);
-                d.count(v.is_some());
-                if v.is_some() {
-                    return v;
-                }
+        // One lookup, one count: a hit on the device that served it, a
+        // miss (nothing held it, or what was held was bad) on the first.
+        for d in devs.iter().filter(|d| d.contains(k)) {
+            if let Some(v) = d.read(k) {
+                d.count(true);
+                return Some(v);
             }
         }
         first.count(false);

@@ -189,12 +189,12 @@ fn build_leaf(
     Arc::new(leaf)
 }
 
-/// Open the hot spares the config lists (missing ones are still listed).
-pub(crate) fn build_spares(cfg: &PoolConfig, found: &FoundPool) -> Vec<Arc<Leaf>> {
+/// Open the hot spares (`spare`) or cache devices the config lists in
+/// `list` (missing ones are still listed, UNAVAIL; the pool imports).
+pub(crate) fn build_aux(list: &[LeafConfig], found: &FoundPool, spare: bool) -> Vec<Arc<Leaf>> {
     let mut problems = Vec::new();
-    cfg.spares
-        .iter()
-        .map(|c| build_leaf(c, 0, found, true, &mut problems))
+    list.iter()
+        .map(|c| build_leaf(c, 0, found, spare, &mut problems))
         .collect()
 }
 
@@ -394,16 +394,11 @@ impl Pool {
             }));
         }
         // Record where the devices are now and that the pool is in use.
-        let spares = build_spares(&config, found);
+        let spares = build_aux(&config.spares, found, true);
         *io.spares.write().unwrap_or_else(|e| e.into_inner()) = spares.clone();
         // Cache devices: what they held is indexed again from their slot
-        // headers; one missing is UNAVAIL and the pool imports anyway.
-        let mut problems = Vec::new();
-        let caches: Vec<Arc<Leaf>> = config
-            .cache
-            .iter()
-            .map(|c| build_leaf(c, 0, found, false, &mut problems))
-            .collect();
+        // headers.
+        let caches = build_aux(&config.cache, found, false);
         for c in &caches {
             io.cache.add_l2(crate::arc::l2::L2Device::open(
                 c.clone(),

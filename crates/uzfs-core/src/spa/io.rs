@@ -139,6 +139,15 @@ impl SpaIo {
             .clone()
     }
 
+    /// The leaves of the cache devices (labels, paths, I/O counters).
+    pub fn cache_leaves(&self) -> Vec<Arc<Leaf>> {
+        self.cache
+            .l2_devices()
+            .iter()
+            .map(|d| d.leaf.clone())
+            .collect()
+    }
+
     pub fn tops(&self) -> Vec<Arc<TopVdev>> {
         self.vdevs.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -313,12 +322,21 @@ fn cache_key(bp: &BlkPtr) -> crate::arc::Key {
 /// held decompressed: every lookup walks it, and it is small. A cached
 /// value is decompressed exactly when its length is the logical size
 /// (a block that did not shrink below it is stored uncompressed).
-/// `UZFS_COMPRESSED_ARC=0` holds everything decompressed (OpenZFS's
-/// `zfs_compressed_arc_enabled`).
+/// [`set_compressed_arc`]`(false)` holds everything decompressed
+/// (OpenZFS's `zfs_compressed_arc_enabled`).
 fn held_compressed(bp: &BlkPtr, class: Class) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("UZFS_COMPRESSED_ARC").map_or(true, |v| v != "0"));
-    on && class == Class::Data && bp.compress != compress::Compression::Off
+    COMPRESSED_ARC.load(Ordering::Relaxed)
+        && class == Class::Data
+        && bp.compress != compress::Compression::Off
+}
+
+static COMPRESSED_ARC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether blocks read from now on keep file data compressed in the
+/// cache (default on). The binary maps `UZFS_COMPRESSED_ARC=0` here; the
+/// engine reads no environment.
+pub fn set_compressed_arc(on: bool) {
+    COMPRESSED_ARC.store(on, Ordering::Relaxed);
 }
 
 thread_local! {

@@ -949,13 +949,7 @@ impl Pool {
             leaf_dirty |= l.config_dirty.swap(false, Ordering::Relaxed);
         }
         if leaf_dirty || st.config_dirty {
-            let caches: Vec<_> = self
-                .io
-                .cache
-                .l2_devices()
-                .iter()
-                .map(|d| d.leaf.clone())
-                .collect();
+            let caches = self.io.cache_leaves();
             super::refresh_vdev_config(&mut st.config, &tops_now, &spares_now, &caches);
             st.config_dirty = true;
         }
@@ -1243,12 +1237,7 @@ impl Pool {
                         .iter()
                         .any(|t| t.leaves().iter().any(|l| Arc::ptr_eq(l, sp)))
             });
-            let caches = self
-                .io
-                .cache
-                .l2_devices()
-                .into_iter()
-                .map(|d| d.leaf.clone());
+            let caches = self.io.cache_leaves().into_iter();
             for aux in spares.chain(caches.filter(|c| !c.is_missing())) {
                 let lc = super::config::LabelConfig {
                     pool: config.clone(),

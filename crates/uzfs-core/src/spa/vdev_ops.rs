@@ -402,6 +402,33 @@ impl Pool {
         self.txg_wait_synced().map(|_| ())
     }
 
+    /// A device about to become a spare or a cache device: not a member
+    /// already (a leaf, a spare, a cache device), nor, without `force`,
+    /// labeled as another pool's.
+    fn check_new_aux(&self, path: &str, dev: &dyn BlockDevice, force: bool) -> Result<()> {
+        if self.find_leaf(path).is_some()
+            || self.io.spares().iter().any(|s| s.path == path)
+            || self.io.cache_leaves().iter().any(|l| l.path == path)
+        {
+            return Err(Error::invalid(format!(
+                "{path} is part of this pool already"
+            )));
+        }
+        if !force {
+            check_not_in_use(path, dev)?;
+        }
+        Ok(())
+    }
+
+    /// The cache device named `name` (its path or guid).
+    pub fn find_cache(&self, name: &str) -> Option<Arc<crate::arc::l2::L2Device>> {
+        self.io
+            .cache
+            .l2_devices()
+            .into_iter()
+            .find(|d| d.leaf.path == name || d.leaf.guid.to_string() == name)
+    }
+
     /// `zpool add POOL spare DEV...`.
     pub fn add_spares(&self, devs: Vec<(String, Arc<dyn BlockDevice>)>, force: bool) -> Result<()> {
         {
@@ -414,16 +441,7 @@ impl Pool {
                 .max()
                 .unwrap_or(0);
             for (path, dev) in &devs {
-                if self.find_leaf(path).is_some()
-                    || self.io.spares().iter().any(|s| s.path == *path)
-                {
-                    return Err(Error::invalid(format!(
-                        "{path} is part of this pool already"
-                    )));
-                }
-                if !force {
-                    check_not_in_use(path, &**dev)?;
-                }
+                self.check_new_aux(path, &**dev, force)?;
                 if label::aligned_size(dev.size())
                     < vdev::LABEL_START_SIZE + min_need + vdev::LABEL_END_SIZE
                 {
@@ -452,19 +470,8 @@ impl Pool {
     pub fn add_caches(&self, devs: Vec<(String, Arc<dyn BlockDevice>)>, force: bool) -> Result<()> {
         {
             let _g = self.sync_guard()?;
-            let have = self.io.cache.l2_devices();
             for (path, dev) in &devs {
-                if self.find_leaf(path).is_some()
-                    || self.io.spares().iter().any(|s| s.path == *path)
-                    || have.iter().any(|d| d.leaf.path == *path)
-                {
-                    return Err(Error::invalid(format!(
-                        "{path} is part of this pool already"
-                    )));
-                }
-                if !force {
-                    check_not_in_use(path, &**dev)?;
-                }
+                self.check_new_aux(path, &**dev, force)?;
                 let need =
                     vdev::LABEL_START_SIZE + crate::arc::l2::SLOT_SIZE + vdev::LABEL_END_SIZE;
                 if label::aligned_size(dev.size()) < need {
@@ -493,13 +500,7 @@ impl Pool {
     pub fn remove_cache(&self, name: &str) -> Result<()> {
         {
             let _g = self.sync_guard()?;
-            let Some(d) = self
-                .io
-                .cache
-                .l2_devices()
-                .into_iter()
-                .find(|d| d.leaf.path == name || d.leaf.guid.to_string() == name)
-            else {
+            let Some(d) = self.find_cache(name) else {
                 return Err(Error::invalid(format!(
                     "no such cache device in pool: '{name}'"
                 )));
