@@ -741,3 +741,107 @@ fn a_log_record_naming_a_block_never_written_ends_the_log_there() {
         ],
     );
 }
+
+/// An fsync's early write of a large block (logged by pointer) is held in
+/// flight while its txg syncs: the sync writes the block itself and must
+/// not free the early one's space before that write lands. The pool is
+/// then filled across several txgs (the full pool hands out the previous
+/// txg's frees at once), and only then does the early write land. Before
+/// the fix the space had been freed and reused, and the late write
+/// corrupted whatever the fill had put there (found by the pool-full test
+/// of the mount, `crates/uzfs/tests/fill.rs`, in CI).
+#[test]
+fn an_early_write_that_lands_late_never_overwrites_reused_space() {
+    use std::sync::{Condvar, Mutex};
+    for seed in 0..2u64 {
+        let world = SimWorld::new();
+        let disks = vec![world.disk("d0", 64 * MIB)];
+        let pool =
+            Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
+        pool.format_root_fs().expect("format");
+        let (fs, _ctx, zil) = start_chain(&pool);
+        // The gate: (armed, a write is held, released).
+        let gate = Arc::new((Mutex::new((false, false, false)), Condvar::new()));
+        let g = gate.clone();
+        world.set_write_hook(Some(Arc::new(move |_: &str, _: u64, len: usize| {
+            let (m, cv) = &*g;
+            let mut s = m.lock().expect("gate");
+            if !s.0 || len < 128 << 10 {
+                return;
+            }
+            s.0 = false;
+            s.1 = true;
+            cv.notify_all();
+            while !s.2 {
+                s = cv.wait(s).expect("gate");
+            }
+        })));
+        let a = create_file(&fs, b"a");
+        let da = pattern(seed, MIB as usize);
+        fs.write(a, 0, &da).expect("write");
+        let i0 = zil.stats.indirect.load(Ordering::Relaxed);
+        gate.0.lock().expect("gate").0 = true;
+        let mut kept = Vec::new();
+        std::thread::scope(|s| {
+            let fsync = s.spawn(|| fs.fsync(a));
+            {
+                let (m, cv) = &*gate;
+                let mut st = m.lock().expect("gate");
+                while !st.1 {
+                    st = cv.wait(st).expect("gate");
+                }
+            }
+            // The early writes are in flight: their txg syncs, then the
+            // pool fills up, a txg at a time.
+            pool.sync().expect("sync with the early write in flight");
+            for i in 0..200u64 {
+                let name = format!("fill{i}");
+                let Ok(attr) = fs.mknod(
+                    fs.root,
+                    name.as_bytes(),
+                    libc::S_IFREG | 0o644,
+                    0,
+                    0,
+                    0,
+                    None,
+                ) else {
+                    break;
+                };
+                let data = pattern(seed * 1000 + i, 2 * MIB as usize);
+                if fs.write(attr.ino, 0, &data).is_err() {
+                    let _ = fs.unlink(fs.root, name.as_bytes());
+                    break;
+                }
+                if pool.sync().is_err() {
+                    break;
+                }
+                kept.push((name, data));
+            }
+            let (m, cv) = &*gate;
+            m.lock().expect("gate").2 = true;
+            cv.notify_all();
+            fsync.join().expect("fsync thread").expect("fsync");
+        });
+        world.set_write_hook(None);
+        assert!(
+            zil.stats.indirect.load(Ordering::Relaxed) > i0,
+            "seed {seed}: nothing was written early"
+        );
+        assert!(kept.len() > 10, "seed {seed}: the pool took {}", kept.len());
+        pool.sync().expect("sync");
+        pool.sync().expect("sync");
+        assert_eq!(read_all(&fs, b"a").as_deref(), Some(&da[..]));
+        drop(fs);
+        pool.export().expect("export");
+        assert_zdb_clean(&disks, "after a late early write");
+        let pool = reimport(&SimWorld::new(), common::images(&disks)).expect("import");
+        let (fs, _ctx) = mount_with(&pool, "z");
+        for (name, data) in &kept {
+            assert_eq!(
+                read_all(&fs, name.as_bytes()).as_deref(),
+                Some(&data[..]),
+                "seed {seed}: {name}"
+            );
+        }
+    }
+}

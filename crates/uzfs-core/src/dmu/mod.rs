@@ -6,6 +6,7 @@ pub mod changelog;
 pub mod checksum;
 pub mod compress;
 pub mod dnode;
+pub mod early_write;
 pub mod objset;
 pub mod traverse;
 pub mod tx;

@@ -38,6 +38,7 @@ use super::changelog::{self, Change, ChangeLog, OpScope, LOG_HEADER_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
+use super::early_write::{EarlyWrite, Overrides};
 use super::traverse::{self, At, Kind, Next, Position, Visitor};
 use super::tx::{Tx, TxgGate};
 use crate::error::{Error, Result};
@@ -249,25 +250,10 @@ pub struct Objset {
     /// Dirty blocks the intent log already wrote as ordinary blocks, by
     /// (txg, object, block id): the sync of that txg adopts them instead
     /// of writing them again (OpenZFS's `dmu_sync` override).
-    overrides: Mutex<HashMap<(u64, u64, u64), Vec<Override>>>,
+    overrides: Overrides,
     /// Write the object-set block at the next sync even if nothing else
     /// changed (a rollback's new head: `rewrite_root`).
     rewrite: std::sync::atomic::AtomicBool,
-}
-
-/// A dirty block written early by the intent log (see `Objset::overrides`).
-pub struct Override {
-    /// The buffer written: adopted only if it is still the block's dirty
-    /// buffer when the txg syncs (a later write replaces it). Weak: only
-    /// its identity matters here, and a strong reference would make the
-    /// next write to the block copy it (`Arc::make_mut`). The allocation
-    /// outlives the buffer while this points at it, so no later buffer can
-    /// take its address.
-    data: std::sync::Weak<Vec<u8>>,
-    bp: BlkPtr,
-    /// Set once the write is durable; a sync that finds it unset writes the
-    /// block itself.
-    written: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Write `src` into the dirty block `b` at `off`. A buffer someone else
@@ -454,7 +440,7 @@ impl Objset {
             create_lock: Mutex::new(BTreeSet::new()),
             log: std::sync::OnceLock::new(),
             opened_log_header: [0; LOG_HEADER_SIZE],
-            overrides: Mutex::new(HashMap::new()),
+            overrides: Overrides::default(),
             rewrite: Default::default(),
         }
     }
@@ -1203,8 +1189,9 @@ impl Objset {
     }
 
     /// Register a block the intent log allocated for (`prewrite_params`,
-    /// same lock held): the sync of `txg` adopts it if `written` is set by
-    /// then and `data` is still the dirty buffer, and frees it otherwise.
+    /// same lock held): the sync of `txg` adopts it if its write is durable
+    /// by then and `data` is still the dirty buffer, and frees it otherwise
+    /// once the write settled (`dmu/early_write.rs`).
     pub fn add_override(
         &self,
         txg: u64,
@@ -1212,60 +1199,9 @@ impl Objset {
         blkid: u64,
         data: &Arc<Vec<u8>>,
         bp: BlkPtr,
-        written: Arc<std::sync::atomic::AtomicBool>,
+        state: Arc<EarlyWrite>,
     ) {
-        let o = Override {
-            data: Arc::downgrade(data),
-            bp,
-            written,
-        };
-        // The same block written early twice in a txg (logged, rewritten,
-        // logged again): the sync adopts the one holding its last buffer
-        // and frees the others.
-        lock(&self.overrides)
-            .entry((txg, obj, blkid))
-            .or_default()
-            .push(o);
-    }
-
-    /// The sync of `txg`: the early-written blocks of `obj` it adopts, by
-    /// block id (each still the dirty buffer in `blocks`, and durable).
-    fn adoptable(
-        &self,
-        txg: u64,
-        obj: u64,
-        blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
-    ) -> BTreeMap<u64, BlkPtr> {
-        let mut ov = lock(&self.overrides);
-        if ov.is_empty() {
-            return BTreeMap::new();
-        }
-        let mut out = BTreeMap::new();
-        for (&blkid, data) in blocks {
-            if let Some(list) = ov.get_mut(&(txg, obj, blkid)) {
-                let hit = list.iter().position(|o| {
-                    std::ptr::eq(o.data.as_ptr(), Arc::as_ptr(data))
-                        && o.written.load(std::sync::atomic::Ordering::Acquire)
-                });
-                if let Some(i) = hit {
-                    out.insert(blkid, list.swap_remove(i).bp);
-                }
-            }
-        }
-        out
-    }
-
-    /// Early-written blocks of txgs up to `txg` that were not adopted: the
-    /// sync frees them (a log record may name them until `txg` commits, so
-    /// the frees are deferred like any other).
-    fn take_leftovers(&self, txg: u64) -> Vec<BlkPtr> {
-        let mut ov = lock(&self.overrides);
-        let keys: Vec<_> = ov.keys().filter(|k| k.0 <= txg).copied().collect();
-        keys.into_iter()
-            .filter_map(|k| ov.remove(&k))
-            .flatten()
-            .map(|o| o.bp)
-            .collect()
+        self.overrides.add((txg, obj, blkid), data, bp, state);
     }
 
     // ---- syncing --------------------------------------------------------
@@ -1285,7 +1221,12 @@ impl Objset {
         let rewrite = self
             .rewrite
             .swap(false, std::sync::atomic::Ordering::Relaxed);
-        if dirty.is_empty() && !os_bp.is_hole() && !log_wants && !rewrite {
+        if dirty.is_empty()
+            && !os_bp.is_hole()
+            && !log_wants
+            && !rewrite
+            && !self.overrides.any_up_to(dirty.txg)
+        {
             return Ok(os_bp);
         }
         let reader = &*self.reader;
@@ -1298,11 +1239,11 @@ impl Objset {
         let mut changed = BTreeMap::new();
         for (&obj, d) in &dirty.objs {
             let old = self.synced_dnode(obj)?;
-            let adopt = self.adoptable(dirty.txg, obj, &d.blocks);
+            let adopt = self.overrides.adoptable(dirty.txg, obj, &d.blocks);
             let new = sync_object(reader, w, old, d, &adopt)?;
             changed.insert(obj, new);
         }
-        for bp in self.take_leftovers(dirty.txg) {
+        for bp in self.overrides.take_leftovers(dirty.txg) {
             w.free_unadopted(&bp);
         }
         let mut blocks: BTreeMap<u64, Arc<Vec<u8>>> = BTreeMap::new();

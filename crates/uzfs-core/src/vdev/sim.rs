@@ -68,11 +68,16 @@ struct WorldState {
     ops: u64,
 }
 
+/// Called with (disk name, offset, length) before each write is issued,
+/// with no lock held: a test can hold a write in flight by blocking here.
+pub type WriteHook = Arc<dyn Fn(&str, u64, usize) + Send + Sync>;
+
 /// Shared power supply of a set of simulated devices.
 #[derive(Clone, Default)]
 pub struct SimWorld {
     state: Arc<Mutex<WorldState>>,
     disks: Arc<Mutex<Vec<Arc<SimDisk>>>>,
+    write_hook: Arc<Mutex<Option<WriteHook>>>,
 }
 
 struct SimDisk {
@@ -121,6 +126,11 @@ impl SimWorld {
             world: self.clone(),
             disk,
         }
+    }
+
+    /// Run `hook` before every write to this world's disks (`None` stops).
+    pub fn set_write_hook(&self, hook: Option<WriteHook>) {
+        *lock(&self.write_hook) = hook;
     }
 
     /// Cut the power when `n` more operations have been issued.
@@ -298,6 +308,10 @@ impl BlockDevice for SimDevice {
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let hook = lock(&self.world.write_hook).clone();
+        if let Some(h) = hook {
+            h(&self.disk.name, offset, buf.len());
+        }
         self.world.tick()?;
         let mut st = lock(&self.disk.inner);
         if st.fail_writes {

@@ -81,6 +81,7 @@ pub use replay::ReplayReport;
 use crate::dmu::blkptr::{le32, le64, BlkPtr, Dva};
 use crate::dmu::changelog::{self, ChangeLog, LOG_HEADER_SIZE};
 use crate::dmu::checksum::fletcher4;
+use crate::dmu::early_write::EarlyWrite;
 use crate::dmu::objset::Objset;
 use crate::error::{Error, Result};
 use crate::spa::log_space::{LogLoc, MAX_BLOCK};
@@ -134,8 +135,17 @@ struct Prewrite {
     /// Its bytes as written: the dirty buffer itself when stored
     /// uncompressed (no copy), else the compressed form.
     phys: Arc<Vec<u8>>,
-    /// Set once durable: the txg's sync adopts it then (`Objset::overrides`).
-    written: Arc<AtomicBool>,
+    /// Shared with the object set's override (`dmu/early_write.rs`):
+    /// durable once written; settled when dropped either way, so the sync
+    /// frees an unadopted block only when no write of it can still land.
+    state: Arc<EarlyWrite>,
+}
+
+impl Drop for Prewrite {
+    fn drop(&mut self) {
+        // Written by now, or never will be: the batch is done with it.
+        self.state.set_settled();
+    }
 }
 
 /// A block of the chain: written (or being written), not yet freed.
@@ -846,15 +856,15 @@ impl Zil {
                     dva[i] = d;
                 }
                 let bp = wp.bp(dva, data.len(), phys.len(), comp, checksum, itx.txg);
-                let written = Arc::new(AtomicBool::new(false));
-                os.add_override(itx.txg, obj, blkid, data, bp, written.clone());
+                let state = EarlyWrite::new();
+                os.add_override(itx.txg, obj, blkid, data, bp, state.clone());
                 prewrites.push(Prewrite {
                     bp,
                     phys: match phys {
                         std::borrow::Cow::Borrowed(_) => data.clone(),
                         std::borrow::Cow::Owned(v) => Arc::new(v),
                     },
-                    written,
+                    state,
                 });
                 Some(bp)
             };
@@ -1111,7 +1121,7 @@ impl Zil {
         .into_iter()
         .collect::<Result<()>>()?;
         for p in &batch.prewrites {
-            p.written.store(true, Ordering::Release);
+            p.state.set_durable();
         }
         for (_, _, buf) in &batch.blocks {
             self.stats.blocks.fetch_add(1, Ordering::Relaxed);
