@@ -12,8 +12,10 @@
 #              on the real files and on devices emulating a rotating disk
 #   scrub      raidz1 x4 holding SCRUB_SIZE, cold, against the devices' read
 #              bandwidth
-#   scrubload  foreground read latency during a scrub, with and without the
-#              scan yielding to foreground I/O (Tunables::scan_delay_us)
+#   scrubload  foreground read and write latency during a scrub: no
+#              priorities, the old sleep throttle (scan_delay_us), and the
+#              leaf queues' priority classes (vdev/queue.rs), SL_ROUNDS
+#              rounds interleaved
 #   --peers    zfs-fuse raidz1 x4 (scrub, replace, fio seq write/read) and
 #              ext4-on-loop (fio seq write/read) via ../shared/peers/peers.sh
 #
@@ -34,10 +36,10 @@ done
 DATA=${DATA:-/var/tmp/uzfs-bench}
 if [ $SMOKE = 1 ]; then
   LAYOUT_SIZE=${LAYOUT_SIZE:-128M}; RS_SIZE=${RS_SIZE:-128M}; HDD_SIZE=${HDD_SIZE:-16M}
-  SCRUB_SIZE=${SCRUB_SIZE:-128M}; PARITY=64M
+  SCRUB_SIZE=${SCRUB_SIZE:-128M}; PARITY=64M; SL_ROUNDS=${SL_ROUNDS:-1}
 else
   LAYOUT_SIZE=${LAYOUT_SIZE:-4G}; RS_SIZE=${RS_SIZE:-2G}; HDD_SIZE=${HDD_SIZE:-256M}
-  SCRUB_SIZE=${SCRUB_SIZE:-4G}; PARITY=1G
+  SCRUB_SIZE=${SCRUB_SIZE:-4G}; PARITY=1G; SL_ROUNDS=${SL_ROUNDS:-3}
 fi
 mkdir -p "$DATA"
 cargo build --release --bins -q
@@ -118,13 +120,27 @@ out ""
 out "Scrub ÷ devices read at once: $(ratio "$SC_RAW" "$(jget "$SC" dev_together_mib_s)"); ÷ sum of single-device reads: $(ratio "$SC_RAW" "$(jget "$SC" dev_sum_mib_s)") (seconds: $(jget "$SC" seconds))."
 out ""
 
-out "## Foreground reads during a scrub (raidz1 x4, $SCRUB_SIZE, random 128K reads back to back, cold)"
+out "## Foreground I/O during a scrub (raidz1 x4, $SCRUB_SIZE, cold; random 128K reads back to back, or 128K writes each committed by a txg; $SL_ROUNDS rounds interleaved)"
 out ""
-out "| case | reads | p50 ms | p99 ms | scrub seconds |"
-out "|---|---|---|---|---|"
-$B scrubload "$DATA" "$SCRUB_SIZE" | while read -r l; do
-  out "| $(jget "$l" case) | $(jget "$l" reads) | $(jget "$l" p50_ms) | $(jget "$l" p99_ms) | $(jget "$l" scrub_s) |"
-done
+out "| load | case | ops (median) | p50 ms (median) | p99 ms median (range) | scrub s median (range) |"
+out "|---|---|---|---|---|---|"
+$B scrubload "$DATA" "$SCRUB_SIZE" "$SL_ROUNDS" > "$DATA/scrubload.jsonl"
+python3 - "$DATA/scrubload.jsonl" <<'PY' | while read -r l; do out "$l"; done
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+keys = []
+for r in runs:
+    k = (r["load"], r["case"])
+    if k not in keys:
+        keys.append(k)
+for load, case in keys:
+    rs = [r for r in runs if (r["load"], r["case"]) == (load, case)]
+    med = lambda f: statistics.median(r[f] for r in rs)
+    p99 = [r["p99_ms"] for r in rs]
+    sc = [r["scrub_s"] for r in rs if r["scrub_s"] is not None]
+    scs = f"{statistics.median(sc):.2f} ({min(sc):.2f}-{max(sc):.2f})" if sc else "-"
+    print(f"| {load} | {case} | {med('ops'):.0f} | {med('p50_ms'):.2f} | {med('p99_ms'):.2f} ({min(p99):.2f}-{max(p99):.2f}) | {scs} |")
+PY
 out ""
 
 if [ $PEERS = 1 ]; then

@@ -517,3 +517,54 @@ fn resilver_copies_blocks_only_a_snapshot_holds() {
     disks[1] = fresh;
     clean(&disks);
 }
+
+/// Every device I/O goes through its leaf's queue in the class of what
+/// issued it (`vdev/queue.rs`): the txg's writes as async writes, an
+/// application's cold reads as sync reads, and a scrub's reads, its
+/// traversal's included, as scan I/O and nothing else (a scan that
+/// counted as foreground would yield to itself).
+#[test]
+fn device_io_is_admitted_in_the_class_of_its_issuer() {
+    use uzfs_core::vdev::queue::IoClass;
+    let world = SimWorld::new();
+    let (_disks, pool) = make(&world, TopKind::Mirror, 2, false);
+    let per_class = |pool: &Pool| {
+        let mut sum = [0u64; uzfs_core::vdev::queue::CLASSES];
+        for t in pool.io.tops() {
+            for l in t.leaves() {
+                for (s, n) in sum.iter_mut().zip(l.queue.admitted()) {
+                    *s += n;
+                }
+            }
+        }
+        sum
+    };
+    let delta = |a: [u64; 5], b: [u64; 5], c: IoClass| b[c as usize] - a[c as usize];
+    let a = per_class(&pool);
+    let objs = write_objs(&pool, 3, 12, 300_000);
+    let b = per_class(&pool);
+    assert!(delta(a, b, IoClass::AsyncWrite) > 0, "txg writes: {b:?}");
+    assert_eq!(delta(a, b, IoClass::Scan), 0);
+    check(&pool, &objs);
+    let c = per_class(&pool);
+    assert!(delta(b, c, IoClass::SyncRead) > 0, "cold reads: {c:?}");
+    {
+        // What this thread does to start the scrub (a txg, with no sync
+        // thread) is told apart from the scan's own I/O.
+        let _c = uzfs_core::vdev::queue::with_class(Some(IoClass::AsyncRead));
+        pool.scrub().expect("scrub");
+        run_to_end(&pool);
+    }
+    let d = per_class(&pool);
+    assert!(delta(c, d, IoClass::Scan) > 0, "scrub: {d:?}");
+    assert_eq!(
+        delta(c, d, IoClass::SyncRead),
+        0,
+        "a scrub read as an application: {c:?} -> {d:?}"
+    );
+    for t in pool.io.tops() {
+        for l in t.leaves() {
+            assert_eq!(l.queue.active(), [0; 5], "{}: left in flight", l.path);
+        }
+    }
+}

@@ -65,6 +65,9 @@ fn main() {
     uzfs_core::vdev::device::set_direct_io(
         std::env::var("UZFS_DIRECT_IO").map_or(true, |v| v != "0"),
     );
+    uzfs_core::vdev::queue::set_enabled(
+        std::env::var("UZFS_VDEV_QUEUE").map_or(true, |v| v != "0"),
+    );
     uzfs_core::spa::io::set_compressed_arc(
         std::env::var("UZFS_COMPRESSED_ARC").map_or(true, |v| v != "0"),
     );

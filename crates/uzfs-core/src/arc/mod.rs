@@ -56,7 +56,9 @@ thread_local! {
 /// Run `f` as read-ahead: the reads it makes are prefetches to the cache
 /// (they do not count as accesses, and the blocks they bring in are the
 /// first evicted if nothing reads them).
+/// Their device reads go in the async-read class (`vdev/queue.rs`).
 pub fn prefetching<R>(f: impl FnOnce() -> R) -> R {
+    let _c = crate::vdev::queue::with_class(Some(crate::vdev::queue::IoClass::AsyncRead));
     let was = PREFETCHING.with(|p| p.replace(true));
     let r = f();
     PREFETCHING.with(|p| p.set(was));

@@ -1111,6 +1111,8 @@ impl Pool {
                 self.scan_sig
                     .yield_hold
                     .store(true, std::sync::atomic::Ordering::Relaxed);
+                // The run in flight ends first: not at a yielding pace.
+                crate::vdev::queue::hurry_scans_for(std::time::Duration::from_millis(200));
             }
             return Err(Error::NoSpace);
         }

@@ -69,6 +69,7 @@ use crate::dmu::objset::{BlockReader, Objset};
 use crate::dmu::traverse::{self, At, Next, Position, Visitor};
 use crate::error::{Error, Result};
 use crate::vdev::leaf::{leaf_key, set_scan_io, ScanIo};
+use crate::vdev::queue::{with_class, IoClass};
 use crate::vdev::{AttachKind, BlockDevice, Leaf};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -248,6 +249,7 @@ impl ScanFence {
     /// most one issued run (`RUN_SPAN` of reads and its repairs).
     pub fn break_hold(&self) {
         self.broken.store(true, Ordering::SeqCst);
+        let _hurry = crate::vdev::queue::hurry_scans();
         drop(self.reading.write().unwrap_or_else(|e| e.into_inner()));
     }
 
@@ -669,6 +671,10 @@ impl Pool {
             .name(format!("scan:{}", self.name))
             .spawn(move || {
                 let Some(p) = weak.upgrade() else { return };
+                // Its traversal's reads are the scan's too: they must not
+                // count as interactive I/O the workers then yield to.
+                let _class = with_class(Some(IoClass::Scan));
+                crate::vdev::queue::background_thread();
                 if let Err(e) = p.run_scan() {
                     if !matches!(e, Error::PowerLost) {
                         log::error!("scan of pool '{}' stopped: {e}", p.name);
@@ -915,10 +921,12 @@ impl Pool {
         let failed: Mutex<Option<Error>> = Mutex::new(None);
         let fg_seen = AtomicU64::new(self.scan_sig.fg_ops.load(Ordering::Relaxed));
         let workers = 4.min(runs.len()).max(1);
-        // When foreground I/O was seen within this window, only worker 0
-        // issues, and it pauses `delay_us` per block after each run (OpenZFS
-        // gives scrub I/O its own low-priority queue class; this is the
-        // user-space equivalent: fewer scan I/Os in flight, and gaps).
+        // Scan I/O is the leaf queues' lowest class (`vdev/queue.rs`): while
+        // interactive I/O is about, one scan I/O per leaf at a time, cut to
+        // 1 MiB, and none ahead of a waiting application. With `delay_us`
+        // set (0 by default) the scan also slows itself: while foreground
+        // I/O was seen within this window only worker 0 issues, pausing
+        // `delay_us` per block after each run.
         let busy_window = Duration::from_millis(100);
         let t_start = Instant::now();
         let last_fg_ms = AtomicU64::new(u64::MAX);
@@ -943,50 +951,55 @@ impl Pool {
                 let (fg_busy, interrupted) = (&fg_busy, &interrupted);
                 let (next, runs, failed) = (&next, &runs, &failed);
                 let (issued, repaired, errors) = (&issued, &repaired, &errors);
-                s.spawn(move || loop {
-                    if interrupted() || lock(failed).is_some() {
-                        return;
-                    }
-                    let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
-                    if w > 0 && us > 0 && fg_busy() {
-                        if next.load(Ordering::Relaxed) as usize >= runs.len() {
+                s.spawn(move || {
+                    let _class = with_class(Some(IoClass::Scan));
+                    crate::vdev::queue::background_thread();
+                    loop {
+                        if interrupted() || lock(failed).is_some() {
                             return;
                         }
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    let k = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    let Some(run) = runs.get(k) else { return };
-                    let r = {
-                        // Outside the fence, the sync may have reused
-                        // space these blocks were in.
-                        let Some(_g) = self.io.scan_fence.enter() else {
-                            return;
+                        let us = self.scan_sig.delay_us.load(Ordering::Relaxed);
+                        if w > 0 && fg_busy() {
+                            if next.load(Ordering::Relaxed) as usize >= runs.len() {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                        let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        let Some(run) = runs.get(k) else { return };
+                        let r = {
+                            // Outside the fence, the sync may have reused
+                            // space these blocks were in.
+                            let Some(_g) = self.io.scan_fence.enter() else {
+                                return;
+                            };
+                            self.issue_run(bps, run, scrub)
                         };
-                        self.issue_run(bps, run, scrub)
-                    };
-                    match r {
-                        Ok((i, r, e)) => {
-                            issued.fetch_add(i, Ordering::Relaxed);
-                            repaired.fetch_add(r, Ordering::Relaxed);
-                            errors.fetch_add(e, Ordering::Relaxed);
+                        match r {
+                            Ok((i, r, e)) => {
+                                issued.fetch_add(i, Ordering::Relaxed);
+                                repaired.fetch_add(r, Ordering::Relaxed);
+                                errors.fetch_add(e, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                *lock(failed) = Some(e);
+                                return;
+                            }
                         }
-                        Err(e) => {
-                            *lock(failed) = Some(e);
-                            return;
-                        }
-                    }
-                    lock(&self.scan).batch_issued = issued.load(Ordering::Relaxed);
-                    if us > 0 && fg_busy() {
-                        // In slices: a stop or a yield is not kept waiting.
-                        let until = Instant::now() + Duration::from_micros(us * run.len() as u64);
-                        while Instant::now() < until
-                            && !interrupted()
-                            && self.scan_sig.delay_us.load(Ordering::Relaxed) > 0
-                        {
-                            std::thread::sleep(
-                                (until - Instant::now()).min(Duration::from_millis(10)),
-                            );
+                        lock(&self.scan).batch_issued = issued.load(Ordering::Relaxed);
+                        if us > 0 && fg_busy() {
+                            // In slices: a stop or a yield is not kept waiting.
+                            let until =
+                                Instant::now() + Duration::from_micros(us * run.len() as u64);
+                            while Instant::now() < until
+                                && !interrupted()
+                                && self.scan_sig.delay_us.load(Ordering::Relaxed) > 0
+                            {
+                                std::thread::sleep(
+                                    (until - Instant::now()).min(Duration::from_millis(10)),
+                                );
+                            }
                         }
                     }
                 });
@@ -1124,6 +1137,8 @@ impl Pool {
                 .iter()
                 .map(|(l, lo, hi)| {
                     s.spawn(move || {
+                        let _class = with_class(Some(IoClass::Scan));
+                        crate::vdev::queue::background_thread();
                         let mut buf = vec![0u8; (hi - lo) as usize];
                         l.read_raw(&mut buf, crate::vdev::LABEL_START_SIZE + lo)
                             .ok()

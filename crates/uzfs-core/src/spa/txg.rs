@@ -102,8 +102,10 @@ pub struct Tunables {
     /// more rewriting; larger: longer imports.
     pub condense_min_entries: u64,
     /// Microseconds a scrub or resilver sleeps after a block while
-    /// foreground reads or writes are arriving (default 500). Larger: gentler
-    /// on applications, slower scans under load; 0: no yielding.
+    /// foreground reads or writes are arriving, on top of the leaf queues'
+    /// priorities (`vdev/queue.rs`), which already put scan I/O last and
+    /// yield it I/O by I/O. Default 0; larger is gentler still (and tests
+    /// use it to keep a scan running).
     pub scan_delay_us: u64,
     /// Milliseconds between checks of every leaf's labels (default
     /// `label_check::LABEL_CHECK_MS`); a leaf's new read or checksum
@@ -184,7 +186,7 @@ impl Default for Tunables {
             cache_min_bytes: crate::arc::FLOOR_BYTES,
             sync_thread: true,
             condense_min_entries: 4096,
-            scan_delay_us: 500,
+            scan_delay_us: 0,
             label_check_ms: super::label_check::LABEL_CHECK_MS,
             scan_batch_blocks: 200_000,
             scan_order: super::scan::IssueOrder::Sorted,

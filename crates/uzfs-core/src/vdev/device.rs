@@ -20,6 +20,14 @@ use std::path::{Path, PathBuf};
 
 pub trait BlockDevice: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Read bypassing any cache below (a file's page cache and its
+    /// read-ahead) where the device can: a scan's reads, which would
+    /// otherwise fill the host's cache with the whole pool and, through
+    /// read-ahead the queues never see, keep the disk busy ahead of an
+    /// application's reads. The default is `read_at`.
+    fn read_uncached_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read_at(buf, offset)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
     fn flush(&self) -> Result<()>;
     /// Write `buf` and make it durable: what `write_at` then `flush` give,
@@ -342,6 +350,27 @@ impl BlockDevice for FileDevice {
             .read_exact_at(buf, offset)
             .map_err(|e| self.io_err(e))
     }
+    /// Through the direct-I/O descriptor into an aligned bounce buffer
+    /// (one copy, cheap beside the read), when the range is aligned.
+    fn read_uncached_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let aligned = (offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN);
+        if let Some(d) = self.direct.as_ref().filter(|_| {
+            aligned && !buf.is_empty() && self.direct_ok.load(std::sync::atomic::Ordering::Relaxed)
+        }) {
+            let mut bounce = vec![0u8; buf.len() + DIRECT_ALIGN];
+            let at = bounce.as_ptr().align_offset(DIRECT_ALIGN);
+            let b = &mut bounce[at..at + buf.len()];
+            match d.read_exact_at(b, offset) {
+                Ok(()) => {
+                    buf.copy_from_slice(b);
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => return Err(self.io_err(e)),
+            }
+        }
+        self.read_at(buf, offset)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check_inside(offset, buf.len())?;
         let len = buf.len() as u64;
@@ -530,6 +559,9 @@ pub struct ReadOnlyDevice(pub std::sync::Arc<dyn BlockDevice>);
 impl BlockDevice for ReadOnlyDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.0.read_at(buf, offset)
+    }
+    fn read_uncached_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.0.read_uncached_at(buf, offset)
     }
     fn write_at(&self, _buf: &[u8], _offset: u64) -> Result<()> {
         Err(Error::Io {

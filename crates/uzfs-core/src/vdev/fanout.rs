@@ -149,7 +149,12 @@ pub fn fan_out<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<std::result::Result<R, ()>> {
-    let run = |item: &T| catch_unwind(AssertUnwindSafe(|| f(item))).map_err(|_| ());
+    // Jobs issue their I/O in the caller's priority class (`queue.rs`).
+    let class = super::queue::current();
+    let run = |item: &T| {
+        let _c = super::queue::with_class(class);
+        catch_unwind(AssertUnwindSafe(|| f(item))).map_err(|_| ())
+    };
     if items.len() <= 1 || WORKER.with(|w| w.get()) {
         return items.iter().map(run).collect();
     }

@@ -214,6 +214,8 @@ pub struct Leaf {
     /// config records the leaf as online, and the next import resilvers
     /// what it missed.
     pub temporary: AtomicBool,
+    /// Admission by priority class (`vdev/queue.rs`).
+    pub queue: super::queue::IoQueue,
 }
 
 impl Leaf {
@@ -232,6 +234,7 @@ impl Leaf {
             inject: Inject::default(),
             attached: RwLock::new(Vec::new()),
             is_spare: false,
+            queue: Default::default(),
         }
     }
 
@@ -439,14 +442,41 @@ impl Leaf {
         self.read_raw(buf, super::LABEL_START_SIZE + offset)
     }
 
-    /// Read at an absolute device offset (labels).
+    /// Read at an absolute device offset (labels), admitted by the queue
+    /// in this thread's class; a scan's read goes in `SCAN_CHUNK` pieces,
+    /// each admitted on its own (smaller while applications read or write), so it never holds the disk for long.
     pub fn read_raw(&self, buf: &mut [u8], at: u64) -> Result<()> {
+        use super::queue::{class_of, interactive_now, IoClass, SCAN_CHUNK, SCAN_CHUNK_BUSY};
+        let class = class_of(false);
+        if class != IoClass::Scan || buf.len() <= SCAN_CHUNK_BUSY {
+            return self.read_admitted(buf, at, class);
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let n = if interactive_now() {
+                SCAN_CHUNK_BUSY
+            } else {
+                SCAN_CHUNK
+            };
+            let end = (done + n).min(buf.len());
+            self.read_admitted(&mut buf[done..end], at + done as u64, class)?;
+            done = end;
+        }
+        Ok(())
+    }
+
+    fn read_admitted(&self, buf: &mut [u8], at: u64, class: super::queue::IoClass) -> Result<()> {
+        let _slot = self.queue.admit(class);
         let t = Instant::now();
         VdevStats::bump(&self.stats.reads, 1);
         VdevStats::bump(&self.stats.bytes_read, buf.len() as u64);
-        let r = self
-            .injected(false, at, buf.len() as u64)
-            .and_then(|_| self.dev.read_at(buf, at));
+        let r = self.injected(false, at, buf.len() as u64).and_then(|_| {
+            if class == super::queue::IoClass::Scan {
+                self.dev.read_uncached_at(buf, at)
+            } else {
+                self.dev.read_at(buf, at)
+            }
+        });
         self.stats
             .record(&self.stats.read_hist, &self.stats.read_ns, t.elapsed());
         if let Err(e) = &r {
@@ -477,6 +507,7 @@ impl Leaf {
     /// A write at an absolute offset, counted, timed and fault-injected;
     /// durable on return if `sync`.
     fn write_counted(&self, buf: &[u8], at: u64, sync: bool) -> Result<()> {
+        let _slot = self.queue.admit(super::queue::class_of(true));
         let t = Instant::now();
         let r = self.injected(true, at, buf.len() as u64).and_then(|_| {
             if sync {
@@ -520,6 +551,9 @@ impl Leaf {
             return None;
         }
         let at = super::LABEL_START_SIZE + offset;
+        // Around the queue (one io_uring submission for every leaf), but
+        // scans still yield to it.
+        self.queue.note_interactive();
         self.dev.dsync_fd(at, len).map(|fd| (fd, at))
     }
 
@@ -552,6 +586,10 @@ impl Leaf {
     }
 
     pub fn flush(&self) -> Result<()> {
+        // A commit waits on it: scans keep off the disk meanwhile (a
+        // scan's flushes never reach here while it stages its writes).
+        let _fg = (super::queue::class_of(true) != super::queue::IoClass::Scan)
+            .then(super::queue::foreground_io);
         if self.inject.vanished.load(Ordering::Relaxed)
             || self.inject.write_errors.load(Ordering::Relaxed)
         {

@@ -13,6 +13,7 @@ pub mod device;
 pub mod fanout;
 pub mod label;
 pub mod leaf;
+pub mod queue;
 pub mod raidz;
 pub mod sim;
 mod top;

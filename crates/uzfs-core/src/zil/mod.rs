@@ -1007,6 +1007,8 @@ impl Zil {
     /// Write a batch's blocks, and the data blocks it names by pointer,
     /// durably.
     fn write_batch(&self, pool: &Pool, batch: &Batch) -> Result<()> {
+        // A waiter is blocked on these writes: they go first (`vdev/queue.rs`).
+        let _class = crate::vdev::queue::with_class(Some(crate::vdev::queue::IoClass::SyncWrite));
         let birth = pool.open_txg();
         // Each vdev holding blocks written early first writes them and the
         // log blocks it holds all at once, every side of each (runs of

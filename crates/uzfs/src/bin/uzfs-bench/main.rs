@@ -11,7 +11,7 @@
 //!   uzfs-bench layouts DIR SIZE     seq write + cold read: disk, mirror, raidz1, raidz2
 //!   uzfs-bench resilver DIR SIZE ORDER [hdd]  fragmented mirror resilver (sorted|birth|logical)
 //!   uzfs-bench scrub DIR SIZE       raidz1 x4 scrub vs the devices' read bandwidth
-//!   uzfs-bench scrubload DIR SIZE   foreground read latency during a scrub
+//!   uzfs-bench scrubload DIR SIZE [ROUNDS]  foreground read/write latency during a scrub
 //!   uzfs-bench devbw DIR SIZE       sequential write bandwidth of a fresh file
 
 mod redundancy;
@@ -300,8 +300,8 @@ fn main() {
             None => Err("usage: uzfs-bench scrub DIR SIZE".into()),
         },
         "scrubload" => match parse_size(a(2)) {
-            Some(n) => redundancy::scrub_load(Path::new(a(1)), n),
-            None => Err("usage: uzfs-bench scrubload DIR SIZE".into()),
+            Some(n) => redundancy::scrub_load(Path::new(a(1)), n, a(3).parse().unwrap_or(1)),
+            None => Err("usage: uzfs-bench scrubload DIR SIZE [ROUNDS]".into()),
         },
         "devbw" => match parse_size(a(2)) {
             Some(n) => redundancy::device_write_bw(Path::new(a(1)), n).and_then(|bw| {

@@ -435,9 +435,14 @@ pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
     Ok(())
 }
 
-/// Foreground read latency while a scrub runs, with the scan yielding
-/// (`scan_delay_us`) and without: the scrub's throttle at work.
-pub fn scrub_load(dir: &Path, bytes: u64) -> R<()> {
+/// Foreground latency while a scrub runs: random 128 KiB reads back to
+/// back, or 128 KiB writes each committed (`pool.sync`), idle and during a
+/// scrub under three regimes, interleaved: no priorities and no yielding
+/// (every I/O at once), the sleep-based throttle alone (`scan_delay_us`
+/// 500, the default before the leaf queues), and the leaf queues'
+/// priority classes (`vdev/queue.rs`, today's default). Each case runs
+/// `rounds` times; one JSON line per run.
+pub fn scrub_load(dir: &Path, bytes: u64, rounds: u32) -> R<()> {
     let pool = create(
         dir,
         "benchsl",
@@ -449,48 +454,74 @@ pub fn scrub_load(dir: &Path, bytes: u64) -> R<()> {
     let (obj, _) = write_seq(&pool, bytes)?;
     pool.close().map_err(s)?;
     let blocks = bytes / (128 << 10);
-    for (label, delay) in [
-        ("idle", None),
-        ("scrub, no yielding", Some(0u64)),
-        ("scrub, default yielding", Some(500)),
-    ] {
-        drop_caches();
-        let tun = Tunables {
-            cache_bytes: 0,
-            scan_delay_us: delay.unwrap_or(0),
-            ..Tunables::default()
-        };
-        let pool = reimport(dir, "benchsl", tun)?;
-        let t0 = Instant::now();
-        if delay.is_some() {
-            pool.scrub().map_err(s)?;
-        }
-        let mut rng = SimRng::new(77);
-        let mut lat = Vec::new();
-        let mut buf = vec![0u8; 128 << 10];
-        loop {
-            let b = rng.below(blocks);
-            let t = Instant::now();
-            pool.read(obj, b * (128 << 10), &mut buf).map_err(s)?;
-            lat.push(t.elapsed().as_secs_f64() * 1e3);
-            let running = pool
-                .scan_status()
-                .is_some_and(|st| st.state == ScanState::Scanning);
-            if (delay.is_some() && !running) || (delay.is_none() && t0.elapsed().as_secs() >= 5) {
-                break;
+    // (label, scrub?, queue priorities, scan_delay_us)
+    let cases = [
+        ("idle", false, true, 0u64),
+        ("scrub, no priorities, no yielding", true, false, 0),
+        ("scrub, sleep throttle (500 us)", true, false, 500),
+        ("scrub, leaf queue classes", true, true, 0),
+    ];
+    for load in ["read", "write"] {
+        for round in 0..rounds {
+            for (label, scrub, queue, delay) in cases {
+                drop_caches();
+                uzfs_core::vdev::queue::set_enabled(queue);
+                let tun = Tunables {
+                    cache_bytes: 0,
+                    scan_delay_us: delay,
+                    ..Tunables::default()
+                };
+                let pool = reimport(dir, "benchsl", tun)?;
+                let t0 = Instant::now();
+                if scrub {
+                    pool.scrub().map_err(s)?;
+                }
+                let mut rng = SimRng::new(77 + round as u64);
+                let mut lat = Vec::new();
+                let mut buf = vec![0u8; 128 << 10];
+                loop {
+                    let b = rng.below(blocks);
+                    let t = Instant::now();
+                    if load == "read" {
+                        pool.read(obj, b * (128 << 10), &mut buf).map_err(s)?;
+                    } else {
+                        rng.fill(&mut buf);
+                        // A scan parking frees answers a write it holds the
+                        // space of with ENOSPC and gives the frees back; the
+                        // retry after the next sync finds them (as the
+                        // POSIX layer's does).
+                        let mut tries = 0;
+                        while let Err(e) = pool.write(obj, b * (128 << 10), &buf) {
+                            tries += 1;
+                            if !matches!(e, uzfs_core::error::Error::NoSpace) || tries > 50 {
+                                return Err(s(e));
+                            }
+                            pool.sync().map_err(s)?;
+                        }
+                        pool.sync().map_err(s)?;
+                    }
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                    let running = pool
+                        .scan_status()
+                        .is_some_and(|st| st.state == ScanState::Scanning);
+                    if (scrub && !running) || (!scrub && t0.elapsed().as_secs() >= 5) {
+                        break;
+                    }
+                }
+                pool.wait_scan();
+                let secs = t0.elapsed().as_secs_f64();
+                pool.close().map_err(s)?;
+                uzfs_core::vdev::queue::set_enabled(true);
+                lat.sort_by(|a, b| a.total_cmp(b));
+                println!(
+                    "{{\"bench\":\"scrubload\",\"load\":\"{load}\",\"case\":\"{label}\",\"round\":{round},\"ops\":{},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"scrub_s\":{}}}",
+                    lat.len(),
+                    lat[lat.len() / 2],
+                    lat[(lat.len() * 99 / 100).min(lat.len() - 1)],
+                    if scrub { format!("{secs:.2}") } else { "null".into() }
+                );
             }
         }
-        pool.wait_scan();
-        let secs = t0.elapsed().as_secs_f64();
-        pool.close().map_err(s)?;
-        lat.sort_by(|a, b| a.total_cmp(b));
-        println!(
-            "{{\"bench\":\"scrubload\",\"case\":\"{label}\",\"reads\":{},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"scrub_s\":{}}}",
-            lat.len(),
-            lat[lat.len() / 2],
-            lat[(lat.len() * 99 / 100).min(lat.len() - 1)],
-            if delay.is_some() { format!("{secs:.2}") } else { "null".into() }
-        );
     }
     cleanup(dir, "benchsl");
     Ok(())

@@ -1,0 +1,571 @@
+//! Per-leaf I/O queues with priority classes (OpenZFS's `vdev_queue.c`).
+//!
+//! # Theory of operation
+//!
+//! Every I/O a leaf issues belongs to a class, in priority order: sync
+//! reads (an application waits), sync writes (the intent log), async
+//! reads (prefetch), async writes (the txg sync), scrub and resilver.
+//! Before it reaches the device an I/O is *admitted* by its leaf's queue,
+//! which bounds how many of each class are in flight (`Limits`: a minimum
+//! each class always gets, so none starves, and a maximum it may reach
+//! when no more important class is waiting), as OpenZFS's
+//! `zfs_vdev_*_min_active`/`_max_active` do. Callers issue their own I/O
+//! (threads block in `pread`/`pwrite`), so the queue is an admission gate,
+//! not a dispatcher: a thread waits on the leaf's condition variable until
+//! its class may go, then issues, then leaves and wakes the others.
+//!
+//! A scan's I/O is *non-interactive*, and yields to the foreground I/O
+//! (sync reads and writes, and the txg's writes, which applications wait
+//! on whenever they wait for a commit) of the whole daemon, not only of
+//! its leaf: the leaves
+//! of a pool often share one disk (files on one filesystem, partitions),
+//! where four leaves each with one scan read in flight still put 4 MiB
+//! ahead of every application read. So a scan I/O first passes a gate
+//! (`ScanGate`): while interactive I/O is in flight, or was within
+//! `INTERACTIVE_WINDOW`, it goes only in a gap (no interactive I/O in
+//! flight and no other scan I/O), one at a time, cut to `SCAN_CHUNK_BUSY`;
+//! one that has waited `SCAN_STARVE` goes anyway, so a scan under a load
+//! that never pauses still progresses. When the daemon is otherwise idle
+//! scans run at full speed, in `SCAN_CHUNK` pieces (OpenZFS's
+//! `zfs_vdev_nia_delay` and scrub aggregation limit play these parts).
+//! This replaced a scan thread that slept 500 us per block while
+//! foreground I/O was seen, which also slowed it when the disk had room.
+//!
+//! A thread's class is thread-local (`with_class`); fan-out jobs inherit
+//! their caller's (`fanout.rs`). Reads default to sync reads and writes to
+//! async writes: the intent log, prefetch and scans say otherwise.
+
+use std::cell::Cell;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Priority classes, most important first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoClass {
+    SyncRead = 0,
+    SyncWrite = 1,
+    AsyncRead = 2,
+    AsyncWrite = 3,
+    Scan = 4,
+}
+
+pub const CLASSES: usize = 5;
+
+impl IoClass {
+    pub const ALL: [IoClass; CLASSES] = [
+        IoClass::SyncRead,
+        IoClass::SyncWrite,
+        IoClass::AsyncRead,
+        IoClass::AsyncWrite,
+        IoClass::Scan,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            IoClass::SyncRead => "sync_read",
+            IoClass::SyncWrite => "sync_write",
+            IoClass::AsyncRead => "async_read",
+            IoClass::AsyncWrite => "async_write",
+            IoClass::Scan => "scrub",
+        }
+    }
+}
+
+/// A scan's reads are cut to this size...
+pub const SCAN_CHUNK: usize = 1 << 20;
+/// ...and to this one while interactive I/O is about.
+pub const SCAN_CHUNK_BUSY: usize = 256 << 10;
+/// Interactive I/O within this long makes scans wait for gaps.
+pub const INTERACTIVE_WINDOW: Duration = Duration::from_millis(50);
+
+/// While foreground I/O is about, a scan I/O goes only after this long
+/// with none in flight. Zero: in any gap. 200 us kept a back-to-back
+/// reader's p99 at its idle figure but made the scrub 4x slower (it went
+/// mostly on `SCAN_STARVE`), and the frees a scan parks meanwhile ran a
+/// pool rewritten one txg per write out of space (bench/RESULTS.md).
+pub const SCAN_GAP: Duration = Duration::ZERO;
+/// A scan I/O waiting this long goes at its minimum whatever else waits.
+pub const SCAN_STARVE: Duration = Duration::from_millis(10);
+
+/// (min, max) in flight per class, and the leaf's total.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub class: [(u32, u32); CLASSES],
+    pub total: u32,
+}
+
+impl Default for Limits {
+    /// OpenZFS's defaults, but for async writes (the sync issues whole
+    /// batches through a few threads; its writes to one leaf are few).
+    fn default() -> Self {
+        Limits {
+            class: [(10, 10), (10, 10), (1, 3), (2, 10), (1, 3)],
+            total: 32,
+        }
+    }
+}
+
+/// Whether queues admit by class at all (on by default). Off, every I/O
+/// goes at once, as before the queues: for measuring them, and as an
+/// escape hatch (`UZFS_VDEV_QUEUE=0`).
+static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+thread_local! {
+    static CLASS: Cell<Option<IoClass>> = const { Cell::new(None) };
+}
+
+/// The class this thread's I/O goes in as (`None`: by direction).
+pub fn current() -> Option<IoClass> {
+    CLASS.with(|c| c.get())
+}
+
+/// Set this thread's class until the guard drops.
+pub fn with_class(c: Option<IoClass>) -> ClassGuard {
+    ClassGuard(CLASS.with(|x| x.replace(c)))
+}
+
+pub struct ClassGuard(Option<IoClass>);
+
+impl Drop for ClassGuard {
+    fn drop(&mut self) {
+        CLASS.with(|x| x.set(self.0));
+    }
+}
+
+/// Lower this thread's CPU priority to the least (nice 19), for threads
+/// whose work is background: a scan's verification and parity math must
+/// not take the CPU from an application's requests any more than its I/O
+/// takes the disk (on two cores, four scan workers at nice 0 held
+/// foreground reads' p99 at 30 ms behind their checksums, whatever the
+/// queues did). Linux applies nice per thread.
+pub fn background_thread() {
+    // SAFETY: plain syscalls on the calling thread; no memory is passed.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
+/// The class of an I/O issued now by this thread.
+pub fn class_of(write: bool) -> IoClass {
+    current().unwrap_or(if write {
+        IoClass::AsyncWrite
+    } else {
+        IoClass::SyncRead
+    })
+}
+
+#[derive(Default)]
+struct State {
+    active: [u32; CLASSES],
+    waiting: [u32; CLASSES],
+    total: u32,
+    /// Admissions that had to wait, per class (for tests and stats).
+    waited: [u64; CLASSES],
+    /// Admissions, per class.
+    admitted: [u64; CLASSES],
+}
+
+/// One leaf's queue.
+pub struct IoQueue {
+    st: Mutex<State>,
+    cv: Condvar,
+    limits: Limits,
+}
+
+impl Default for IoQueue {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
+}
+
+/// An admitted I/O: leaves the queue when dropped.
+pub struct Slot<'a> {
+    q: &'a IoQueue,
+    class: IoClass,
+    _ticket: Ticket,
+}
+
+/// What an admitted I/O holds of the daemon-wide gate.
+enum Ticket {
+    None,
+    Scan(ScanTicket),
+    Interactive(InteractiveTicket),
+}
+
+/// Interactive and scan I/O in flight in the whole daemon (see the module
+/// comment).
+#[derive(Default)]
+struct GateState {
+    interactive: u32,
+    last_interactive: Option<Instant>,
+    scans: u32,
+    scans_waiting: u32,
+    /// Callers waiting for a scan's run to end (`hurry_scans`): scans stop
+    /// yielding meanwhile.
+    hurry: u32,
+    hurry_until: Option<Instant>,
+}
+
+pub struct ScanGate {
+    st: Mutex<GateState>,
+    cv: Condvar,
+}
+
+static GATE: std::sync::LazyLock<ScanGate> = std::sync::LazyLock::new(|| ScanGate {
+    st: Mutex::new(GateState::default()),
+    cv: Condvar::new(),
+});
+
+pub struct ScanTicket;
+pub struct InteractiveTicket;
+
+impl Drop for ScanTicket {
+    fn drop(&mut self) {
+        let mut st = GATE.lock();
+        st.scans -= 1;
+        let wake = st.scans_waiting > 0;
+        drop(st);
+        if wake {
+            GATE.cv.notify_all();
+        }
+    }
+}
+
+impl Drop for InteractiveTicket {
+    fn drop(&mut self) {
+        let mut st = GATE.lock();
+        st.interactive -= 1;
+        st.last_interactive = Some(Instant::now());
+        let wake = st.interactive == 0 && st.scans_waiting > 0;
+        drop(st);
+        if wake {
+            GATE.cv.notify_all();
+        }
+    }
+}
+
+impl GateState {
+    fn busy(&self, now: Instant) -> bool {
+        self.interactive > 0
+            || self
+                .last_interactive
+                .is_some_and(|t| now.duration_since(t) < INTERACTIVE_WINDOW)
+    }
+}
+
+impl GateState {
+    /// A scan I/O that started waiting at `t0` may go at `now`.
+    fn scan_may_go(&self, now: Instant, t0: Instant) -> bool {
+        let quiet = self.interactive == 0
+            && self
+                .last_interactive
+                .is_none_or(|t| now.duration_since(t) >= SCAN_GAP);
+        self.hurry > 0
+            || self.hurry_until.is_some_and(|t| now < t)
+            || !self.busy(now)
+            || (self.scans == 0 && (quiet || now.duration_since(t0) >= SCAN_STARVE))
+    }
+}
+
+impl ScanGate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn interactive_begin(&self) -> InteractiveTicket {
+        let mut st = self.lock();
+        st.interactive += 1;
+        st.last_interactive = Some(Instant::now());
+        InteractiveTicket
+    }
+
+    /// Wait for the scan's turn: at once when the daemon is idle; in a gap
+    /// while it is not; after `SCAN_STARVE` whatever happens.
+    fn scan_begin(&self) -> ScanTicket {
+        let t0 = Instant::now();
+        let mut st = self.lock();
+        let mut waiting = false;
+        loop {
+            if st.scan_may_go(Instant::now(), t0) {
+                break;
+            }
+            if !waiting {
+                waiting = true;
+                st.scans_waiting += 1;
+            }
+            // Woken when interactive I/O drains or a scan I/O ends; the
+            // timeout sees the window close and starvation arrive.
+            st = self
+                .cv
+                .wait_timeout(st, SCAN_GAP.max(Duration::from_millis(1)))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        if waiting {
+            st.scans_waiting -= 1;
+        }
+        st.scans += 1;
+        ScanTicket
+    }
+}
+
+/// Someone waits for the scan's run in flight to end (the sync taking back
+/// the frees a scan parks: `ScanFence::break_hold`): scan I/O stops
+/// yielding until the guard drops, so a yielding scan never holds up a
+/// sync (priority inversion).
+pub fn hurry_scans() -> HurryGuard {
+    GATE.lock().hurry += 1;
+    GATE.cv.notify_all();
+    HurryGuard
+}
+
+/// [`hurry_scans`] for a while: a writer refused for the space a scan
+/// parks asked it to give the space back, which it does at the end of the
+/// run in flight (`ScanSignals::yield_hold`).
+pub fn hurry_scans_for(d: Duration) {
+    GATE.lock().hurry_until = Some(Instant::now() + d);
+    GATE.cv.notify_all();
+}
+
+pub struct HurryGuard;
+
+impl Drop for HurryGuard {
+    fn drop(&mut self) {
+        GATE.lock().hurry -= 1;
+    }
+}
+
+/// Mark foreground I/O issued around the queues (a flush) as in flight
+/// until the ticket drops: scans wait for it as for any other.
+pub fn foreground_io() -> InteractiveTicket {
+    GATE.interactive_begin()
+}
+
+/// Whether interactive I/O is about now (a scan's reads then go in
+/// `SCAN_CHUNK_BUSY` pieces).
+pub fn interactive_now() -> bool {
+    GATE.lock().busy(Instant::now())
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut st = self.q.lock();
+        st.active[self.class as usize] -= 1;
+        st.total -= 1;
+        drop(st);
+        self.q.cv.notify_all();
+    }
+}
+
+impl IoQueue {
+    pub fn new(limits: Limits) -> Self {
+        IoQueue {
+            st: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            limits,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether an I/O of class `c` may be issued now (OpenZFS's
+    /// `vdev_queue_class_to_issue`, asked by the waiter itself).
+    fn may_issue(&self, st: &State, c: IoClass) -> bool {
+        let i = c as usize;
+        let (min, max) = self.limits.class[i];
+        if st.total >= self.limits.total {
+            return false;
+        }
+        if st.active[i] < min {
+            return true;
+        }
+        // Up to the maximum, if no more important class below its own
+        // maximum is waiting.
+        st.active[i] < max
+            && (0..i).all(|h| st.waiting[h] == 0 || st.active[h] >= self.limits.class[h].1)
+    }
+
+    /// Wait until an I/O of class `c` may go; it is in flight until the
+    /// slot drops. A scan I/O passes the daemon's `ScanGate` first.
+    pub fn admit(&self, c: IoClass) -> Slot<'_> {
+        let enabled = ENABLED.load(std::sync::atomic::Ordering::Relaxed);
+        let ticket = match c {
+            IoClass::Scan if enabled => Ticket::Scan(GATE.scan_begin()),
+            // The txg's writes count too: an application waits on them
+            // whenever it waits for a commit (a full dirty limit, `sync`).
+            IoClass::SyncRead | IoClass::SyncWrite | IoClass::AsyncWrite => {
+                Ticket::Interactive(GATE.interactive_begin())
+            }
+            _ => Ticket::None,
+        };
+        let i = c as usize;
+        let mut st = self.lock();
+        if enabled && !self.may_issue(&st, c) {
+            st.waited[i] += 1;
+            st.waiting[i] += 1;
+            while !self.may_issue(&st, c) {
+                st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.waiting[i] -= 1;
+        }
+        st.active[i] += 1;
+        st.total += 1;
+        st.admitted[i] += 1;
+        Slot {
+            q: self,
+            class: c,
+            _ticket: ticket,
+        }
+    }
+
+    /// An interactive I/O issued around the queue (the intent log's
+    /// durable writes through io_uring): scans yield to it as well.
+    pub fn note_interactive(&self) {
+        drop(GATE.interactive_begin());
+    }
+
+    /// Admissions that had to wait, per class.
+    pub fn waited(&self) -> [u64; CLASSES] {
+        self.lock().waited
+    }
+
+    /// I/Os admitted so far, per class.
+    pub fn admitted(&self) -> [u64; CLASSES] {
+        self.lock().admitted
+    }
+
+    /// In flight now, per class.
+    pub fn active(&self) -> [u32; CLASSES] {
+        self.lock().active
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    /// Limits are never exceeded, whatever the mix: many threads of every
+    /// class issue through one queue and record the peak in flight.
+    #[test]
+    fn no_class_exceeds_its_maximum_and_every_class_progresses() {
+        let q = Arc::new(IoQueue::new(Limits {
+            class: [(2, 4), (2, 4), (1, 2), (1, 3), (1, 2)],
+            total: 8,
+        }));
+        let inflight: Arc<[AtomicU32; CLASSES]> = Arc::new(Default::default());
+        let peak: Arc<[AtomicU32; CLASSES]> = Arc::new(Default::default());
+        let total_peak = Arc::new(AtomicU32::new(0));
+        let done: Arc<[AtomicU32; CLASSES]> = Arc::new(Default::default());
+        std::thread::scope(|s| {
+            for t in 0..20 {
+                let c = IoClass::ALL[t % CLASSES];
+                let (q, inflight, peak, total_peak, done) =
+                    (&q, &inflight, &peak, &total_peak, &done);
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        let _slot = q.admit(c);
+                        let n = inflight[c as usize].fetch_add(1, Ordering::SeqCst) + 1;
+                        peak[c as usize].fetch_max(n, Ordering::SeqCst);
+                        let all: u32 = inflight.iter().map(|a| a.load(Ordering::SeqCst)).sum();
+                        total_peak.fetch_max(all, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_micros(50));
+                        inflight[c as usize].fetch_sub(1, Ordering::SeqCst);
+                        done[c as usize].fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        let limits = q.limits;
+        for c in IoClass::ALL {
+            let p = peak[c as usize].load(Ordering::SeqCst);
+            let max = limits.class[c as usize].1;
+            assert!(p <= max, "{c:?}: {p} in flight, max {max}");
+            assert_eq!(done[c as usize].load(Ordering::SeqCst), 800, "{c:?}");
+        }
+        assert!(total_peak.load(Ordering::SeqCst) <= limits.total);
+        assert_eq!(q.active(), [0; CLASSES]);
+    }
+
+    /// The daemon-wide gate: scans run freely while nothing interactive is
+    /// about, one at a time in gaps while it is, and one that has waited
+    /// `SCAN_STARVE` goes even with interactive I/O in flight.
+    #[test]
+    fn scans_yield_to_interactive_io() {
+        let t0 = Instant::now();
+        let later = |d: Duration| t0 + d;
+        let mut st = GateState {
+            scans: 3,
+            ..Default::default()
+        };
+        assert!(st.scan_may_go(t0, t0), "idle: any number of scans");
+        // Interactive I/O in flight: no scan, until it has starved, and
+        // then only if no other scan is in flight.
+        st.interactive = 1;
+        st.last_interactive = Some(t0);
+        st.scans = 0;
+        assert!(!st.scan_may_go(t0, t0));
+        assert!(st.scan_may_go(later(SCAN_STARVE), t0));
+        st.scans = 1;
+        assert!(!st.scan_may_go(later(SCAN_STARVE), t0));
+        // A gap inside the window: one scan I/O at a time, once the gap
+        // has lasted SCAN_GAP.
+        st.interactive = 0;
+        assert!(!st.scan_may_go(later(SCAN_GAP), t0));
+        st.scans = 0;
+        assert!(!st.scan_may_go(later(SCAN_GAP / 2), later(SCAN_GAP / 2)));
+        assert!(st.scan_may_go(later(SCAN_GAP), later(SCAN_GAP)));
+        // A sync waits for the scan's run: no yielding at all.
+        st.scans = 1;
+        st.interactive = 1;
+        st.hurry = 1;
+        assert!(st.scan_may_go(t0, t0));
+        st.hurry = 0;
+        st.interactive = 0;
+        // The window closes: free again.
+        st.scans = 2;
+        assert!(st.scan_may_go(later(INTERACTIVE_WINDOW), later(INTERACTIVE_WINDOW)));
+    }
+
+    /// More important classes waiting go first: a class past its minimum
+    /// waits while one above it waits below its maximum.
+    #[test]
+    fn a_waiting_higher_class_goes_first() {
+        let q = IoQueue::default();
+        let mut st = q.lock();
+        st.active[IoClass::AsyncWrite as usize] = 2;
+        assert!(q.may_issue(&st, IoClass::AsyncWrite));
+        st.waiting[IoClass::SyncRead as usize] = 1;
+        assert!(!q.may_issue(&st, IoClass::AsyncWrite));
+        st.active[IoClass::AsyncWrite as usize] = 1;
+        assert!(
+            q.may_issue(&st, IoClass::AsyncWrite),
+            "its minimum still goes"
+        );
+        st.total = q.limits.total;
+        assert!(!q.may_issue(&st, IoClass::SyncRead), "the leaf's total");
+    }
+
+    #[test]
+    fn a_thread_class_is_scoped_and_defaults_by_direction() {
+        assert_eq!(class_of(false), IoClass::SyncRead);
+        assert_eq!(class_of(true), IoClass::AsyncWrite);
+        {
+            let _g = with_class(Some(IoClass::Scan));
+            assert_eq!(class_of(false), IoClass::Scan);
+            {
+                let _h = with_class(Some(IoClass::SyncWrite));
+                assert_eq!(class_of(true), IoClass::SyncWrite);
+            }
+            assert_eq!(class_of(true), IoClass::Scan);
+        }
+        assert_eq!(current(), None);
+    }
+}
