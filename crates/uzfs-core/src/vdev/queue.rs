@@ -36,6 +36,7 @@
 //! async writes: the intent log, prefetch and scans say otherwise.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -203,19 +204,31 @@ struct GateState {
     interactive: u32,
     last_interactive: Option<Instant>,
     scans: u32,
-    scans_waiting: u32,
     /// Callers waiting for a scan's run to end (`hurry_scans`): scans stop
     /// yielding meanwhile.
     hurry: u32,
     hurry_until: Option<Instant>,
 }
 
+/// The gate. What every foreground I/O touches is atomic (a global lock
+/// taken twice per I/O would serialize the daemon's reads); the lock and
+/// condition variable are for scans, which wait.
 pub struct ScanGate {
+    interactive: AtomicU32,
+    /// When foreground I/O last began or ended: nanoseconds after `epoch`
+    /// (0: never).
+    last_ns: AtomicU64,
+    scans_waiting: AtomicU32,
+    epoch: Instant,
     st: Mutex<GateState>,
     cv: Condvar,
 }
 
 static GATE: std::sync::LazyLock<ScanGate> = std::sync::LazyLock::new(|| ScanGate {
+    interactive: AtomicU32::new(0),
+    last_ns: AtomicU64::new(0),
+    scans_waiting: AtomicU32::new(0),
+    epoch: Instant::now(),
     st: Mutex::new(GateState::default()),
     cv: Condvar::new(),
 });
@@ -227,9 +240,8 @@ impl Drop for ScanTicket {
     fn drop(&mut self) {
         let mut st = GATE.lock();
         st.scans -= 1;
-        let wake = st.scans_waiting > 0;
         drop(st);
-        if wake {
+        if GATE.scans_waiting.load(Ordering::SeqCst) > 0 {
             GATE.cv.notify_all();
         }
     }
@@ -237,12 +249,13 @@ impl Drop for ScanTicket {
 
 impl Drop for InteractiveTicket {
     fn drop(&mut self) {
-        let mut st = GATE.lock();
-        st.interactive -= 1;
-        st.last_interactive = Some(Instant::now());
-        let wake = st.interactive == 0 && st.scans_waiting > 0;
-        drop(st);
-        if wake {
+        GATE.touch();
+        if GATE.interactive.fetch_sub(1, Ordering::SeqCst) == 1
+            && GATE.scans_waiting.load(Ordering::SeqCst) > 0
+        {
+            // (Under the lock, so a scan between its check and its wait
+            // cannot miss it; its timeout bounds any other miss.)
+            drop(GATE.lock());
             GATE.cv.notify_all();
         }
     }
@@ -276,11 +289,22 @@ impl ScanGate {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn touch(&self) {
+        let ns = self.epoch.elapsed().as_nanos().max(1) as u64;
+        self.last_ns.store(ns, Ordering::SeqCst);
+    }
+
     fn interactive_begin(&self) -> InteractiveTicket {
-        let mut st = self.lock();
-        st.interactive += 1;
-        st.last_interactive = Some(Instant::now());
+        self.interactive.fetch_add(1, Ordering::SeqCst);
+        self.touch();
         InteractiveTicket
+    }
+
+    /// The foreground half of the state, read from the atomics.
+    fn observe(&self, st: &mut GateState) {
+        st.interactive = self.interactive.load(Ordering::SeqCst);
+        let ns = self.last_ns.load(Ordering::SeqCst);
+        st.last_interactive = (ns > 0).then(|| self.epoch + Duration::from_nanos(ns));
     }
 
     /// Wait for the scan's turn: at once when the daemon is idle; in a gap
@@ -290,12 +314,14 @@ impl ScanGate {
         let mut st = self.lock();
         let mut waiting = false;
         loop {
+            self.observe(&mut st);
             if st.scan_may_go(Instant::now(), t0) {
                 break;
             }
             if !waiting {
                 waiting = true;
-                st.scans_waiting += 1;
+                self.scans_waiting.fetch_add(1, Ordering::SeqCst);
+                continue;
             }
             // Woken when interactive I/O drains or a scan I/O ends; the
             // timeout sees the window close and starvation arrive.
@@ -306,7 +332,7 @@ impl ScanGate {
                 .0;
         }
         if waiting {
-            st.scans_waiting -= 1;
+            self.scans_waiting.fetch_sub(1, Ordering::SeqCst);
         }
         st.scans += 1;
         ScanTicket
@@ -348,7 +374,9 @@ pub fn foreground_io() -> InteractiveTicket {
 /// Whether interactive I/O is about now (a scan's reads then go in
 /// `SCAN_CHUNK_BUSY` pieces).
 pub fn interactive_now() -> bool {
-    GATE.lock().busy(Instant::now())
+    let mut st = GateState::default();
+    GATE.observe(&mut st);
+    st.busy(Instant::now())
 }
 
 impl Drop for Slot<'_> {
