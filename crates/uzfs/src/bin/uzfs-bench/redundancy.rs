@@ -437,10 +437,12 @@ pub fn scrub(dir: &Path, bytes: u64) -> R<()> {
 
 /// Foreground latency while a scrub runs: random 128 KiB reads back to
 /// back, or 128 KiB writes each committed (`pool.sync`), idle and during a
-/// scrub under three regimes, interleaved: no priorities and no yielding
-/// (every I/O at once), the sleep-based throttle alone (`scan_delay_us`
-/// 500, the default before the leaf queues), and the leaf queues'
-/// priority classes (`vdev/queue.rs`, today's default). Each case runs
+/// scrub under three regimes, interleaved: no queues (every I/O at once;
+/// only one scan worker issues while foreground I/O is seen), the
+/// sleep-based throttle on top (`scan_delay_us` 500: the default before
+/// the leaf queues), and the leaf queues' priority classes
+/// (`vdev/queue.rs`, today's default). Scan reads bypass the page cache
+/// in all three. Each case runs
 /// `rounds` times; one JSON line per run.
 pub fn scrub_load(dir: &Path, bytes: u64, rounds: u32) -> R<()> {
     let pool = create(
@@ -457,7 +459,7 @@ pub fn scrub_load(dir: &Path, bytes: u64, rounds: u32) -> R<()> {
     // (label, scrub?, queue priorities, scan_delay_us)
     let cases = [
         ("idle", false, true, 0u64),
-        ("scrub, no priorities, no yielding", true, false, 0),
+        ("scrub, no queues (one worker while busy)", true, false, 0),
         ("scrub, sleep throttle (500 us)", true, false, 500),
         ("scrub, leaf queue classes", true, true, 0),
     ];
