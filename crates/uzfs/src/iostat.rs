@@ -4,9 +4,11 @@
 //! counters of every pool, vdev and leaf (JSON); the client takes snapshots
 //! `interval` seconds apart and prints rates over each interval, the first
 //! report covering the time since import, as zpool-iostat(8) does. Latency
-//! is measured around each device I/O: uzfs issues I/O synchronously from
-//! its pipeline threads, so total_wait equals disk_wait and the queue waits
-//! (syncq, asyncq, scrub, trim) print as "-".
+//! is measured around each device I/O (disk_wait) and around its admission
+//! by the leaf's queue, per priority class (`vdev/queue.rs`): syncq_wait
+//! (sync reads and writes), asyncq_wait (read-ahead, txg writes) and scrub
+//! (scrub and resilver); total_wait is the two together. There is no trim
+//! ("-").
 
 use crate::client::{self, Response};
 use crate::daemon::Daemon;
@@ -27,6 +29,13 @@ pub struct Counters {
     pub write_ns: u64,
     pub read_hist: Vec<u64>,
     pub write_hist: Vec<u64>,
+    /// Admissions by the leaf's queue and the time they waited, per class
+    /// (`IoClass` order: sync read, sync write, async read, async write,
+    /// scan).
+    #[serde(default)]
+    pub queue_ops: Vec<u64>,
+    #[serde(default)]
+    pub queue_ns: Vec<u64>,
 }
 
 impl Counters {
@@ -41,6 +50,8 @@ impl Counters {
             write_ns: VdevStats::get(&s.write_ns),
             read_hist: s.read_hist.iter().map(VdevStats::get).collect(),
             write_hist: s.write_hist.iter().map(VdevStats::get).collect(),
+            queue_ops: l.queue.admitted().to_vec(),
+            queue_ns: l.queue.wait_ns().to_vec(),
         }
     }
 
@@ -51,11 +62,13 @@ impl Counters {
         self.bytes_written += o.bytes_written;
         self.read_ns += o.read_ns;
         self.write_ns += o.write_ns;
-        for (h, oh) in [
-            (&mut self.read_hist, &o.read_hist),
-            (&mut self.write_hist, &o.write_hist),
+        for (h, oh, min) in [
+            (&mut self.read_hist, &o.read_hist, LAT_BUCKETS),
+            (&mut self.write_hist, &o.write_hist, LAT_BUCKETS),
+            (&mut self.queue_ops, &o.queue_ops, 0),
+            (&mut self.queue_ns, &o.queue_ns, 0),
         ] {
-            h.resize(LAT_BUCKETS.max(oh.len()), 0);
+            h.resize(min.max(h.len()).max(oh.len()), 0);
             for (a, b) in h.iter_mut().zip(oh) {
                 *a += b;
             }
@@ -78,6 +91,8 @@ impl Counters {
             write_ns: self.write_ns.saturating_sub(o.write_ns),
             read_hist: sub(&self.read_hist, &o.read_hist),
             write_hist: sub(&self.write_hist, &o.write_hist),
+            queue_ops: sub(&self.queue_ops, &o.queue_ops),
+            queue_ns: sub(&self.queue_ns, &o.queue_ns),
         }
     }
 }
@@ -338,9 +353,35 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
                         nicetime(ns / ops)
                     }
                 };
-                let (r, w) = (avg(d.read_ns, d.reads), avg(d.write_ns, d.writes));
-                cols.extend([r.clone(), w.clone(), r, w]);
-                cols.extend(std::iter::repeat_n("-".to_string(), 6));
+                use uzfs_core::vdev::queue::IoClass as C;
+                let q = |c: C| {
+                    let i = c as usize;
+                    (
+                        d.queue_ns.get(i).copied().unwrap_or(0),
+                        d.queue_ops.get(i).copied().unwrap_or(0),
+                    )
+                };
+                // Queue waits of reads and writes, for total_wait (a scan's
+                // admissions are mostly reads).
+                let (rq, wq) = (
+                    q(C::SyncRead).0 + q(C::AsyncRead).0 + q(C::Scan).0,
+                    q(C::SyncWrite).0 + q(C::AsyncWrite).0,
+                );
+                cols.push(avg(d.read_ns + rq, d.reads));
+                cols.push(avg(d.write_ns + wq, d.writes));
+                cols.push(avg(d.read_ns, d.reads));
+                cols.push(avg(d.write_ns, d.writes));
+                for c in [
+                    C::SyncRead,
+                    C::SyncWrite,
+                    C::AsyncRead,
+                    C::AsyncWrite,
+                    C::Scan,
+                ] {
+                    let (ns, ops) = q(c);
+                    cols.push(avg(ns, ops));
+                }
+                cols.push("-".to_string());
             }
             out.push_str(&row(&cols, namew, o.scripted));
         }
@@ -534,6 +575,9 @@ mod tests {
             write_ns: reads * 2 * 1_500_000,
             read_hist: vec![0; LAT_BUCKETS],
             write_hist: vec![0; LAT_BUCKETS],
+            // Sync reads waited 50 us in the queue, txg writes 500 us.
+            queue_ops: vec![reads, 0, 0, reads * 2, 0],
+            queue_ns: vec![reads * 50_000, 0, 0, reads * 2 * 500_000, 0],
         };
         let mut half = c.clone();
         half.reads /= 2;
@@ -620,7 +664,7 @@ tank         408K  9.28G    100    200    10M    20M
         let want = "              capacity     operations     bandwidth    total_wait     disk_wait    syncq_wait    asyncq_wait  scrub   trim
 pool        alloc   free   read  write   read  write   read  write   read  write   read  write   read  write   wait   wait
 ----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
-tank         408K  9.28G     10     20     1M     2M  250us    1ms  250us    1ms      -      -      -      -      -      -
+tank         408K  9.28G     10     20     1M     2M  300us    2ms  250us    1ms   50us      -      -  500us      -      -
 ";
         assert_eq!(got, want);
     }

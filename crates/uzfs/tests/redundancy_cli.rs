@@ -252,6 +252,17 @@ fn iostat_prints_zfs_layout_and_intervals() {
         out.contains("total_wait     disk_wait    syncq_wait    asyncq_wait  scrub   trim"),
         "{out}"
     );
+    // The txgs' writes went through the queues' async write class: their
+    // wait is measured (a time, not "-"); there is no trim.
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("tank "))
+        .expect("tank row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row.len(), 17, "{out}");
+    assert_ne!(row[14], "-", "asyncq_wait write: {out}");
+    assert_eq!(row[16], "-", "trim: {out}");
 }
 
 #[test]

@@ -168,6 +168,9 @@ struct State {
     waited: [u64; CLASSES],
     /// Admissions, per class.
     admitted: [u64; CLASSES],
+    /// Nanoseconds spent waiting to be admitted (the scan gate's wait
+    /// included), per class: `zpool iostat -l`'s queue waits.
+    wait_ns: [u64; CLASSES],
 }
 
 /// One leaf's queue.
@@ -422,6 +425,7 @@ impl IoQueue {
     /// Wait until an I/O of class `c` may go; it is in flight until the
     /// slot drops. A scan I/O passes the daemon's `ScanGate` first.
     pub fn admit(&self, c: IoClass) -> Slot<'_> {
+        let t0 = Instant::now();
         let enabled = ENABLED.load(std::sync::atomic::Ordering::Relaxed);
         let ticket = match c {
             IoClass::Scan if enabled => Ticket::Scan(GATE.scan_begin()),
@@ -445,6 +449,7 @@ impl IoQueue {
         st.active[i] += 1;
         st.total += 1;
         st.admitted[i] += 1;
+        st.wait_ns[i] += t0.elapsed().as_nanos() as u64;
         Slot {
             q: self,
             class: c,
@@ -466,6 +471,11 @@ impl IoQueue {
     /// I/Os admitted so far, per class.
     pub fn admitted(&self) -> [u64; CLASSES] {
         self.lock().admitted
+    }
+
+    /// Nanoseconds admissions waited, per class.
+    pub fn wait_ns(&self) -> [u64; CLASSES] {
+        self.lock().wait_ns
     }
 
     /// In flight now, per class.
