@@ -166,18 +166,10 @@ fn a_power_cut_during_background_freeing_resumes_and_leaks_nothing() {
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                         // Creates and writes fail once the power is gone.
                         let name = format!("w{i}");
-                        let Ok(e) = fs.mknod(
-                            fs.root,
-                            name.as_bytes(),
-                            libc::S_IFREG | 0o644,
-                            0,
-                            0,
-                            0,
-                            None,
-                        ) else {
+                        let Ok(ino) = try_create_file(fs, name.as_bytes()) else {
                             break;
                         };
-                        if fs.write(e.ino, 0, &pattern(seed ^ i, 20_000)).is_err() {
+                        if fs.write(ino, 0, &pattern(seed ^ i, 20_000)).is_err() {
                             break;
                         }
                         i += 1;

@@ -796,19 +796,11 @@ fn an_early_write_that_lands_late_never_overwrites_reused_space() {
             pool.sync().expect("sync with the early write in flight");
             for i in 0..200u64 {
                 let name = format!("fill{i}");
-                let Ok(attr) = fs.mknod(
-                    fs.root,
-                    name.as_bytes(),
-                    libc::S_IFREG | 0o644,
-                    0,
-                    0,
-                    0,
-                    None,
-                ) else {
+                let Ok(ino) = try_create_file(&fs, name.as_bytes()) else {
                     break;
                 };
                 let data = pattern(seed * 1000 + i, 2 * MIB as usize);
-                if fs.write(attr.ino, 0, &data).is_err() {
+                if fs.write(ino, 0, &data).is_err() {
                     let _ = fs.unlink(fs.root, name.as_bytes());
                     break;
                 }

@@ -76,9 +76,14 @@ pub fn images(disks: &[SimDevice]) -> Vec<(String, Vec<u8>)> {
 
 /// A regular file `name` (mode 0644) in the root directory of `fs`.
 pub fn create_file(fs: &uzfs_core::zpl::Zpl, name: &[u8]) -> u64 {
+    try_create_file(fs, name).expect("create")
+}
+
+/// Create a regular file in the root: its inode, or the errno (a full
+/// pool, a lost power supply).
+pub fn try_create_file(fs: &uzfs_core::zpl::Zpl, name: &[u8]) -> Result<u64, i32> {
     fs.mknod(fs.root, name, libc::S_IFREG | 0o644, 0, 0, 0, None)
-        .expect("create")
-        .ino
+        .map(|a| a.ino)
 }
 
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
