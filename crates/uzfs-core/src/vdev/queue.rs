@@ -297,9 +297,10 @@ impl ScanGate {
         self.last_ns.store(ns, Ordering::SeqCst);
     }
 
+    /// (Only the end of foreground I/O is timed: a scan looks at the count
+    /// while any is in flight, and at the time once none is.)
     fn interactive_begin(&self) -> InteractiveTicket {
         self.interactive.fetch_add(1, Ordering::SeqCst);
-        self.touch();
         InteractiveTicket
     }
 
@@ -387,8 +388,13 @@ impl Drop for Slot<'_> {
         let mut st = self.q.lock();
         st.active[self.class as usize] -= 1;
         st.total -= 1;
+        // A notify is a futex syscall even with nobody waiting: only when
+        // someone is (the common case is nobody).
+        let wake = st.waiting.iter().any(|&w| w > 0);
         drop(st);
-        self.q.cv.notify_all();
+        if wake {
+            self.q.cv.notify_all();
+        }
     }
 }
 
