@@ -525,11 +525,11 @@ fn resilver_copies_blocks_only_a_snapshot_holds() {
 /// counted as foreground would yield to itself).
 #[test]
 fn device_io_is_admitted_in_the_class_of_its_issuer() {
-    use uzfs_core::vdev::queue::IoClass;
+    use uzfs_core::vdev::queue::{IoClass, CLASSES};
     let world = SimWorld::new();
     let (_disks, pool) = make(&world, TopKind::Mirror, 2, false);
     let per_class = |pool: &Pool| {
-        let mut sum = [0u64; uzfs_core::vdev::queue::CLASSES];
+        let mut sum = [0u64; CLASSES];
         for t in pool.io.tops() {
             for l in t.leaves() {
                 for (s, n) in sum.iter_mut().zip(l.queue.admitted()) {
@@ -539,7 +539,7 @@ fn device_io_is_admitted_in_the_class_of_its_issuer() {
         }
         sum
     };
-    let delta = |a: [u64; 5], b: [u64; 5], c: IoClass| b[c as usize] - a[c as usize];
+    let delta = |a: [u64; CLASSES], b: [u64; CLASSES], c: IoClass| b[c as usize] - a[c as usize];
     let a = per_class(&pool);
     let objs = write_objs(&pool, 3, 12, 300_000);
     let b = per_class(&pool);
@@ -564,7 +564,7 @@ fn device_io_is_admitted_in_the_class_of_its_issuer() {
     );
     for t in pool.io.tops() {
         for l in t.leaves() {
-            assert_eq!(l.queue.active(), [0; 5], "{}: left in flight", l.path);
+            assert_eq!(l.queue.active(), [0; CLASSES], "{}: left in flight", l.path);
         }
     }
 }

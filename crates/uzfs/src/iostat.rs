@@ -371,13 +371,8 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
                 cols.push(avg(d.write_ns + wq, d.writes));
                 cols.push(avg(d.read_ns, d.reads));
                 cols.push(avg(d.write_ns, d.writes));
-                for c in [
-                    C::SyncRead,
-                    C::SyncWrite,
-                    C::AsyncRead,
-                    C::AsyncWrite,
-                    C::Scan,
-                ] {
+                // syncq, asyncq (read, write each), scrub: IoClass's order.
+                for c in C::ALL {
                     let (ns, ops) = q(c);
                     cols.push(avg(ns, ops));
                 }

@@ -69,7 +69,7 @@ use crate::dmu::objset::{BlockReader, Objset};
 use crate::dmu::traverse::{self, At, Next, Position, Visitor};
 use crate::error::{Error, Result};
 use crate::vdev::leaf::{leaf_key, set_scan_io, ScanIo};
-use crate::vdev::queue::{with_class, IoClass};
+use crate::vdev::queue::scan_thread;
 use crate::vdev::{AttachKind, BlockDevice, Leaf};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -673,8 +673,7 @@ impl Pool {
                 let Some(p) = weak.upgrade() else { return };
                 // Its traversal's reads are the scan's too: they must not
                 // count as interactive I/O the workers then yield to.
-                let _class = with_class(Some(IoClass::Scan));
-                crate::vdev::queue::background_thread();
+                let _class = scan_thread();
                 if let Err(e) = p.run_scan() {
                     if !matches!(e, Error::PowerLost) {
                         log::error!("scan of pool '{}' stopped: {e}", p.name);
@@ -922,11 +921,11 @@ impl Pool {
         let fg_seen = AtomicU64::new(self.scan_sig.fg_ops.load(Ordering::Relaxed));
         let workers = 4.min(runs.len()).max(1);
         // Scan I/O is the leaf queues' lowest class (`vdev/queue.rs`): while
-        // interactive I/O is about, one scan I/O per leaf at a time, cut to
-        // 1 MiB, and none ahead of a waiting application. With `delay_us`
-        // set (0 by default) the scan also slows itself: while foreground
-        // I/O was seen within this window only worker 0 issues, pausing
-        // `delay_us` per block after each run.
+        // foreground I/O is about it goes in gaps, one 256 KiB read at a time
+        // in the whole daemon. While foreground I/O was seen within this
+        // window only worker 0 issues, so the others' CPU stays free too;
+        // with `delay_us` set (0 by default) it also pauses `delay_us` per
+        // block after each run.
         let busy_window = Duration::from_millis(100);
         let t_start = Instant::now();
         let last_fg_ms = AtomicU64::new(u64::MAX);
@@ -952,8 +951,7 @@ impl Pool {
                 let (next, runs, failed) = (&next, &runs, &failed);
                 let (issued, repaired, errors) = (&issued, &repaired, &errors);
                 s.spawn(move || {
-                    let _class = with_class(Some(IoClass::Scan));
-                    crate::vdev::queue::background_thread();
+                    let _class = scan_thread();
                     loop {
                         if interrupted() || lock(failed).is_some() {
                             return;
@@ -1137,8 +1135,7 @@ impl Pool {
                 .iter()
                 .map(|(l, lo, hi)| {
                     s.spawn(move || {
-                        let _class = with_class(Some(IoClass::Scan));
-                        crate::vdev::queue::background_thread();
+                        let _class = scan_thread();
                         let mut buf = vec![0u8; (hi - lo) as usize];
                         l.read_raw(&mut buf, crate::vdev::LABEL_START_SIZE + lo)
                             .ok()

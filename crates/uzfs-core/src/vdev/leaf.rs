@@ -443,8 +443,9 @@ impl Leaf {
     }
 
     /// Read at an absolute device offset (labels), admitted by the queue
-    /// in this thread's class; a scan's read goes in `SCAN_CHUNK` pieces,
-    /// each admitted on its own (smaller while applications read or write), so it never holds the disk for long.
+    /// in this thread's class; a scan's read goes in `SCAN_CHUNK` pieces
+    /// (smaller while applications read or write), each admitted on its
+    /// own, so it never holds the disk for long.
     pub fn read_raw(&self, buf: &mut [u8], at: u64) -> Result<()> {
         use super::queue::{class_of, interactive_now, IoClass, SCAN_CHUNK, SCAN_CHUNK_BUSY};
         let class = class_of(false);
@@ -553,7 +554,7 @@ impl Leaf {
         let at = super::LABEL_START_SIZE + offset;
         // Around the queue (one io_uring submission for every leaf), but
         // scans still yield to it.
-        self.queue.note_interactive();
+        drop(super::queue::foreground_io());
         self.dev.dsync_fd(at, len).map(|fd| (fd, at))
     }
 

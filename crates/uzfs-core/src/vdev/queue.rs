@@ -29,14 +29,14 @@
 //! scans run at full speed, in `SCAN_CHUNK` pieces (OpenZFS's
 //! `zfs_vdev_nia_delay` and scrub aggregation limit play these parts).
 //! This replaced a scan thread that slept 500 us per block while
-//! foreground I/O was seen, which also slowed it when the disk had room.
+//! foreground I/O was seen, a fixed pace whatever the disk could take.
 //!
 //! A thread's class is thread-local (`with_class`); fan-out jobs inherit
 //! their caller's (`fanout.rs`). Reads default to sync reads and writes to
 //! async writes: the intent log, prefetch and scans say otherwise.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -60,15 +60,6 @@ impl IoClass {
         IoClass::AsyncWrite,
         IoClass::Scan,
     ];
-    pub fn name(self) -> &'static str {
-        match self {
-            IoClass::SyncRead => "sync_read",
-            IoClass::SyncWrite => "sync_write",
-            IoClass::AsyncRead => "async_read",
-            IoClass::AsyncWrite => "async_write",
-            IoClass::Scan => "scrub",
-        }
-    }
 }
 
 /// A scan's reads are cut to this size...
@@ -108,10 +99,10 @@ impl Default for Limits {
 /// Whether queues admit by class at all (on by default). Off, every I/O
 /// goes at once, as before the queues: for measuring them, and as an
 /// escape hatch (`UZFS_VDEV_QUEUE=0`).
-static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+static ENABLED: AtomicBool = AtomicBool::new(true);
 
 pub fn set_enabled(on: bool) {
-    ENABLED.store(on, std::sync::atomic::Ordering::Relaxed);
+    ENABLED.store(on, Ordering::Relaxed);
 }
 
 thread_local! {
@@ -136,18 +127,20 @@ impl Drop for ClassGuard {
     }
 }
 
-/// Lower this thread's CPU priority to the least (nice 19), for threads
-/// whose work is background: a scan's verification and parity math must
-/// not take the CPU from an application's requests any more than its I/O
-/// takes the disk (on two cores, four scan workers at nice 0 held
-/// foreground reads' p99 at 30 ms behind their checksums, whatever the
-/// queues did). Linux applies nice per thread.
-pub fn background_thread() {
+/// Make this thread a scan's: its I/O in the scan class until the guard
+/// drops, and its CPU priority the least (nice 19, for the thread's
+/// life): a scan's verification and parity math must not take the CPU
+/// from an application's requests any more than its I/O takes the disk
+/// (on two cores, four scan workers at nice 0 held foreground reads' p99
+/// at 30 ms behind their checksums, whatever the queues did). Linux
+/// applies nice per thread.
+pub fn scan_thread() -> ClassGuard {
     // SAFETY: plain syscalls on the calling thread; no memory is passed.
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
+    with_class(Some(IoClass::Scan))
 }
 
 /// The class of an I/O issued now by this thread.
@@ -164,8 +157,6 @@ struct State {
     active: [u32; CLASSES],
     waiting: [u32; CLASSES],
     total: u32,
-    /// Admissions that had to wait, per class (for tests and stats).
-    waited: [u64; CLASSES],
     /// Admissions, per class.
     admitted: [u64; CLASSES],
     /// Nanoseconds spent waiting to be admitted (the scan gate's wait
@@ -271,9 +262,7 @@ impl GateState {
                 .last_interactive
                 .is_some_and(|t| now.duration_since(t) < INTERACTIVE_WINDOW)
     }
-}
 
-impl GateState {
     /// A scan I/O that started waiting at `t0` may go at `now`.
     fn scan_may_go(&self, now: Instant, t0: Instant) -> bool {
         let quiet = self.interactive == 0
@@ -369,8 +358,9 @@ impl Drop for HurryGuard {
     }
 }
 
-/// Mark foreground I/O issued around the queues (a flush) as in flight
-/// until the ticket drops: scans wait for it as for any other.
+/// Mark foreground I/O issued around the queues (a flush, the intent
+/// log's durable writes through io_uring) as in flight until the ticket
+/// drops: scans wait for it as for any other.
 pub fn foreground_io() -> InteractiveTicket {
     GATE.interactive_begin()
 }
@@ -432,7 +422,7 @@ impl IoQueue {
     /// slot drops. A scan I/O passes the daemon's `ScanGate` first.
     pub fn admit(&self, c: IoClass) -> Slot<'_> {
         let t0 = Instant::now();
-        let enabled = ENABLED.load(std::sync::atomic::Ordering::Relaxed);
+        let enabled = ENABLED.load(Ordering::Relaxed);
         let ticket = match c {
             IoClass::Scan if enabled => Ticket::Scan(GATE.scan_begin()),
             // The txg's writes count too: an application waits on them
@@ -445,7 +435,6 @@ impl IoQueue {
         let i = c as usize;
         let mut st = self.lock();
         if enabled && !self.may_issue(&st, c) {
-            st.waited[i] += 1;
             st.waiting[i] += 1;
             while !self.may_issue(&st, c) {
                 st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -461,17 +450,6 @@ impl IoQueue {
             class: c,
             _ticket: ticket,
         }
-    }
-
-    /// An interactive I/O issued around the queue (the intent log's
-    /// durable writes through io_uring): scans yield to it as well.
-    pub fn note_interactive(&self) {
-        drop(GATE.interactive_begin());
-    }
-
-    /// Admissions that had to wait, per class.
-    pub fn waited(&self) -> [u64; CLASSES] {
-        self.lock().waited
     }
 
     /// I/Os admitted so far, per class.
