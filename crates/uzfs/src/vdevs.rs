@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uzfs_core::spa::Pool;
-use uzfs_core::vdev::raidz;
 use uzfs_core::vdev::sim::SimRng;
 
 fn pool_and_rest<'a>(
@@ -461,19 +460,12 @@ fn corrupt_blocks(
                 .dva
                 .iter()
                 .find(|d| d.is_valid() && d.vdev as usize == top)?;
-            if t.kind.is_raidz() {
-                let m = raidz::map(
-                    dva.offset,
-                    bp.psize as u64,
-                    t.ashift,
-                    t.children.len(),
-                    t.kind.nparity(),
-                );
-                let c = m.cols.iter().find(|c| c.child == column)?;
-                Some((c.offset, c.size))
-            } else {
-                Some((dva.offset, bp.psize as u64))
-            }
+            let e = t
+                .geometry()
+                .extents(dva.offset, bp.psize as u64)
+                .into_iter()
+                .find(|e| e.child == column)?;
+            Some((e.offset, e.size))
         })
         .collect();
     if mine.is_empty() {

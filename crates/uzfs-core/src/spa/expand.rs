@@ -57,13 +57,7 @@ fn grown_asize(top: &TopVdev, size: impl Fn(&dyn BlockDevice) -> u64) -> u64 {
         .unwrap_or(0);
     let raw =
         label::aligned_size(smallest).saturating_sub(vdev::LABEL_START_SIZE + vdev::LABEL_END_SIZE);
-    let raw = if top.kind.is_raidz() {
-        // As at create: one row short of the smallest child.
-        let rows = (raw >> top.ashift).saturating_sub(1);
-        (rows * top.children.len() as u64) << top.ashift
-    } else {
-        raw
-    };
+    let raw = top.geometry().space(raw);
     (raw >> top.ms_shift << top.ms_shift).max(top.asize)
 }
 

@@ -206,13 +206,8 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
         }
         // The config is checksummed, but a crafted one must still not reach
         // arithmetic that assumes a sane geometry.
-        let np = t.kind.nparity();
         let width = t.children.len();
-        let width_ok = if t.kind.is_raidz() {
-            (np + 1..=255).contains(&width)
-        } else {
-            width >= 1
-        };
+        let width_ok = t.kind.ops().check_width(width).is_ok();
         if !width_ok || !(9..=16).contains(&t.ashift) || t.ms_shift >= 64 {
             return Err(Error::corrupt(
                 "pool config",
@@ -226,7 +221,12 @@ fn build_tops(cfg: &PoolConfig, found: &FoundPool) -> Result<Vec<Arc<TopVdev>>> 
         }
         let mut problems = Vec::new();
         let need = crate::vdev::LABEL_START_SIZE
-            + crate::vdev::top_child_need(t.kind, t.children.len(), t.ashift, t.asize)
+            + crate::vdev::Geometry {
+                kind: t.kind,
+                width: t.children.len(),
+                ashift: t.ashift,
+            }
+            .child_need(t.asize)
             + crate::vdev::LABEL_END_SIZE;
         let children: Vec<Arc<Leaf>> = t
             .children

@@ -56,28 +56,11 @@ pub struct LogLoc {
     pub psize: u32,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Geom {
-    ashift: u8,
-    dcols: usize,
-    nparity: usize,
-}
-
-impl Geom {
-    fn round(&self, psize: u64) -> u64 {
-        if self.nparity > 0 {
-            return crate::vdev::raidz::asize(psize, self.ashift, self.dcols, self.nparity);
-        }
-        let a = 1u64 << self.ashift;
-        psize.div_ceil(a) * a
-    }
-}
-
 struct Chunk {
     vdev: u32,
     offset: u64,
     size: u64,
-    geom: Geom,
+    geom: crate::vdev::Geometry,
     /// Next-fit cursor (bytes from `offset`): the next block goes here if
     /// it fits before the next live block, else the cursor wraps.
     used: u64,
@@ -195,7 +178,7 @@ impl LogSpace {
                 if c.on_log_dev != log_dev || g.avoid.contains(&c.vdev) {
                     continue;
                 }
-                let asize = c.geom.round(psize as u64);
+                let asize = c.geom.asize(psize as u64);
                 if let Some(at) = c.fit(asize) {
                     let loc = LogLoc {
                         vdev: c.vdev,
@@ -318,12 +301,8 @@ impl LogSpace {
             }
         };
         let vd = &alloc.vdevs[v];
-        let geom = Geom {
-            ashift: vd.ashift,
-            dcols: vd.dcols,
-            nparity: vd.nparity,
-        };
-        let size = geom.round(CHUNK);
+        let geom = vd.geom;
+        let size = geom.asize(CHUNK);
         let Some(offset) = alloc.lend(v, size) else {
             lock(&self.inner).refused = true;
             return false;

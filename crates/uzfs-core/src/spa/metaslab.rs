@@ -30,6 +30,7 @@ use super::range_tree::RangeTree;
 use super::space_map::{SmEntry, SmKind};
 use crate::dmu::blkptr::Dva;
 use crate::error::{Error, Result};
+use crate::vdev::{Geometry, TopKind};
 
 /// Bytes a vdev takes before the rotor moves on, at mean free space
 /// (OpenZFS metaslab_aliquot: 512 KiB; larger means longer sequential runs
@@ -73,9 +74,8 @@ impl Metaslab {
 pub struct VdevAlloc {
     pub id: u32,
     pub ashift: u8,
-    /// RAID-Z width and parity (0 parity: disk or mirror).
-    pub dcols: usize,
-    pub nparity: usize,
+    /// Kind, width and sector size: how large a block's allocation is.
+    pub geom: Geometry,
     pub asize: u64,
     pub ms_shift: u8,
     pub metaslabs: Vec<Metaslab>,
@@ -90,8 +90,11 @@ impl VdevAlloc {
         let mut v = VdevAlloc {
             id,
             ashift,
-            dcols: 1,
-            nparity: 0,
+            geom: Geometry {
+                kind: TopKind::Disk,
+                width: 1,
+                ashift,
+            },
             asize: 0,
             ms_shift,
             metaslabs: Vec::new(),
@@ -158,21 +161,18 @@ impl VdevAlloc {
     /// The allocator for a vdev described by `c`.
     pub fn for_top(c: &super::config::TopConfig, sm_objs: &[u64]) -> Self {
         let mut v = VdevAlloc::new(c.id, c.ashift, c.asize, c.ms_shift, sm_objs);
-        if c.kind.is_raidz() {
-            v.dcols = c.children.len();
-            v.nparity = c.kind.nparity();
-        }
+        v.geom = Geometry {
+            kind: c.kind,
+            width: c.children.len(),
+            ashift: c.ashift,
+        };
         v.log = c.log;
         v
     }
 
     /// Bytes to allocate for a block of `psize` (RAID-Z adds its parity).
     pub fn round(&self, psize: u64) -> u64 {
-        if self.nparity > 0 {
-            return crate::vdev::raidz::asize(psize, self.ashift, self.dcols, self.nparity);
-        }
-        let a = 1u64 << self.ashift;
-        psize.div_ceil(a) * a
+        self.geom.asize(psize)
     }
 
     fn alloc(&mut self, asize: u64, avoid_ms: Option<usize>) -> Option<(u64, usize)> {

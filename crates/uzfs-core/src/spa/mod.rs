@@ -281,51 +281,36 @@ pub(crate) fn build_top(
         return Err(Error::invalid("a vdev needs at least one device"));
     }
     let width = spec.leaves.len();
-    if spec.kind == TopKind::Mirror && width < 2 {
-        return Err(Error::invalid("a mirror needs at least two devices"));
-    }
-    if spec.kind == TopKind::Disk && width != 1 {
-        return Err(Error::invalid("a disk vdev has exactly one device"));
-    }
-    let np = spec.kind.nparity();
-    if spec.kind.is_raidz() && !(np + 1..=255).contains(&width) {
-        return Err(Error::invalid(format!(
-            "a {} vdev needs {} to 255 devices, got {width}",
-            spec.kind.label(),
-            np + 1
-        )));
-    }
+    spec.kind.ops().check_width(width).map_err(Error::invalid)?;
     if !(9..=16).contains(&ashift) {
         return Err(Error::invalid(format!(
             "ashift {ashift} out of range 9..16"
         )));
     }
-    let mut asize = u64::MAX;
-    let mut ms_shift = 0;
     let mut raw_min = u64::MAX;
     for (path, dev) in &spec.leaves {
-        let (a, s) = vdev::allocatable(dev.size()).ok_or_else(|| {
-            Error::invalid(format!(
+        if vdev::allocatable(dev.size()).is_none() {
+            return Err(Error::invalid(format!(
                 "cannot use '{path}': device is too small ({} bytes; the minimum is {} MiB)",
                 dev.size(),
                 vdev::MIN_DEVICE_SIZE >> 20
-            ))
-        })?;
+            )));
+        }
         raw_min = raw_min
             .min(label::aligned_size(dev.size()) - vdev::LABEL_START_SIZE - vdev::LABEL_END_SIZE);
-        if a < asize {
-            asize = a;
-            ms_shift = s;
-        }
     }
-    if spec.kind.is_raidz() {
-        // One row short of the smallest child, so a column that wraps to the
-        // next row still fits (see vdev/raidz.rs).
-        let rows = (raw_min >> ashift).saturating_sub(1);
-        let raw = (rows * width as u64) << ashift;
-        ms_shift = vdev::metaslab_shift(raw);
-        asize = raw >> ms_shift << ms_shift;
+    // The kind's address space over its smallest child (a mirror: that
+    // child's; RAID-Z: one row short of it times the width), in whole
+    // metaslabs. Every device is at least MIN_DEVICE_SIZE, so there is at
+    // least one.
+    let raw = vdev::Geometry {
+        kind: spec.kind,
+        width,
+        ashift,
     }
+    .space(raw_min);
+    let ms_shift = vdev::metaslab_shift(raw);
+    let asize = raw >> ms_shift << ms_shift;
     let top_guid = next_guid(guids);
     let children: Vec<Arc<Leaf>> = spec
         .leaves
@@ -836,10 +821,11 @@ impl Pool {
     /// `zpool add POOL log ...`: a separate intent-log device. Its space is
     /// the log class's alone (`log_space.rs`) and not in the pool's size.
     pub fn add_log_vdev(&self, spec: TopSpec, ashift: Option<u8>, force: bool) -> Result<()> {
-        if spec.kind.is_raidz() {
-            return Err(Error::invalid(
-                "a log device is a disk or a mirror, not raidz",
-            ));
+        if !spec.kind.ops().replicated() {
+            return Err(Error::invalid(format!(
+                "a log device is a disk or a mirror, not {}",
+                spec.kind.label()
+            )));
         }
         if !force {
             if let Some((p, _)) = spec

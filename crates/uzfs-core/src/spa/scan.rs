@@ -1091,6 +1091,7 @@ impl Pool {
         scrub: bool,
     ) -> Vec<(usize, u64, Arc<Vec<u8>>)> {
         let n = top.children.len();
+        let geom = top.geometry();
         let mut ranges: Vec<Option<(u64, u64)>> = vec![None; n];
         let mut widen = |c: usize, lo: u64, hi: u64| {
             let r = ranges[c].get_or_insert((lo, hi));
@@ -1100,15 +1101,8 @@ impl Pool {
         for &i in run {
             let d = bps[i].dva[0];
             let psize = bps[i].psize as u64;
-            if top.kind.is_raidz() {
-                let m = crate::vdev::raidz::map(d.offset, psize, top.ashift, n, top.kind.nparity());
-                for c in &m.cols {
-                    widen(c.child, c.offset, c.offset + c.size);
-                }
-            } else {
-                for c in 0..n {
-                    widen(c, d.offset, d.offset + psize);
-                }
+            for e in geom.extents(d.offset, psize) {
+                widen(e.child, e.offset, e.offset + e.size);
             }
         }
         let births: Vec<u64> = run.iter().map(|&i| bps[i].phys_birth).collect();
@@ -1126,7 +1120,7 @@ impl Pool {
                 jobs.push((l, lo, hi));
             }
             // A mirror read needs one side; a scrub reads every side.
-            if !scrub && !top.kind.is_raidz() && !jobs.is_empty() {
+            if !scrub && top.ops().replicated() && !jobs.is_empty() {
                 break;
             }
         }

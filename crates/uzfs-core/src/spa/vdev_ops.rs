@@ -304,7 +304,7 @@ impl Pool {
         {
             let _g = self.sync_guard()?;
             let top = self.io.top(pos.top as u32)?;
-            if top.kind.is_raidz() {
+            if !top.ops().replicated() {
                 return Err(Error::invalid(format!(
                     "cannot attach {new_path} to {existing}: can only attach to mirrors and top-level disks"
                 )));

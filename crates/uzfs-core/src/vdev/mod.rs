@@ -1,6 +1,7 @@
 //! Virtual devices: leaves (a file or block device, see `leaf.rs`),
-//! top-level vdevs (a single disk, an N-way mirror or a RAID-Z group of
-//! leaves, see `raidz.rs`), and labels. The SPA addresses a top-level vdev by
+//! top-level vdevs (`top.rs`; each kind implements `ops.rs`'s trait: a
+//! single disk or an N-way mirror in `mirror.rs`, a RAID-Z group in
+//! `raidz.rs`), and labels. The SPA addresses a top-level vdev by
 //! its id and a byte offset into its allocatable address space; each leaf's
 //! allocatable area starts after its two front labels and the boot region
 //! (`LABEL_START_SIZE`).
@@ -13,6 +14,8 @@ pub mod device;
 pub mod fanout;
 pub mod label;
 pub mod leaf;
+pub mod mirror;
+pub mod ops;
 pub mod queue;
 pub mod raidz;
 pub mod sim;
@@ -21,7 +24,8 @@ pub mod uring;
 
 pub use device::{BlockDevice, FileDevice, FlushPolicy};
 pub use leaf::{AttachKind, Leaf, LeafState, VdevStats};
-pub use top::{child_need as top_child_need, BlockWrite, DurableRun, ScanRepair, TopKind, TopVdev};
+pub use ops::{Extent, Geometry, VdevOps};
+pub use top::{BlockWrite, DurableRun, ScanRepair, TopKind, TopVdev};
 
 /// Bytes before the allocatable area: labels L0, L1 and a 3.5 MiB boot region.
 pub const LABEL_START_SIZE: u64 = 4 << 20;

@@ -1,4 +1,5 @@
-//! RAID-Z geometry, parity and reconstruction (OpenZFS vdev_raidz.c).
+//! RAID-Z: geometry, parity, reconstruction, and the vdev kind itself
+//! ([`Raidz`], reading and rebuilding blocks) (OpenZFS vdev_raidz.c).
 //!
 //! # Layout
 //!
@@ -37,7 +38,13 @@
 //! (a Vandermonde-like matrix, invertible for distinct columns when
 //! `dcols <= 255`), OpenZFS's "general reconstruction".
 
+use super::leaf::column_source;
+use super::ops::{Columns, Extent, Geometry, ReadOutcome, ReadReq, VdevOps};
+use super::top::{is_power_lost, TopVdev};
+use super::{Leaf, VdevStats};
 use crate::error::{Error, Result};
+use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Most parity columns (RAID-Z3).
 pub const MAX_PARITY: usize = 3;
@@ -387,6 +394,231 @@ pub fn reconstruct(m: &Map, cols: &mut [Vec<u8>], missing: &[usize]) -> Result<(
         }
     }
     Ok(())
+}
+
+/// A RAID-Z group of `nparity` parity columns (the vdev's side of
+/// OpenZFS's vdev_raidz.c).
+///
+/// # Reading
+///
+/// A read fetches only the data columns. If a column cannot be read or
+/// the block does not verify, it reads the parity too and rebuilds the
+/// columns known to be bad (I/O errors, missing leaves, leaves whose DTL
+/// lacks the block's txg). If the block still does not verify and no
+/// device admitted an error, it tries every combination of up to the
+/// remaining parity count of columns as the wrong ones (OpenZFS
+/// vdev_raidz_combrec): the combination that verifies names the culprits,
+/// whose CKSUM counters rise and which are rewritten. A thorough read
+/// (scrub, zdb) reads every column, parity included, and repairs each one
+/// that differs from what the verified block implies.
+pub struct Raidz {
+    pub nparity: usize,
+}
+
+pub static RAIDZ1: Raidz = Raidz { nparity: 1 };
+pub static RAIDZ2: Raidz = Raidz { nparity: 2 };
+pub static RAIDZ3: Raidz = Raidz { nparity: 3 };
+
+impl Raidz {
+    fn map_of(&self, g: &Geometry, offset: u64, psize: u64) -> Map {
+        map(offset, psize, g.ashift, g.width, self.nparity)
+    }
+}
+
+/// Every way to pick `k` of `items`, in order.
+fn combinations(items: &[usize], k: usize, out: &mut Vec<Vec<usize>>) {
+    fn go(items: &[usize], k: usize, at: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if cur.len() == k {
+            out.push(cur.clone());
+            return;
+        }
+        for i in at..items.len() {
+            cur.push(items[i]);
+            go(items, k, i + 1, cur, out);
+            cur.pop();
+        }
+    }
+    go(items, k, 0, &mut Vec::new(), out);
+}
+
+impl VdevOps for Raidz {
+    fn redundancy(&self, _width: usize) -> usize {
+        self.nparity
+    }
+
+    fn check_width(&self, width: usize) -> std::result::Result<(), String> {
+        if (self.nparity + 1..=255).contains(&width) {
+            Ok(())
+        } else {
+            Err(format!(
+                "a raidz{} vdev needs {} to 255 devices, got {width}",
+                self.nparity,
+                self.nparity + 1
+            ))
+        }
+    }
+
+    /// One row short of the smallest child, so a column that wraps to the
+    /// next row still fits (see the layout above).
+    fn space(&self, g: &Geometry, raw: u64) -> u64 {
+        let rows = (raw >> g.ashift).saturating_sub(1);
+        (rows * g.width as u64) << g.ashift
+    }
+
+    fn child_need(&self, g: &Geometry, asize: u64) -> u64 {
+        let sectors = asize >> g.ashift;
+        (sectors.div_ceil(g.width as u64) + 1) << g.ashift
+    }
+
+    fn asize(&self, g: &Geometry, psize: u64) -> u64 {
+        asize(psize, g.ashift, g.width, self.nparity)
+    }
+
+    fn extents(&self, g: &Geometry, offset: u64, psize: u64) -> Vec<Extent> {
+        self.map_of(g, offset, psize)
+            .cols
+            .iter()
+            .map(|c| Extent {
+                child: c.child,
+                offset: c.offset,
+                size: c.size,
+            })
+            .collect()
+    }
+
+    fn columns<'a>(&self, top: &TopVdev, offset: u64, phys: &'a [u8], _asize: u64) -> Columns<'a> {
+        let m = self.map_of(&top.geometry(), offset, phys.len() as u64);
+        Columns {
+            bufs: encode(&m, phys).into_iter().map(Cow::Owned).collect(),
+            cols: m
+                .cols
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.child, c.offset, i))
+                .collect(),
+        }
+    }
+
+    fn read(&self, top: &TopVdev, req: &ReadReq<'_>) -> Result<ReadOutcome> {
+        let (offset, psize) = (req.offset, req.psize);
+        let m = self.map_of(&top.geometry(), offset, psize);
+        let np = m.nparity;
+        let n = m.cols.len();
+        let mut cols: Vec<Vec<u8>> = m.cols.iter().map(|c| vec![0u8; c.size as usize]).collect();
+        let src: Vec<Option<Arc<Leaf>>> = m
+            .cols
+            .iter()
+            .map(|c| column_source(&top.children[c.child], req.birth))
+            .collect();
+        let mut have = vec![false; n];
+        let mut erased: Vec<usize> = Vec::new();
+        let mut errored: Vec<usize> = Vec::new();
+        let mut read_cols = |range: std::ops::Range<usize>,
+                             cols: &mut Vec<Vec<u8>>,
+                             have: &mut Vec<bool>|
+         -> Result<()> {
+            for i in range {
+                match &src[i] {
+                    None => erased.push(i),
+                    Some(l) => match l.read(&mut cols[i], m.cols[i].offset) {
+                        Ok(()) => have[i] = true,
+                        Err(e) if is_power_lost(&e) => return Err(e),
+                        Err(_) => {
+                            erased.push(i);
+                            errored.push(i);
+                        }
+                    },
+                }
+            }
+            Ok(())
+        };
+        if req.thorough {
+            read_cols(0..n, &mut cols, &mut have)?;
+        } else {
+            read_cols(np..n, &mut cols, &mut have)?;
+            if !have[np..].contains(&false) {
+                let d = join(&m, &cols, psize as usize);
+                if (req.verify)(&d) {
+                    return Ok(ReadOutcome {
+                        data: d,
+                        repaired: 0,
+                        bad: Vec::new(),
+                    });
+                }
+            }
+            read_cols(0..np, &mut cols, &mut have)?;
+        }
+        let attempt = |set: &[usize]| -> Option<Vec<u8>> {
+            let mut c = cols.clone();
+            reconstruct(&m, &mut c, set).ok()?;
+            let d = join(&m, &c, psize as usize);
+            (req.verify)(&d).then_some(d)
+        };
+        let mut data = None;
+        if erased.len() <= np {
+            data = attempt(&erased);
+            if data.is_none() {
+                // Silent damage: guess which of the columns that read fine
+                // are wrong, as many as the parity left over allows.
+                let candidates: Vec<usize> = (0..n).filter(|i| have[*i]).collect();
+                'outer: for k in 1..=np - erased.len() {
+                    let mut combos = Vec::new();
+                    combinations(&candidates, k, &mut combos);
+                    for combo in combos {
+                        let mut set = erased.clone();
+                        set.extend(&combo);
+                        if set.iter().all(|&c| c < np) {
+                            continue; // no data column rebuilt: nothing would change
+                        }
+                        if let Some(d) = attempt(&set) {
+                            data = Some(d);
+                            break 'outer;
+                        }
+                    }
+                }
+            }
+        }
+        let Some(data) = data else {
+            return Err(Error::Checksum(format!(
+                "{} cannot rebuild the block at {offset:#x}: {} columns unreadable, parity {np}",
+                top.name(),
+                erased.len()
+            )));
+        };
+        // Rewrite every column that read wrong or failed to read.
+        let expect = encode(&m, &data);
+        let mut repaired = 0;
+        let mut bad = Vec::new();
+        for i in 0..n {
+            let Some(l) = &src[i] else { continue };
+            let wrong = have[i] && cols[i] != expect[i];
+            if wrong {
+                bad.push((l.clone(), "checksum mismatch"));
+            } else if errored.contains(&i) {
+                bad.push((l.clone(), "I/O error"));
+            } else {
+                continue;
+            }
+            if !req.repair {
+                continue;
+            }
+            if wrong {
+                VdevStats::bump(&l.stats.cksum_errors, 1);
+            }
+            if l.write(&expect[i], m.cols[i].offset).is_ok() {
+                repaired += expect[i].len() as u64;
+            }
+        }
+        Ok(ReadOutcome {
+            data,
+            repaired,
+            bad,
+        })
+    }
+
+    fn replicated(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -1,25 +1,17 @@
-//! Top-level vdevs: block reads with verification and self-healing, block
-//! writes, and the per-block work of scrub and resilver, for disks, mirrors
-//! and RAID-Z.
+//! Top-level vdevs: the object every kind shares (its columns, the
+//! writes and flushes settled against its redundancy, the scan's per-block
+//! work) over what each kind does its own way (`ops.rs`: `mirror.rs` for
+//! disks and mirrors, `raidz.rs` for RAID-Z). Nothing here asks which kind
+//! a vdev is.
 //!
-//! # Reading
-//!
-//! A mirror reads one column after another until a copy verifies, then
-//! rewrites the copies that failed. RAID-Z reads only the data columns; if
-//! a column cannot be read or the block does not verify, it reads the parity
-//! too, rebuilds the columns known to be bad (I/O errors, missing leaves,
-//! leaves whose DTL lacks the block's txg) and, if the block still does not
-//! verify and no device admitted an error, tries every combination of up to
-//! the remaining parity count of columns as the wrong ones (OpenZFS
-//! vdev_raidz_combrec). The combination that verifies names the culprits:
-//! their CKSUM counters rise and they are rewritten.
-//!
+//! A write succeeds while no more columns failed than the vdev survives;
+//! a leaf that failed records the txg in its DTL. A read (`read_block`)
+//! is the kind's: it verifies, rebuilds and rewrites what it found wrong.
 //! `thorough` (scrub) reads every column of every copy, including parity
 //! and leaves standing in for each other, and repairs every one that
 //! differs from what the verified block implies.
 
 use super::device::DIRECT_ALIGN;
-use std::borrow::Cow;
 
 /// One block for [`TopVdev::write_blocks`]: offset, physical bytes, asize.
 pub type BlockWrite<'a> = (u64, &'a [u8], u64);
@@ -27,9 +19,9 @@ pub type BlockWrite<'a> = (u64, &'a [u8], u64);
 /// device offset and its bytes.
 type ColumnWrite<'a> = (std::ops::Range<usize>, u64, &'a [u8]);
 use super::fanout;
-use super::leaf::{column_leaves, column_source, Leaf, LeafState};
-use super::raidz;
-use super::{FlushPolicy, VdevStats};
+use super::leaf::{column_leaves, Leaf, LeafState};
+use super::ops::{Columns, Geometry, ReadOutcome, ReadReq, VdevOps, Verify};
+use super::FlushPolicy;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -44,16 +36,15 @@ pub enum TopKind {
 }
 
 impl TopKind {
-    pub fn nparity(self) -> usize {
+    /// What this kind does its own way (`ops.rs`).
+    pub fn ops(self) -> &'static dyn VdevOps {
         match self {
-            TopKind::Raidz1 => 1,
-            TopKind::Raidz2 => 2,
-            TopKind::Raidz3 => 3,
-            _ => 0,
+            TopKind::Disk => &super::mirror::DISK,
+            TopKind::Mirror => &super::mirror::MIRROR,
+            TopKind::Raidz1 => &super::raidz::RAIDZ1,
+            TopKind::Raidz2 => &super::raidz::RAIDZ2,
+            TopKind::Raidz3 => &super::raidz::RAIDZ3,
         }
-    }
-    pub fn is_raidz(self) -> bool {
-        self.nparity() > 0
     }
     pub fn raidz(nparity: usize) -> Option<TopKind> {
         match nparity {
@@ -97,27 +88,8 @@ pub struct TopVdev {
     pub children: Vec<Arc<Leaf>>,
 }
 
-type Verify<'a> = &'a dyn Fn(&[u8]) -> bool;
-
-struct ReadOutcome {
-    data: Vec<u8>,
-    repaired: u64,
-    /// Leaves whose copy or column was wrong, and why.
-    bad: Vec<(Arc<Leaf>, &'static str)>,
-}
-
-fn is_power_lost(e: &Error) -> bool {
+pub(super) fn is_power_lost(e: &Error) -> bool {
     matches!(e, Error::PowerLost)
-}
-
-/// `phys` padded with zeros to `asize` (copied only when it is shorter).
-fn padded(phys: &[u8], asize: u64) -> Cow<'_, [u8]> {
-    if phys.len() as u64 >= asize {
-        return Cow::Borrowed(phys);
-    }
-    let mut p = phys.to_vec();
-    p.resize(asize as usize, 0);
-    Cow::Owned(p)
 }
 
 /// The leaves of a column that can take I/O now.
@@ -127,9 +99,6 @@ fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
         .filter(|l| l.is_usable())
         .collect()
 }
-
-/// One column of a durable write: (child, offset, bytes).
-type DurableCol<'a> = (usize, u64, Cow<'a, [u8]>);
 
 /// Zeros that pad a block to its allocation in a [`DurableRun`].
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
@@ -225,22 +194,6 @@ fn note_missed(failed: &[Arc<Leaf>], txg: u64) {
     }
 }
 
-/// Every way to pick `k` of `items`, in order.
-fn combinations(items: &[usize], k: usize, out: &mut Vec<Vec<usize>>) {
-    fn go(items: &[usize], k: usize, at: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
-        if cur.len() == k {
-            out.push(cur.clone());
-            return;
-        }
-        for i in at..items.len() {
-            cur.push(items[i]);
-            go(items, k, i + 1, cur, out);
-            cur.pop();
-        }
-    }
-    go(items, k, 0, &mut Vec::new(), out);
-}
-
 impl TopVdev {
     /// The same vdev with another kind and other columns (tree changes).
     pub fn with_children(&self, kind: TopKind, children: Vec<Arc<Leaf>>) -> Arc<TopVdev> {
@@ -274,13 +227,23 @@ impl TopVdev {
         })
     }
 
+    /// What this vdev's kind does its own way.
+    pub fn ops(&self) -> &'static dyn VdevOps {
+        self.kind.ops()
+    }
+
+    /// Kind, width and sector size.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            kind: self.kind,
+            width: self.children.len(),
+            ashift: self.ashift,
+        }
+    }
+
     /// Columns whose loss the vdev survives.
     pub fn redundancy(&self) -> usize {
-        match self.kind {
-            TopKind::Disk => 0,
-            TopKind::Mirror => self.children.len().saturating_sub(1),
-            k => k.nparity(),
-        }
+        self.ops().redundancy(self.children.len())
     }
 
     pub fn name(&self) -> String {
@@ -301,7 +264,7 @@ impl TopVdev {
 
     /// Bytes each leaf must hold past its front labels.
     pub fn child_need(&self) -> u64 {
-        child_need(self.kind, self.children.len(), self.ashift, self.asize)
+        self.geometry().child_need(self.asize)
     }
 
     /// Columns that cannot serve reads right now.
@@ -317,39 +280,11 @@ impl TopVdev {
         self.dead_columns() <= self.redundancy()
     }
 
-    fn sector_pad(&self, data: &[u8]) -> Vec<u8> {
-        let a = 1usize << self.ashift;
-        let mut v = data.to_vec();
-        v.resize(data.len().div_ceil(a) * a, 0);
-        v
-    }
-
-    fn rmap(&self, offset: u64, psize: u64) -> raidz::Map {
-        raidz::map(
-            offset,
-            psize,
-            self.ashift,
-            self.children.len(),
-            self.kind.nparity(),
-        )
-    }
-
-    /// Expected contents of each column for the verified block `data`.
-    fn expected_columns(&self, offset: u64, data: &[u8]) -> Vec<(usize, u64, Vec<u8>)> {
-        if self.kind.is_raidz() {
-            let m = self.rmap(offset, data.len() as u64);
-            let cols = raidz::encode(&m, data);
-            m.cols
-                .iter()
-                .zip(cols)
-                .map(|(c, d)| (c.child, c.offset, d))
-                .collect()
-        } else {
-            let p = self.sector_pad(data);
-            (0..self.children.len())
-                .map(|c| (c, offset, p.clone()))
-                .collect()
-        }
+    /// Expected contents of each column for the verified block `data`
+    /// (padded to the sector, as a fresh write of it would be).
+    fn expected_columns<'a>(&self, offset: u64, data: &'a [u8]) -> Columns<'a> {
+        let asize = self.geometry().asize(data.len() as u64);
+        self.ops().columns(self, offset, data, asize)
     }
 
     /// Read and verify a block of `psize` bytes born in txg `birth`,
@@ -411,206 +346,17 @@ impl TopVdev {
         thorough: bool,
         repair: bool,
     ) -> Result<ReadOutcome> {
-        if self.kind.is_raidz() {
-            self.read_raidz(offset, psize, birth, verify, thorough, repair)
-        } else {
-            self.read_mirror(offset, psize, birth, verify, thorough, repair)
-        }
-    }
-
-    fn read_mirror(
-        &self,
-        offset: u64,
-        psize: u64,
-        birth: u64,
-        verify: Verify,
-        thorough: bool,
-        repair: bool,
-    ) -> Result<ReadOutcome> {
-        let mut bad: Vec<(Arc<Leaf>, &'static str)> = Vec::new();
-        let mut good: Option<Vec<u8>> = None;
-        let mut last_err = None;
-        let sources: Vec<Arc<Leaf>> = if thorough {
-            self.leaves()
-                .into_iter()
-                .filter(|l| l.is_usable() && !l.dtl_covers(birth))
-                .collect()
-        } else {
-            self.children
-                .iter()
-                .filter_map(|c| column_source(c, birth))
-                .collect()
-        };
-        for src in sources {
-            let mut buf = vec![0u8; psize as usize];
-            match src.read(&mut buf, offset) {
-                Err(e) if is_power_lost(&e) => return Err(e),
-                Err(e) => {
-                    last_err = Some(e);
-                    bad.push((src, "I/O error"));
-                }
-                Ok(()) if verify(&buf) => {
-                    good.get_or_insert(buf);
-                    if !thorough {
-                        break;
-                    }
-                }
-                Ok(()) => {
-                    if repair {
-                        VdevStats::bump(&src.stats.cksum_errors, 1);
-                    }
-                    bad.push((src, "checksum mismatch"));
-                }
-            }
-        }
-        let Some(g) = good else {
-            return Err(Error::Checksum(format!(
-                "no valid copy on {}{}",
-                self.name(),
-                last_err
-                    .map(|e| format!(" (last error: {e})"))
-                    .unwrap_or_default()
-            )));
-        };
-        let mut repaired = 0;
-        if repair {
-            let p = self.sector_pad(&g);
-            for (l, _) in &bad {
-                // Best effort: a failed repair leaves the copy bad, counted.
-                if l.write(&p, offset).is_ok() {
-                    repaired += p.len() as u64;
-                }
-            }
-        }
-        Ok(ReadOutcome {
-            data: g,
-            repaired,
-            bad,
-        })
-    }
-
-    fn read_raidz(
-        &self,
-        offset: u64,
-        psize: u64,
-        birth: u64,
-        verify: Verify,
-        thorough: bool,
-        repair: bool,
-    ) -> Result<ReadOutcome> {
-        let m = self.rmap(offset, psize);
-        let np = m.nparity;
-        let n = m.cols.len();
-        let mut cols: Vec<Vec<u8>> = m.cols.iter().map(|c| vec![0u8; c.size as usize]).collect();
-        let src: Vec<Option<Arc<Leaf>>> = m
-            .cols
-            .iter()
-            .map(|c| column_source(&self.children[c.child], birth))
-            .collect();
-        let mut have = vec![false; n];
-        let mut erased: Vec<usize> = Vec::new();
-        let mut errored: Vec<usize> = Vec::new();
-        let mut read_cols = |range: std::ops::Range<usize>,
-                             cols: &mut Vec<Vec<u8>>,
-                             have: &mut Vec<bool>|
-         -> Result<()> {
-            for i in range {
-                match &src[i] {
-                    None => erased.push(i),
-                    Some(l) => match l.read(&mut cols[i], m.cols[i].offset) {
-                        Ok(()) => have[i] = true,
-                        Err(e) if is_power_lost(&e) => return Err(e),
-                        Err(_) => {
-                            erased.push(i);
-                            errored.push(i);
-                        }
-                    },
-                }
-            }
-            Ok(())
-        };
-        if thorough {
-            read_cols(0..n, &mut cols, &mut have)?;
-        } else {
-            read_cols(np..n, &mut cols, &mut have)?;
-            if !have[np..].contains(&false) {
-                let d = raidz::join(&m, &cols, psize as usize);
-                if verify(&d) {
-                    return Ok(ReadOutcome {
-                        data: d,
-                        repaired: 0,
-                        bad: Vec::new(),
-                    });
-                }
-            }
-            read_cols(0..np, &mut cols, &mut have)?;
-        }
-        let attempt = |set: &[usize]| -> Option<Vec<u8>> {
-            let mut c = cols.clone();
-            raidz::reconstruct(&m, &mut c, set).ok()?;
-            let d = raidz::join(&m, &c, psize as usize);
-            verify(&d).then_some(d)
-        };
-        let mut data = None;
-        if erased.len() <= np {
-            data = attempt(&erased);
-            if data.is_none() {
-                // Silent damage: guess which of the columns that read fine
-                // are wrong, as many as the parity left over allows.
-                let candidates: Vec<usize> = (0..n).filter(|i| have[*i]).collect();
-                'outer: for k in 1..=np - erased.len() {
-                    let mut combos = Vec::new();
-                    combinations(&candidates, k, &mut combos);
-                    for combo in combos {
-                        let mut set = erased.clone();
-                        set.extend(&combo);
-                        if set.iter().all(|&c| c < np) {
-                            continue; // no data column rebuilt: nothing would change
-                        }
-                        if let Some(d) = attempt(&set) {
-                            data = Some(d);
-                            break 'outer;
-                        }
-                    }
-                }
-            }
-        }
-        let Some(data) = data else {
-            return Err(Error::Checksum(format!(
-                "{} cannot rebuild the block at {offset:#x}: {} columns unreadable, parity {np}",
-                self.name(),
-                erased.len()
-            )));
-        };
-        // Rewrite every column that read wrong or failed to read.
-        let expect = raidz::encode(&m, &data);
-        let mut repaired = 0;
-        let mut bad = Vec::new();
-        for i in 0..n {
-            let Some(l) = &src[i] else { continue };
-            let wrong = have[i] && cols[i] != expect[i];
-            if wrong {
-                bad.push((l.clone(), "checksum mismatch"));
-            } else if errored.contains(&i) {
-                bad.push((l.clone(), "I/O error"));
-            } else {
-                continue;
-            }
-            if !repair {
-                continue;
-            }
-            if wrong {
-                VdevStats::bump(&l.stats.cksum_errors, 1);
-            }
-            if l.write(&expect[i], m.cols[i].offset).is_ok() {
-                repaired += expect[i].len() as u64;
-            }
-        }
-        Ok(ReadOutcome {
-            data,
-            repaired,
-            bad,
-        })
+        self.ops().read(
+            self,
+            &ReadReq {
+                offset,
+                psize,
+                birth,
+                verify,
+                thorough,
+                repair,
+            },
+        )
     }
 
     /// Scrub or resilver one block: read it (every copy if `scrub`), repair
@@ -647,10 +393,10 @@ impl TopVdev {
             .filter(|(_, ls)| !ls.is_empty())
             .collect();
         if !needs.is_empty() {
-            for (child, off, bytes) in self.expected_columns(offset, &data) {
+            for (child, off, bytes) in self.expected_columns(offset, &data).iter() {
                 for (_, ls) in needs.iter().filter(|(i, _)| *i == child) {
                     for l in ls {
-                        match l.write(&bytes, off) {
+                        match l.write(bytes, off) {
                             Ok(()) => repaired += bytes.len() as u64,
                             Err(e) if is_power_lost(&e) => return Err(e),
                             Err(_) => {}
@@ -671,19 +417,10 @@ impl TopVdev {
     pub fn write_block(&self, offset: u64, phys: &[u8], asize: u64, txg: u64) -> Result<()> {
         debug_assert!(offset.is_multiple_of(1 << self.ashift));
         debug_assert!(offset + asize <= self.asize);
-        if self.kind.is_raidz() {
-            let cols = self.expected_columns(offset, phys);
-            return self.on_columns(
-                cols.iter()
-                    .map(|(child, off, bytes)| (*child, |l: &Leaf| l.write(bytes, *off))),
-                txg,
-                "too many devices unavailable to write",
-            );
-        }
-        // Mirror or single disk: every child gets the same bytes.
-        let bytes = padded(phys, asize);
+        let cols = self.ops().columns(self, offset, phys, asize);
         self.on_columns(
-            (0..self.children.len()).map(|c| (c, |l: &Leaf| l.write(&bytes, offset))),
+            cols.iter()
+                .map(|(child, off, bytes)| (child, move |l: &Leaf| l.write(bytes, off))),
             txg,
             "too many devices unavailable to write",
         )
@@ -701,19 +438,10 @@ impl TopVdev {
         if let Some(r) = self.write_durable_at_once(&runs, txg) {
             return r;
         }
-        let cols: Vec<DurableCol<'_>> = if self.kind.is_raidz() {
-            self.expected_columns(offset, phys)
-                .into_iter()
-                .map(|(c, o, b)| (c, o, Cow::Owned(b)))
-                .collect()
-        } else {
-            let bytes = padded(phys, asize);
-            (0..self.children.len())
-                .map(|c| (c, offset, bytes.clone()))
-                .collect()
-        };
+        let layout = self.ops().columns(self, offset, phys, asize);
+        let cols: Vec<(usize, u64, &[u8])> = layout.iter().collect();
         let flush = self.flush != FlushPolicy::Ignore;
-        let run = |(child, off, bytes): &(usize, u64, Cow<'_, [u8]>)| {
+        let run = |(child, off, bytes): &(usize, u64, &[u8])| {
             on_column(&usable_leaves(&self.children[*child]), |l: &Leaf| {
                 if flush {
                     l.write_sync(bytes, *off)
@@ -767,7 +495,7 @@ impl TopVdev {
     /// submission, or only one (a single `pwritev2` already): nothing was
     /// written then.
     pub fn write_durable_at_once(&self, runs: &[DurableRun<'_>], txg: u64) -> Option<Result<()>> {
-        if self.kind.is_raidz() || self.flush == FlushPolicy::Ignore {
+        if !self.ops().replicated() || self.flush == FlushPolicy::Ignore {
             return None;
         }
         let sources: Vec<&[&[u8]]> = runs.iter().map(|r| r.pieces.as_slice()).collect();
@@ -860,41 +588,27 @@ impl TopVdev {
         run_buf: &mut Vec<u8>,
         stage: bool,
     ) -> Result<()> {
-        if blocks.len() < 2 || (self.kind.is_raidz() && self.children.len() < 2) {
+        if blocks.len() < 2 {
             for &(offset, phys, asize) in blocks {
                 self.write_block(offset, phys, asize, txg)?;
             }
             return Ok(());
         }
         let mut per_child: Vec<Vec<ColumnWrite>> = vec![Vec::new(); self.children.len()];
-        let owned: Vec<Vec<(usize, u64, Vec<u8>)>>;
-        if self.kind.is_raidz() {
-            owned = blocks
+        let layouts: Vec<Columns>;
+        if !stage || !self.ops().replicated() {
+            // Each block laid out by itself (RAID-Z columns; a mirror's
+            // blocks straight from the caller's buffers, one padded copy
+            // when shorter than the allocation).
+            layouts = blocks
                 .iter()
-                .map(|&(offset, phys, _)| self.expected_columns(offset, phys))
+                .map(|&(offset, phys, asize)| self.ops().columns(self, offset, phys, asize))
                 .collect();
-            for (b, cols) in owned.iter().enumerate() {
-                for (child, off, bytes) in cols {
-                    per_child[*child].push((b..b + 1, *off, bytes));
+            for (b, cols) in layouts.iter().enumerate() {
+                for (child, off, bytes) in cols.iter() {
+                    per_child[child].push((b..b + 1, off, bytes));
                 }
             }
-        } else if !stage {
-            // Buffered: each block straight from the caller's buffer (one
-            // padded copy when it is shorter than its allocation).
-            let bytes: Vec<Cow<[u8]>> = blocks
-                .iter()
-                .map(|&(_, phys, asize)| padded(phys, asize))
-                .collect();
-            let cols: Vec<Vec<ColumnWrite>> = (0..self.children.len())
-                .map(|_| {
-                    blocks
-                        .iter()
-                        .enumerate()
-                        .map(|(b, &(offset, _, _))| (b..b + 1, offset, &*bytes[b]))
-                        .collect()
-                })
-                .collect();
-            return self.write_columns(&cols, blocks.len(), txg);
         } else {
             // Runs of adjacent blocks, each starting aligned in `run_buf`.
             let mut runs: Vec<(std::ops::Range<usize>, u64, usize, usize)> = Vec::new();
@@ -1111,16 +825,6 @@ impl TopVdev {
     }
 }
 
-/// Bytes each leaf must hold past its front labels for a vdev of `asize`.
-pub fn child_need(kind: TopKind, width: usize, ashift: u8, asize: u64) -> u64 {
-    if kind.is_raidz() {
-        let sectors = asize >> ashift;
-        (sectors.div_ceil(width as u64) + 1) << ashift
-    } else {
-        asize
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1166,8 +870,13 @@ mod tests {
             rng.fill(&mut data);
             // Every fifth mirror block is allocated larger than it is
             // (padding); RAID-Z blocks take their parity and skip sectors.
-            let asize = if kind.is_raidz() {
-                crate::vdev::raidz::asize(sectors * 512, 9, width, kind.nparity())
+            let asize = if !kind.ops().replicated() {
+                Geometry {
+                    kind,
+                    width,
+                    ashift: 9,
+                }
+                .asize(sectors * 512)
             } else {
                 (sectors + u64::from(i % 5 == 0) * 2) * 512
             };

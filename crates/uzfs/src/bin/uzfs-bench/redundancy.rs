@@ -156,7 +156,7 @@ pub fn layouts(dir: &Path, bytes: u64) -> R<()> {
         ("raidz1 x4", TopKind::Raidz1, 4),
         ("raidz2 x6", TopKind::Raidz2, 6),
     ] {
-        let per_dev = bytes * 2 / (n as u64 - kind.nparity() as u64).max(1) + (512 << 20);
+        let per_dev = bytes * 2 / (n as u64 - kind.ops().redundancy(n) as u64).max(1) + (512 << 20);
         let per_dev = if kind == TopKind::Mirror {
             bytes + bytes / 2 + (512 << 20)
         } else {
