@@ -8,6 +8,7 @@
 //! * [`zpl`]: the POSIX layer: files and directories in a dataset.
 //! * [`dsl`]: datasets: the namespace, properties and space accounting.
 //! * [`zil`]: the intent log: synchronous writes without a txg commit.
+//! * [`zio`]: the write pipeline: compress, checksum, place, issue.
 
 pub mod arc;
 pub mod dmu;
@@ -17,6 +18,7 @@ pub mod spa;
 pub mod vdev;
 pub mod zdb;
 pub mod zil;
+pub mod zio;
 pub mod zpl;
 
 pub use error::{Error, Result};

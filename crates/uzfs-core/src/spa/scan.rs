@@ -1124,12 +1124,11 @@ impl Pool {
                 break;
             }
         }
-        std::thread::scope(|s| {
+        crate::zio::scan_taskq().scope(|s| {
             let hs: Vec<_> = jobs
                 .iter()
                 .map(|(l, lo, hi)| {
                     s.spawn(move || {
-                        let _class = scan_thread();
                         let mut buf = vec![0u8; (hi - lo) as usize];
                         l.read_raw(&mut buf, crate::vdev::LABEL_START_SIZE + lo)
                             .ok()
@@ -1137,9 +1136,7 @@ impl Pool {
                     })
                 })
                 .collect();
-            hs.into_iter()
-                .filter_map(|h| h.join().ok().flatten())
-                .collect()
+            hs.into_iter().filter_map(|h| h.join().flatten()).collect()
         })
     }
 

@@ -561,15 +561,15 @@ impl BlockWriter for SyncWriter<'_> {
         self.alloc.dsize(bp)
     }
 
-    /// The I/O pipeline: helper threads compress and checksum chunk k+1
-    /// while this thread allocates (in order: cheap, and it must be
-    /// deterministic) and the writes of chunks k and k-1 are in flight,
-    /// one writer per child device each (`TopVdev::write_blocks`). Chunks
-    /// are at least 4 MiB, so small records still make large writes.
+    /// A batch through the write pipeline (`zio/`): the CPU threads
+    /// compress and checksum chunks ahead while this thread places them
+    /// in order (allocation is cheap and must be deterministic) and the
+    /// writes of the two chunks before are in flight, one writer per child
+    /// device each (`TopVdev::write_blocks`). Chunks are at least 4 MiB,
+    /// so small records still make large writes.
     fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         const CHUNK: usize = 32;
         const CHUNK_BYTES: usize = 4 << 20;
-        const WRITES_IN_FLIGHT: usize = 2;
         let alg = if self.pass >= 2 {
             Compression::Off
         } else {
@@ -581,58 +581,23 @@ impl BlockWriter for SyncWriter<'_> {
                 .map(|(old, d)| self.write_one(old, d, wp))
                 .collect();
         }
-        let helpers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, 4);
         let mut out = Vec::with_capacity(items.len());
-        // Prepared chunks are borrowed (raw) or smaller than the dirty data
-        // already in memory, so helpers may run ahead without a bound.
         let chunks = chunk_by_bytes(items, CHUNK, CHUNK_BYTES);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let ready = std::sync::Mutex::new(std::collections::BTreeMap::new());
-        let cv = std::sync::Condvar::new();
-        std::thread::scope(|s| -> Result<()> {
-            for _ in 0..helpers {
-                let (chunks, next, ready, cv) = (&chunks, &next, &ready, &cv);
-                s.spawn(move || loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(c) = chunks.get(k) else { return };
-                    let prepared: Vec<_> = c
-                        .iter()
-                        .map(|(_, data)| {
-                            let (comp, phys) = compress::compress(alg, data);
-                            let ck = wp.checksum.compute(&phys);
-                            (comp, phys, ck)
-                        })
-                        .collect();
-                    lock(ready).insert(k, prepared);
-                    cv.notify_all();
-                });
-            }
-            // Chunk k's writes run on their own thread while this one
-            // allocates chunk k+1, so the devices are not idle meanwhile.
-            let io = self.io;
-            let txg = self.txg;
-            let (name, wait) = (self.name, self.wait);
-            let mut pending: std::collections::VecDeque<
-                std::thread::ScopedJoinHandle<'_, Result<()>>,
-            > = std::collections::VecDeque::new();
-            let join = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::invalid("block writer thread panicked")))
-            };
-            for (k, c) in chunks.iter().enumerate() {
-                let prepared = {
-                    let mut r = lock(&ready);
-                    loop {
-                        if let Some(p) = r.remove(&k) {
-                            break p;
-                        }
-                        r = cv.wait(r).unwrap_or_else(|e| e.into_inner());
-                    }
-                };
-                let mut placed = Vec::with_capacity(c.len());
-                for ((old, data), (comp, phys, ck)) in c.iter().zip(prepared) {
+        let (io, txg, name, wait) = (self.io, self.txg, self.name, self.wait);
+        crate::zio::run(
+            &chunks,
+            |c| {
+                c.iter()
+                    .map(|(_, data)| {
+                        let (comp, phys) = compress::compress(alg, data);
+                        let ck = wp.checksum.compute(&phys);
+                        (comp, phys, ck)
+                    })
+                    .collect::<Vec<_>>()
+            },
+            |k, prepared| {
+                let mut placed = Vec::with_capacity(prepared.len());
+                for ((old, data), (comp, phys, ck)) in chunks[k].iter().zip(prepared) {
                     self.note_features(comp, wp.checksum);
                     let (dva, written) = self.place(old, &phys, wp.copies)?;
                     out.push(self.make_bp(dva, data.len(), phys.len(), comp, ck, &wp));
@@ -640,30 +605,26 @@ impl BlockWriter for SyncWriter<'_> {
                         placed.push((dva, phys));
                     }
                 }
-                if pending.len() >= WRITES_IN_FLIGHT {
-                    if let Some(h) = pending.pop_front() {
-                        join(h)?;
-                    }
-                }
-                pending.push_back(s.spawn(move || {
-                    let batch: Vec<([Dva; 3], &[u8])> =
-                        placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
-                    io.suspension.io(name, "block write", wait, || {
-                        io.write_phys_batch(&batch, txg)
+                Ok(placed)
+            },
+            |placed| {
+                let batch: Vec<([Dva; 3], &[u8])> =
+                    placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
+                io.write_phys_batch(&batch, txg)
+            },
+            // On the syncing thread: a failure beyond the redundancy parks
+            // the sync here until `zpool clear` (spa/suspend.rs).
+            |placed, e| {
+                let batch: Vec<([Dva; 3], &[u8])> =
+                    placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
+                let mut failed = Some(e);
+                io.suspension
+                    .io(name, "block write", wait, || match failed.take() {
+                        Some(e) => Err(e),
+                        None => io.write_phys_batch(&batch, txg),
                     })
-                }));
-            }
-            // Every write joined before the first error is returned: no
-            // thread outlives the batch's buffers.
-            let mut first = Ok(());
-            for h in pending {
-                let r = join(h);
-                if first.is_ok() {
-                    first = r;
-                }
-            }
-            first
-        })?;
+            },
+        )?;
         Ok(out)
     }
 

@@ -201,7 +201,10 @@ mod tests {
                         assert!(ext.iter().all(|e| e.offset == off && e.size == psize));
                     } else {
                         // Data and parity, all inside the allocation.
-                        assert!(bytes >= psize && bytes <= asize, "{kind:?}: {bytes} of {asize}");
+                        assert!(
+                            bytes >= psize && bytes <= asize,
+                            "{kind:?}: {bytes} of {asize}"
+                        );
                     }
                     for e in &ext {
                         assert!(e.child < width);
