@@ -1,4 +1,4 @@
-//! `zpool iostat [-v] [-l] [-w] [-Hp] [pool...] [interval [count]]`.
+//! `zpool iostat [-v] [-l] [-q] [-w] [-Hp] [pool...] [interval [count]]`.
 //!
 //! The daemon answers `zpool iostat --snapshot POOL...` with the raw
 //! counters of every pool, vdev and leaf (JSON); the client takes snapshots
@@ -8,7 +8,11 @@
 //! by the leaf's queue, per priority class (`vdev/queue.rs`): syncq_wait
 //! (sync reads and writes), asyncq_wait (read-ahead, txg writes) and scrub
 //! (scrub and resilver); total_wait is the two together. There is no trim
-//! ("-").
+//! ("-"). `-q` shows each class's queue at the moment of the report: I/Os
+//! waiting to be admitted (pend) and in flight (activ), summed over the
+//! leaves below a vdev; scrubq_read is every scan's (scrub and both
+//! resilvers), trimq_write and rebuildq_write are always 0 (no trim, and a
+//! sequential resilver's reads are in scrubq_read).
 
 use crate::client::{self, Response};
 use crate::daemon::Daemon;
@@ -36,6 +40,12 @@ pub struct Counters {
     pub queue_ops: Vec<u64>,
     #[serde(default)]
     pub queue_ns: Vec<u64>,
+    /// Queue depths when the snapshot was taken, per class: waiting to be
+    /// admitted, and in flight (gauges, not counters).
+    #[serde(default)]
+    pub queue_pend: Vec<u64>,
+    #[serde(default)]
+    pub queue_activ: Vec<u64>,
 }
 
 impl Counters {
@@ -52,6 +62,8 @@ impl Counters {
             write_hist: s.write_hist.iter().map(VdevStats::get).collect(),
             queue_ops: l.queue.admitted().to_vec(),
             queue_ns: l.queue.wait_ns().to_vec(),
+            queue_pend: l.queue.waiting().iter().map(|&n| u64::from(n)).collect(),
+            queue_activ: l.queue.active().iter().map(|&n| u64::from(n)).collect(),
         }
     }
 
@@ -67,6 +79,8 @@ impl Counters {
             (&mut self.write_hist, &o.write_hist, LAT_BUCKETS),
             (&mut self.queue_ops, &o.queue_ops, 0),
             (&mut self.queue_ns, &o.queue_ns, 0),
+            (&mut self.queue_pend, &o.queue_pend, 0),
+            (&mut self.queue_activ, &o.queue_activ, 0),
         ] {
             h.resize(min.max(h.len()).max(oh.len()), 0);
             for (a, b) in h.iter_mut().zip(oh) {
@@ -93,6 +107,9 @@ impl Counters {
             write_hist: sub(&self.write_hist, &o.write_hist),
             queue_ops: sub(&self.queue_ops, &o.queue_ops),
             queue_ns: sub(&self.queue_ns, &o.queue_ns),
+            // Depths are as of now, whatever they were before.
+            queue_pend: self.queue_pend.clone(),
+            queue_activ: self.queue_activ.clone(),
         }
     }
 }
@@ -220,6 +237,7 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
 pub struct Opts {
     pub verbose: bool,
     pub latency: bool,
+    pub queues: bool,
     pub histo: bool,
     pub scripted: bool,
     pub parsable: bool,
@@ -294,11 +312,28 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
             ("trim", 1),
         ]);
     }
+    const QUEUES: [&str; 7] = [
+        "syncq_read",
+        "syncq_write",
+        "asyncq_read",
+        "asyncq_write",
+        "scrubq_read",
+        "trimq_write",
+        "rebuildq_write",
+    ];
+    if o.queues {
+        groups.extend(QUEUES.iter().map(|g| (*g, 2)));
+    }
     let mut sub: Vec<&str> = vec!["alloc", "free", "read", "write", "read", "write"];
     if o.latency {
         sub.extend([
             "read", "write", "read", "write", "read", "write", "read", "write", "wait", "wait",
         ]);
+    }
+    if o.queues {
+        for _ in QUEUES {
+            sub.extend(["pend", "activ"]);
+        }
     }
     if !o.scripted {
         let mut l1 = " ".repeat(namew);
@@ -377,6 +412,15 @@ pub fn render(cur: &[PoolSnap], prev: Option<&[PoolSnap]>, o: &Opts) -> String {
                     cols.push(avg(ns, ops));
                 }
                 cols.push("-".to_string());
+            }
+            if o.queues {
+                // IoClass's order is the first five groups'; then trim
+                // and rebuild, which have no queue here.
+                for i in 0..QUEUES.len() {
+                    for v in [&d.queue_pend, &d.queue_activ] {
+                        cols.push(num(v.get(i).copied().unwrap_or(0), o));
+                    }
+                }
             }
             out.push_str(&row(&cols, namew, o.scripted));
         }
@@ -468,7 +512,7 @@ fn resolve_links(snap: &mut [PoolSnap]) {
 
 /// Client side: fetch snapshots, print reports.
 pub fn client(rundir: &Path, args: &[String]) -> i32 {
-    let (o, rest) = match getopt(args, "c:!g!HlLnpPq!r!T:vwy") {
+    let (o, rest) = match getopt(args, "c:!g!HlLnpPqr!T:vwy") {
         Ok(x) => x,
         Err(e) => {
             let r = usage_err(&e);
@@ -479,6 +523,7 @@ pub fn client(rundir: &Path, args: &[String]) -> i32 {
     let opts = Opts {
         verbose: has(&o, 'v'),
         latency: has(&o, 'l'),
+        queues: has(&o, 'q'),
         histo: has(&o, 'w'),
         scripted: has(&o, 'H'),
         parsable: has(&o, 'p'),
@@ -573,6 +618,8 @@ mod tests {
             // Sync reads waited 50 us in the queue, txg writes 500 us.
             queue_ops: vec![reads, 0, 0, reads * 2, 0],
             queue_ns: vec![reads * 50_000, 0, 0, reads * 2 * 500_000, 0],
+            queue_pend: vec![0, 0, 0, 3, 12],
+            queue_activ: vec![1, 0, 0, 10, 1],
         };
         let mut half = c.clone();
         half.reads /= 2;
@@ -617,6 +664,7 @@ mod tests {
         Opts {
             verbose: v,
             latency: l,
+            queues: false,
             histo: false,
             scripted: false,
             parsable: false,
@@ -660,6 +708,24 @@ tank         408K  9.28G    100    200    10M    20M
 pool        alloc   free   read  write   read  write   read  write   read  write   read  write   read  write   wait   wait
 ----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
 tank         408K  9.28G     10     20     1M     2M  300us    2ms  250us    1ms   50us      -      -  500us      -      -
+";
+        assert_eq!(got, want);
+    }
+
+    /// `-q`: the depths at the report, never a difference of two
+    /// snapshots; OpenZFS's group names.
+    #[test]
+    fn golden_queue_layout() {
+        let a = snap(10.0, 100, 10 << 20);
+        let mut b = snap(12.0, 300, 30 << 20);
+        b[0].nodes[0].c.queue_pend = vec![0, 2, 0, 0, 7];
+        let mut o = opts(false, false);
+        o.queues = true;
+        let got = render(&b, Some(&a), &o);
+        let want = "              capacity     operations     bandwidth    syncq_read    syncq_write   asyncq_read  asyncq_write   scrubq_read   trimq_write  rebuildq_write
+pool        alloc   free   read  write   read  write   pend  activ   pend  activ   pend  activ   pend  activ   pend  activ   pend  activ   pend  activ
+----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
+tank         408K  9.28G    100    200    10M    20M      0      1      2      0      0      0      0     10      7      1      0      0      0      0
 ";
         assert_eq!(got, want);
     }

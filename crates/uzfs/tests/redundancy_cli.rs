@@ -263,6 +263,24 @@ fn iostat_prints_zfs_layout_and_intervals() {
     assert_eq!(row.len(), 17, "{out}");
     assert_ne!(row[14], "-", "asyncq_wait write: {out}");
     assert_eq!(row[16], "-", "trim: {out}");
+    // -q: each class's pend and activ, numbers (an idle pool: nothing in
+    // its queues); with -l the latency groups come first, as OpenZFS.
+    let out = e.ok(&["zpool", "iostat", "-q", "-p", "tank"]);
+    assert!(out.contains("syncq_read    syncq_write   asyncq_read  asyncq_write   scrubq_read   trimq_write  rebuildq_write"), "{out}");
+    let row = |out: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| l.starts_with("tank "))
+            .expect("tank row")
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    let r = row(&out);
+    assert_eq!(r.len(), 7 + 14, "{out}");
+    assert!(r[7..].iter().all(|v| v == "0"), "{out}");
+    let out = e.ok(&["zpool", "iostat", "-lq", "tank"]);
+    assert!(out.find("trim") < out.find("syncq_read"), "{out}");
+    assert_eq!(row(&out).len(), 17 + 14, "{out}");
 }
 
 #[test]

@@ -169,6 +169,9 @@ pub struct IoQueue {
     st: Mutex<State>,
     cv: Condvar,
     limits: Limits,
+    /// Scan I/Os of this leaf waiting at the daemon's `ScanGate` (before
+    /// the leaf's own admission): pending, for `zpool iostat -q`.
+    gated: AtomicU32,
 }
 
 impl Default for IoQueue {
@@ -394,6 +397,7 @@ impl IoQueue {
             st: Mutex::new(State::default()),
             cv: Condvar::new(),
             limits,
+            gated: AtomicU32::new(0),
         }
     }
 
@@ -424,7 +428,12 @@ impl IoQueue {
         let t0 = Instant::now();
         let enabled = ENABLED.load(Ordering::Relaxed);
         let ticket = match c {
-            IoClass::Scan if enabled => Ticket::Scan(GATE.scan_begin()),
+            IoClass::Scan if enabled => {
+                self.gated.fetch_add(1, Ordering::Relaxed);
+                let t = GATE.scan_begin();
+                self.gated.fetch_sub(1, Ordering::Relaxed);
+                Ticket::Scan(t)
+            }
             // The txg's writes count too: an application waits on them
             // whenever it waits for a commit (a full dirty limit, `sync`).
             IoClass::SyncRead | IoClass::SyncWrite | IoClass::AsyncWrite => {
@@ -466,6 +475,14 @@ impl IoQueue {
     pub fn active(&self) -> [u32; CLASSES] {
         self.lock().active
     }
+
+    /// Waiting to be admitted now, per class (scan I/Os waiting at the
+    /// daemon's gate included).
+    pub fn waiting(&self) -> [u32; CLASSES] {
+        let mut w = self.lock().waiting;
+        w[IoClass::Scan as usize] += self.gated.load(Ordering::Relaxed);
+        w
+    }
 }
 
 #[cfg(test)]
@@ -476,6 +493,31 @@ mod tests {
 
     /// Limits are never exceeded, whatever the mix: many threads of every
     /// class issue through one queue and record the peak in flight.
+    /// What `zpool iostat -q` reads: the I/Os in flight and those waiting
+    /// for admission at this moment, per class.
+    #[test]
+    fn waiting_and_active_are_the_queue_now() {
+        let q = IoQueue::new(Limits {
+            class: [(1, 1); CLASSES],
+            total: 8,
+        });
+        let held = q.admit(IoClass::AsyncWrite);
+        assert_eq!(q.active()[IoClass::AsyncWrite as usize], 1);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| drop(q.admit(IoClass::AsyncWrite)));
+            let t0 = Instant::now();
+            while q.waiting()[IoClass::AsyncWrite as usize] != 1 {
+                assert!(t0.elapsed() < Duration::from_secs(10), "never seen waiting");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(q.waiting().iter().sum::<u32>(), 1);
+            drop(held);
+            waiter.join().expect("waiter");
+        });
+        assert_eq!(q.waiting(), [0; CLASSES]);
+        assert_eq!(q.active(), [0; CLASSES]);
+    }
+
     #[test]
     fn no_class_exceeds_its_maximum_and_every_class_progresses() {
         let q = Arc::new(IoQueue::new(Limits {
