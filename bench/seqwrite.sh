@@ -27,6 +27,12 @@ DISK_SIZE=${DISK_SIZE:-8G}
 PEERS=$(realpath ../shared/peers/peers.sh)
 HZ=$(getconf CLK_TCK)
 OUT="$DATA/seqwrite.tsv"
+case " $STACKS " in *" xfs "*) command -v mkfs.xfs >/dev/null || apt-get install -y xfsprogs >/dev/null ;; esac
+case " $STACKS " in *" zmirror "*) command -v zfs-fuse >/dev/null || "$PEERS" install >/dev/null ;; esac
+peers() { # ACTION CONFIG, its log shown if it fails
+  DATA="$DATA/peers" "$PEERS" "$1" "$2" > "$DATA/peers.log" 2>&1 || {
+    cat "$DATA/peers.log" >&2; echo "bench/seqwrite.sh: peers.sh $1 $2 failed" >&2; exit 1; }
+}
 mkdir -p "$DATA"; : > "$OUT"
 
 cpu() { awk -v hz="$HZ" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
@@ -49,11 +55,11 @@ setup() {
       P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
       ;;
     ext4|xfs)
-      DATA="$DATA/peers" "$PEERS" setup "$s" >/dev/null 2>&1
+      peers setup "$s"
       M="$DATA/peers/mnt/$s"
       ;;
     zmirror)
-      DATA="$DATA/peers" "$PEERS" setup "$s" >/dev/null 2>&1
+      peers setup "$s"
       M="$DATA/peers/mnt/$s"
       P=$(. "$DATA/peers/state/$s.env"; echo "$ZPID")
       RUN=(nsenter -t "$P" -m --)
@@ -70,7 +76,7 @@ teardown() {
       "$U" daemon --stop >/dev/null 2>&1 || true
       rm -rf "${DATA:?}/$s"
       ;;
-    *) DATA="$DATA/peers" "$PEERS" teardown "$s" >/dev/null 2>&1 || true ;;
+    *) peers teardown "$s" ;;
   esac
 }
 

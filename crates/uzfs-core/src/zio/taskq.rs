@@ -278,16 +278,24 @@ mod tests {
             load();
         }
         assert!(SMALL.threads() <= 3, "beyond the pool's size");
-        let running = std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
-                    .filter(|c| c.starts_with("test-tq-small"))
-                    .count()
-            })
-            .unwrap_or(0);
+        // A thread names itself when it starts running: wait for the
+        // newest to have.
+        let running = || {
+            std::fs::read_dir("/proc/self/task")
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+                        .filter(|c| c.starts_with("test-tq-small"))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let t0 = std::time::Instant::now();
+        while running() != SMALL.threads() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(
-            running,
+            running(),
             SMALL.threads(),
             "threads exited or were never counted"
         );
