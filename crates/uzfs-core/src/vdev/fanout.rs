@@ -22,182 +22,49 @@
 //! they wait (callers resolve vdevs before fanning out).
 //!
 //! A job that panics yields `Err` for its slot (the caller maps it to an
-//! I/O error), as a panicking scoped thread did.
+//! I/O error), as a panicking scoped thread did. The threads are a taskq
+//! (`zio/taskq.rs`) whose threads mark themselves as the pool's.
 
-use std::collections::VecDeque;
+use crate::zio::taskq::{Task, Taskq};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Most threads the pool starts: a few 8-wide RAID-Z writes at once.
 const MAX_THREADS: usize = 16;
-
-/// A queued job. Its real lifetime is the `fan_out` call that queued it.
-type Job = Box<dyn FnOnce() + Send + 'static>;
-
-struct Workers {
-    st: Mutex<State>,
-    cv: Condvar,
-}
-
-struct State {
-    queue: VecDeque<Job>,
-    threads: usize,
-    idle: usize,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 thread_local! {
     /// This thread is one of the pool's: its fan-outs run inline.
     static WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-fn workers() -> &'static Workers {
-    static W: OnceLock<Workers> = OnceLock::new();
-    W.get_or_init(|| Workers {
-        st: Mutex::new(State {
-            queue: VecDeque::new(),
-            threads: 0,
-            idle: 0,
-        }),
-        cv: Condvar::new(),
-    })
+fn mark_worker() {
+    WORKER.with(|w| w.set(true));
 }
 
-impl Workers {
-    /// Queue `jobs`, starting threads while too few are idle. Hands back
-    /// the jobs for the caller to run itself if no thread could be started.
-    fn submit(&'static self, jobs: Vec<Job>) -> Vec<Job> {
-        let mut st = lock(&self.st);
-        let mut back = Vec::new();
-        let mut queued = 0;
-        for job in jobs {
-            if st.idle <= st.queue.len() && st.threads < MAX_THREADS {
-                let spawned = std::thread::Builder::new()
-                    .name("uzfs-io".into())
-                    .spawn(move || self.serve());
-                match spawned {
-                    Ok(_) => st.threads += 1,
-                    Err(e) if st.threads == 0 => {
-                        log::warn!("no I/O thread ({e}); running device jobs in turn");
-                        back.push(job);
-                        continue;
-                    }
-                    Err(_) => {}
-                }
-            }
-            st.queue.push_back(job);
-            queued += 1;
-        }
-        drop(st);
-        // One thread per job: waking every idle thread for each commit's
-        // two writes would make the rest find nothing and sleep again.
-        for _ in 0..queued {
-            self.cv.notify_one();
-        }
-        back
-    }
-
-    fn serve(&self) {
-        WORKER.with(|w| w.set(true));
-        let mut st = lock(&self.st);
-        loop {
-            if let Some(job) = st.queue.pop_front() {
-                drop(st);
-                job();
-                st = lock(&self.st);
-                continue;
-            }
-            st.idle += 1;
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-            st.idle -= 1;
-        }
-    }
-}
-
-/// Counts a call's jobs still out; waits for them when dropped, so the
-/// borrows the jobs hold end before `fan_out` returns or unwinds.
-struct Latch {
-    left: Mutex<usize>,
-    cv: Condvar,
-}
-
-impl Latch {
-    fn done(&self) {
-        let mut n = lock(&self.left);
-        *n -= 1;
-        if *n == 0 {
-            self.cv.notify_all();
-        }
-    }
-}
-
-impl Drop for Latch {
-    fn drop(&mut self) {
-        let mut n = lock(&self.left);
-        while *n > 0 {
-            n = self.cv.wait(n).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-}
+/// The device threads (a taskq, `zio/taskq.rs`).
+static IO: Taskq = Taskq::with_init("uzfs-io", MAX_THREADS, mark_worker);
 
 /// Run `f` on every item concurrently (item 0 on the calling thread) and
 /// return each result in item order; `Err(())` where the job panicked.
+/// Jobs issue their I/O in the caller's priority class (`queue.rs`).
 pub fn fan_out<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<std::result::Result<R, ()>> {
-    // Jobs issue their I/O in the caller's priority class (`queue.rs`).
-    let class = super::queue::current();
-    let run = |item: &T| {
-        let _c = super::queue::with_class(class);
-        catch_unwind(AssertUnwindSafe(|| f(item))).map_err(|_| ())
-    };
+    let run = |item: &T| catch_unwind(AssertUnwindSafe(|| f(item))).map_err(|_| ());
     if items.len() <= 1 || WORKER.with(|w| w.get()) {
         return items.iter().map(run).collect();
     }
-    let slots: Vec<Mutex<Option<std::result::Result<R, ()>>>> =
-        items.iter().map(|_| Mutex::new(None)).collect();
-    {
-        let latch = Latch {
-            left: Mutex::new(items.len() - 1),
-            cv: Condvar::new(),
-        };
-        let jobs: Vec<Job> = items
+    let f = &f;
+    IO.scope(|s| {
+        let rest: Vec<Task<R>> = items[1..]
             .iter()
-            .zip(&slots)
-            .skip(1)
-            .map(|(item, slot)| {
-                let (run, latch) = (&run, &latch);
-                let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
-                    *lock(slot) = Some(run(item));
-                    latch.done();
-                });
-                // SAFETY: the job borrows `run`, `item`, `slot` and `latch`,
-                // all of which outlive `latch`'s drop at the end of this
-                // block; that drop waits until every job has called
-                // `done` (after its last use of a borrow), on return and on
-                // unwind alike, and a job always gets to `done` because
-                // `run` catches panics. The lifetime is erased only so the
-                // job can sit in the queue of threads that outlive it.
-                unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) }
-            })
+            .map(|item| s.spawn(move || f(item)))
             .collect();
-        for job in workers().submit(jobs) {
-            job();
-        }
-        *lock(&slots[0]) = Some(run(&items[0]));
-    }
-    slots
-        .into_iter()
-        .map(|m| {
-            m.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or(Err(()))
-        })
-        .collect()
+        let first = run(&items[0]);
+        std::iter::once(first)
+            .chain(rest.into_iter().map(|t| t.join().ok_or(())))
+            .collect()
+    })
 }
 
 /// [`fan_out`] for jobs that return a `Result`: a job that panicked is an
