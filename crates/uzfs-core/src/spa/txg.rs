@@ -79,7 +79,9 @@ pub struct Tunables {
     /// the cache's target `c` ([`Pool::dirty_limit`]), as OpenZFS's
     /// `arc_tempreserve_space` holds anonymous buffers to half of `arc_c`.
     pub dirty_max: u64,
-    /// Percent of dirty_max that starts a sync early (default 20).
+    /// Percent of dirty_max that starts a sync early (default 50;
+    /// OpenZFS's is 20: at 50, 16 KiB random rewrites of the same records
+    /// coalesce in one txg, `UZFS_DIRTY_SYNC_PCT`).
     pub dirty_sync_pct: u64,
     /// Percent of dirty_max at which writers start being delayed (default 60).
     pub delay_min_pct: u64,
