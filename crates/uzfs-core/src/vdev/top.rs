@@ -518,7 +518,15 @@ impl TopVdev {
             return None;
         }
         let t = std::time::Instant::now();
-        let res = super::uring::write_dsync_all(&sources, &writes)?;
+        let res = {
+            // In flight in each leaf's sync-write class for their length
+            // (`zpool iostat -q`; the other classes and scans see them).
+            let _inflight: Vec<super::queue::Slot<'_>> = who
+                .iter()
+                .map(|(_, _, l)| l.queue.account(super::queue::IoClass::SyncWrite))
+                .collect();
+            super::uring::write_dsync_all(&sources, &writes)?
+        };
         let took = t.elapsed();
         let mut outcomes: Vec<Vec<ColumnOutcome>> = runs
             .iter()
