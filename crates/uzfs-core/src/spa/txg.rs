@@ -586,6 +586,11 @@ impl BlockWriter for SyncWriter<'_> {
         let mut out = Vec::with_capacity(items.len());
         let chunks = chunk_by_bytes(items, CHUNK, CHUNK_BYTES);
         let (io, txg, name, wait) = (self.io, self.txg, self.name, self.wait);
+        let write = |placed: &Vec<([Dva; 3], std::borrow::Cow<'_, [u8]>)>| {
+            let batch: Vec<([Dva; 3], &[u8])> =
+                placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
+            io.write_phys_batch(&batch, txg)
+        };
         crate::zio::run(
             &chunks,
             |c| {
@@ -609,21 +614,15 @@ impl BlockWriter for SyncWriter<'_> {
                 }
                 Ok(placed)
             },
-            |placed| {
-                let batch: Vec<([Dva; 3], &[u8])> =
-                    placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
-                io.write_phys_batch(&batch, txg)
-            },
+            write,
             // On the syncing thread: a failure beyond the redundancy parks
             // the sync here until `zpool clear` (spa/suspend.rs).
             |placed, e| {
-                let batch: Vec<([Dva; 3], &[u8])> =
-                    placed.iter().map(|(d, p)| (*d, p.as_ref())).collect();
                 let mut failed = Some(e);
                 io.suspension
                     .io(name, "block write", wait, || match failed.take() {
                         Some(e) => Err(e),
-                        None => io.write_phys_batch(&batch, txg),
+                        None => write(&placed),
                     })
             },
         )?;

@@ -552,9 +552,8 @@ impl Leaf {
             return None;
         }
         let at = super::LABEL_START_SIZE + offset;
-        // Around the queue (one io_uring submission for every leaf), but
-        // scans still yield to it.
-        drop(super::queue::foreground_io());
+        // Around the queue (one io_uring submission for every leaf): the
+        // caller counts it in the sync-write class (`IoQueue::account`).
         self.dev.dsync_fd(at, len).map(|fd| (fd, at))
     }
 

@@ -97,11 +97,6 @@ impl Geometry {
         self.kind.ops().extents(self, offset, psize)
     }
 
-    /// Columns whose loss the vdev survives.
-    pub fn redundancy(&self) -> usize {
-        self.kind.ops().redundancy(self.width)
-    }
-
     /// Address space for children whose smallest holds `raw` bytes past
     /// its labels (before rounding to whole metaslabs).
     pub fn space(&self, raw: u64) -> u64 {

@@ -194,6 +194,21 @@ enum Ticket {
     Interactive(InteractiveTicket),
 }
 
+impl Ticket {
+    /// What an I/O of class `c` holds when it passes no scan gate: the
+    /// foreground classes mark the gate busy. The txg's writes count too:
+    /// an application waits on them whenever it waits for a commit (a
+    /// full dirty limit, `sync`).
+    fn of(c: IoClass) -> Ticket {
+        match c {
+            IoClass::SyncRead | IoClass::SyncWrite | IoClass::AsyncWrite => {
+                Ticket::Interactive(GATE.interactive_begin())
+            }
+            IoClass::AsyncRead | IoClass::Scan => Ticket::None,
+        }
+    }
+}
+
 /// Interactive and scan I/O in flight in the whole daemon (see the module
 /// comment).
 #[derive(Default)]
@@ -361,9 +376,8 @@ impl Drop for HurryGuard {
     }
 }
 
-/// Mark foreground I/O issued around the queues (a flush, the intent
-/// log's durable writes through io_uring) as in flight until the ticket
-/// drops: scans wait for it as for any other.
+/// Mark foreground I/O issued around the queues (a flush) as in flight
+/// until the ticket drops: scans wait for it as for any other.
 pub fn foreground_io() -> InteractiveTicket {
     GATE.interactive_begin()
 }
@@ -427,19 +441,13 @@ impl IoQueue {
     pub fn admit(&self, c: IoClass) -> Slot<'_> {
         let t0 = Instant::now();
         let enabled = ENABLED.load(Ordering::Relaxed);
-        let ticket = match c {
-            IoClass::Scan if enabled => {
-                self.gated.fetch_add(1, Ordering::Relaxed);
-                let t = GATE.scan_begin();
-                self.gated.fetch_sub(1, Ordering::Relaxed);
-                Ticket::Scan(t)
-            }
-            // The txg's writes count too: an application waits on them
-            // whenever it waits for a commit (a full dirty limit, `sync`).
-            IoClass::SyncRead | IoClass::SyncWrite | IoClass::AsyncWrite => {
-                Ticket::Interactive(GATE.interactive_begin())
-            }
-            _ => Ticket::None,
+        let ticket = if c == IoClass::Scan && enabled {
+            self.gated.fetch_add(1, Ordering::Relaxed);
+            let t = GATE.scan_begin();
+            self.gated.fetch_sub(1, Ordering::Relaxed);
+            Ticket::Scan(t)
+        } else {
+            Ticket::of(c)
         };
         let i = c as usize;
         let mut st = self.lock();
@@ -450,10 +458,16 @@ impl IoQueue {
             }
             st.waiting[i] -= 1;
         }
+        st.wait_ns[i] += t0.elapsed().as_nanos() as u64;
+        self.enter(&mut st, c, ticket)
+    }
+
+    /// Put an I/O of class `c` in flight (`st` locked).
+    fn enter(&self, st: &mut State, c: IoClass, ticket: Ticket) -> Slot<'_> {
+        let i = c as usize;
         st.active[i] += 1;
         st.total += 1;
         st.admitted[i] += 1;
-        st.wait_ns[i] += t0.elapsed().as_nanos() as u64;
         Slot {
             q: self,
             class: c,
@@ -468,22 +482,8 @@ impl IoQueue {
     /// while holding other leaves' slots could deadlock two commits; the
     /// sync-write class goes first anyway.
     pub fn account(&self, c: IoClass) -> Slot<'_> {
-        let ticket = match c {
-            IoClass::SyncRead | IoClass::SyncWrite | IoClass::AsyncWrite => {
-                Ticket::Interactive(GATE.interactive_begin())
-            }
-            _ => Ticket::None,
-        };
-        let i = c as usize;
-        let mut st = self.lock();
-        st.active[i] += 1;
-        st.total += 1;
-        st.admitted[i] += 1;
-        Slot {
-            q: self,
-            class: c,
-            _ticket: ticket,
-        }
+        let ticket = Ticket::of(c);
+        self.enter(&mut self.lock(), c, ticket)
     }
 
     /// I/Os admitted so far, per class.
@@ -516,8 +516,6 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
-    /// Limits are never exceeded, whatever the mix: many threads of every
-    /// class issue through one queue and record the peak in flight.
     /// An I/O counted around the queue goes at once, even past every
     /// limit, and holds its place until it ends.
     #[test]
@@ -569,6 +567,8 @@ mod tests {
         assert_eq!(q.active(), [0; CLASSES]);
     }
 
+    /// Limits are never exceeded, whatever the mix: many threads of every
+    /// class issue through one queue and record the peak in flight.
     #[test]
     fn no_class_exceeds_its_maximum_and_every_class_progresses() {
         let q = Arc::new(IoQueue::new(Limits {

@@ -92,6 +92,17 @@ pub(super) fn is_power_lost(e: &Error) -> bool {
     matches!(e, Error::PowerLost)
 }
 
+/// Grow the staging buffer to hold `len` bytes from its first
+/// `DIRECT_ALIGN`-aligned address, which it returns (runs placed at
+/// aligned positions after it stay aligned).
+fn aligned_start(run_buf: &mut Vec<u8>, len: usize) -> usize {
+    let total = len.next_multiple_of(DIRECT_ALIGN) + DIRECT_ALIGN;
+    if run_buf.len() < total {
+        run_buf.resize(total, 0);
+    }
+    run_buf.as_ptr().align_offset(DIRECT_ALIGN)
+}
+
 /// The leaves of a column that can take I/O now.
 fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
     column_leaves(primary)
@@ -645,11 +656,7 @@ impl TopVdev {
                 }
                 pos += len as usize;
             }
-            let total = pos.next_multiple_of(DIRECT_ALIGN) + DIRECT_ALIGN;
-            if run_buf.len() < total {
-                run_buf.resize(total, 0);
-            }
-            let base = run_buf.as_ptr().align_offset(DIRECT_ALIGN);
+            let base = aligned_start(run_buf, pos);
             let buf = &mut run_buf[base..];
             for (r, _, start, len) in &runs {
                 let mut at = *start;
@@ -708,11 +715,7 @@ impl TopVdev {
             run.3 = pos;
             pos += run.2;
         }
-        let total = pos.next_multiple_of(DIRECT_ALIGN) + DIRECT_ALIGN;
-        if run_buf.len() < total {
-            run_buf.resize(total, 0);
-        }
-        let base = run_buf.as_ptr().align_offset(DIRECT_ALIGN);
+        let base = aligned_start(run_buf, pos);
         let buf = &mut run_buf[base..];
         for (child, list) in runs.iter().enumerate() {
             for (r, _, len, start) in list {
