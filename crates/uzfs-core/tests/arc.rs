@@ -118,3 +118,114 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     assert!(l2.stats().hits > hits, "no L2 hits: {:?}", l2.stats());
     l2.close();
 }
+
+/// A stream of whole records past a full cache is not cached (the kernel's
+/// page cache above a mount holds it): its buffers are recycled for the
+/// next writes, what it wrote reads back right from the devices, and a
+/// record patched in part is kept (a random writer patches it again).
+#[test]
+fn a_stream_past_a_full_cache_is_recycled_and_a_patched_record_kept() {
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 21);
+    let fs = mount_fs(&p, "tank");
+    let rec = 128 << 10;
+    // 24 MiB through a 4 MiB cache, 1 MiB per write, a txg per 4 MiB.
+    let f = fs
+        .mknod(fs.root, b"stream", REG, 0, 0, 0, None)
+        .expect("create");
+    let data = pattern(31, 24 << 20);
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
+        if i % 4 == 3 {
+            p.sync().expect("sync");
+        }
+    }
+    p.sync().expect("sync");
+    let uncached =
+        p.io.written_uncached
+            .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(uncached >= 16 << 20, "only {uncached} bytes left uncached");
+    let reused = p.io.bufs.reused.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(reused >= 64, "only {reused} record buffers reused");
+    let sizes = p.io.cache.arcstats().sizes;
+    assert!(
+        sizes.size <= sizes.c,
+        "{} held past c {}",
+        sizes.size,
+        sizes.c
+    );
+    assert!(
+        fs.read(f.ino, 0, data.len()).expect("read") == data,
+        "the stream reads back as written"
+    );
+    // A record patched in part stays cached once written: reading it
+    // again costs no device read.
+    let at = 5 * rec + 1000;
+    let patch = pattern(32, 4096);
+    fs.write(f.ino, at as u64, &patch).expect("patch");
+    p.sync().expect("sync");
+    let misses = p.io.cache.stats().2;
+    let got = fs.read(f.ino, (5 * rec) as u64, rec).expect("read");
+    assert_eq!(
+        p.io.cache.stats().2,
+        misses,
+        "the patched record was read from a device"
+    );
+    assert!(got[1000..1000 + 4096] == patch[..] && got[..1000] == data[5 * rec..at]);
+    drop(fs);
+    p.export().expect("export");
+    assert_zdb_clean(&disks, "after the stream");
+}
+
+/// Writers streaming whole records over their files again and again,
+/// with the sync thread running and a cache too small to keep any of it:
+/// every record buffer is recycled many times, and every file always
+/// reads back as its last write left it.
+#[test]
+fn recycled_record_buffers_never_leak_into_another_write() {
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", DISK)];
+    let mut o = opts(22);
+    o.tunables.sync_thread = true;
+    o.tunables.txg_timeout = std::time::Duration::from_millis(10);
+    let p = uzfs_core::spa::Pool::create(
+        "tank",
+        vec![spec(uzfs_core::vdev::TopKind::Disk, &disks)],
+        o,
+    )
+    .expect("create");
+    p.format_root_fs().expect("format");
+    let fs = std::sync::Arc::new(mount_fs(&p, "tank"));
+    let size = 2 << 20;
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let fs = fs.clone();
+            s.spawn(move || {
+                let name = format!("w{t}");
+                let f = fs
+                    .mknod(fs.root, name.as_bytes(), REG, 0, 0, 0, None)
+                    .expect("create");
+                for round in 0..12u64 {
+                    let data = pattern(t * 100 + round, size);
+                    for (i, c) in data.chunks(256 << 10).enumerate() {
+                        fs.write(f.ino, (i * (256 << 10)) as u64, c).expect("write");
+                    }
+                    let back = fs.read(f.ino, 0, size).expect("read");
+                    assert!(back == data, "writer {t} round {round}: wrong bytes");
+                }
+            });
+        }
+    });
+    p.sync().expect("sync");
+    let reused = p.io.bufs.reused.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(reused > 0, "no buffer was recycled");
+    for t in 0..4u64 {
+        let f = fs
+            .lookup(fs.root, format!("w{t}").as_bytes())
+            .expect("lookup");
+        assert!(fs.read(f.ino, 0, size).expect("read") == pattern(t * 100 + 11, size));
+    }
+    drop(fs);
+    p.export().expect("export");
+    assert_zdb_clean(&disks, "after the writers");
+}

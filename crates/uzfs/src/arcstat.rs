@@ -47,6 +47,28 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb << 10)
 }
 
+/// What the sync did with written file data besides caching it
+/// (`spa/io.rs`, `CacheWritten`; `dmu/bufpool.rs`), by name.
+const WRITE_FIELDS: [&str; 3] = [
+    "uzfs_written_uncached_bytes",
+    "uzfs_bufpool_reused",
+    "uzfs_bufpool_size",
+];
+
+fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 3] {
+    use std::sync::atomic::Ordering::Relaxed;
+    let v = [
+        p.io.written_uncached.load(Relaxed),
+        p.io.bufs.reused.load(Relaxed),
+        p.io.bufs.bytes(),
+    ];
+    [
+        (WRITE_FIELDS[0], v[0]),
+        (WRITE_FIELDS[1], v[1]),
+        (WRITE_FIELDS[2], v[2]),
+    ]
+}
+
 fn snaps<'a>(
     pools: impl Iterator<Item = &'a std::sync::Arc<uzfs_core::spa::Pool>>,
 ) -> Vec<ArcSnap> {
@@ -63,6 +85,7 @@ fn snaps<'a>(
                 .arcstats()
                 .fields()
                 .into_iter()
+                .chain(write_fields(p))
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             rss,
@@ -92,6 +115,7 @@ pub fn kstat_text(snaps: &[ArcSnap]) -> String {
         .fields()
         .into_iter()
         .map(|(k, _)| k)
+        .chain(WRITE_FIELDS)
         .collect();
     let avail = snaps.first().and_then(|s| s.avail).unwrap_or(0);
     let mut out = format!(

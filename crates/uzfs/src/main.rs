@@ -71,6 +71,19 @@ fn main() {
     uzfs_core::spa::io::set_compressed_arc(
         std::env::var("UZFS_COMPRESSED_ARC").map_or(true, |v| v != "0"),
     );
+    if let Ok(v) = std::env::var("UZFS_ARC_CACHE_WRITES") {
+        use uzfs_core::spa::io::CacheWritten;
+        let p = match v.as_str() {
+            "always" => Some(CacheWritten::Always),
+            "room" => Some(CacheWritten::Room),
+            "never" => Some(CacheWritten::Never),
+            _ => None,
+        };
+        match p {
+            Some(p) => uzfs_core::spa::io::set_cache_written(p),
+            None => eprintln!("uzfs: UZFS_ARC_CACHE_WRITES={v} ignored (always, room or never)"),
+        }
+    }
     if let Some(rate) = std::env::var("UZFS_L2ARC_WRITE_MAX")
         .ok()
         .and_then(|v| uzfs_core::dsl::props::parse_size(&v).ok())

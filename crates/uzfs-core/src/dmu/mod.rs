@@ -2,6 +2,7 @@
 //! checksummed block pointers, written copy-on-write in transaction groups.
 
 pub mod blkptr;
+pub mod bufpool;
 pub mod changelog;
 pub mod checksum;
 pub mod compress;

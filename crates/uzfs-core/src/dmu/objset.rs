@@ -54,8 +54,16 @@ pub trait BlockReader: Send + Sync {
     /// object-set blocks). A reader with a cache keeps them (OpenZFS's ARC
     /// keeps a written buffer as the cached copy of its new block pointer),
     /// so the next txg's read-modify-write of the block costs no device
-    /// read. The default has no cache.
-    fn written(&self, _bp: &BlkPtr, _data: &Arc<Vec<u8>>) {}
+    /// read. `streamed`: file data written whole by the writes of its txg
+    /// (`DirtyObj::streamed`), which a reader may leave uncached and
+    /// recycle ([`BlockReader::spare_buffer`]). The default has no cache.
+    fn written(&self, _bp: &BlkPtr, _data: &Arc<Vec<u8>>, _streamed: bool) {}
+    /// A buffer of `len` bytes, contents arbitrary, that an earlier sync
+    /// wrote and nothing holds any more (`dmu/bufpool.rs`), for a write
+    /// about to fill a whole block; `None`: allocate.
+    fn spare_buffer(&self, _len: usize) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -165,6 +173,12 @@ pub struct DirtyObj {
     /// New data block size (a single-block object growing; see
     /// [`Objset::grow_blocksize`]). Applied before everything else.
     pub blksz: Option<u32>,
+    /// Blocks of `blocks` that writes of this txg filled whole, never
+    /// patched in part: a streaming writer's records. Their buffers are
+    /// not kept by the cache once written (`BlockReader::written`), and
+    /// their memory is reused (`dmu/bufpool.rs`). A block read and
+    /// modified in part stays cached: it is likely modified again.
+    pub streamed: BTreeSet<u64>,
 }
 
 impl DirtyObj {
@@ -262,16 +276,28 @@ pub struct Objset {
 /// then a new buffer replaces it, one copy instead of two (1 MiB fsyncs on
 /// a small file spent 9% of the daemon's CPU copying blocks they were
 /// about to overwrite whole).
-fn patch_block(b: &mut Arc<Vec<u8>>, off: usize, src: &[u8]) {
+fn patch_block(b: &mut Arc<Vec<u8>>, off: usize, src: &[u8], reader: &dyn BlockReader) {
     // (A strong count read under the object set's lock can only fall
     // meanwhile: at worst one needless copy.)
     if off == 0 && src.len() == b.len() && Arc::strong_count(b) > 1 {
-        *b = Arc::new(src.to_vec());
+        *b = Arc::new(filled(reader, src));
         return;
     }
     // Only weak references left (an override): `make_mut` moves the
     // buffer to a new allocation without copying its bytes.
     Arc::make_mut(b)[off..off + src.len()].copy_from_slice(src);
+}
+
+/// A new buffer holding `src`: a recycled one if the reader has one
+/// (no fresh pages to fault in), else a fresh copy.
+fn filled(reader: &dyn BlockReader, src: &[u8]) -> Vec<u8> {
+    match reader.spare_buffer(src.len()) {
+        Some(mut b) if b.len() == src.len() => {
+            b.copy_from_slice(src);
+            b
+        }
+        _ => src.to_vec(),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -939,6 +965,7 @@ impl Objset {
         let d = st.open.objs.entry(obj).or_default();
         let had = d.blocks.len() as u64 * dn.datablksz as u64;
         d.blocks.clear();
+        d.streamed.clear();
         d.blksz = Some(new_bs);
         let added = match block {
             Some(b) => {
@@ -971,6 +998,7 @@ impl Objset {
         let doomed: Vec<u64> = d.blocks.range(start..end).map(|(&k, _)| k).collect();
         for k in &doomed {
             d.blocks.remove(k);
+            d.streamed.remove(k);
         }
         d.frees.push((start, end));
         let released = doomed.len() as u64 * bs;
@@ -1045,6 +1073,7 @@ impl Objset {
             }
         };
         let r = f(Arc::make_mut(block));
+        d.streamed.remove(&blkid);
         // The whole block as changed, for the intent log (a directory leaf).
         let logged = self.log.get().map(|_| Arc::clone(block));
         let end = (blkid + 1) * bs;
@@ -1090,7 +1119,10 @@ impl Objset {
                 let mut st = lock(&self.st);
                 let d = st.open.objs.entry(obj).or_default();
                 if let Some(b) = d.blocks.get_mut(&blkid) {
-                    patch_block(b, boff, src);
+                    patch_block(b, boff, src, &*self.reader);
+                    if n != bs as usize {
+                        d.streamed.remove(&blkid);
+                    }
                     if keep {
                         kept = Some(Arc::clone(b));
                     }
@@ -1101,7 +1133,7 @@ impl Objset {
             };
             if !patched {
                 let block = if n == bs as usize {
-                    src.to_vec()
+                    filled(&*self.reader, src)
                 } else {
                     let mut b = self.block_copy(obj, blkid, bs)?;
                     b[boff..boff + n].copy_from_slice(src);
@@ -1114,15 +1146,21 @@ impl Objset {
                     // Another writer of this block got in first: apply this
                     // write on top of its version, not over it.
                     std::collections::btree_map::Entry::Occupied(mut e) => {
-                        patch_block(e.get_mut(), boff, src);
+                        patch_block(e.get_mut(), boff, src, &*self.reader);
                         if keep {
                             kept = Some(Arc::clone(e.get()));
+                        }
+                        if n != bs as usize {
+                            d.streamed.remove(&blkid);
                         }
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
                         let b = e.insert(Arc::new(block));
                         if keep {
                             kept = Some(Arc::clone(b));
+                        }
+                        if n == bs as usize {
+                            d.streamed.insert(blkid);
                         }
                         st.open.bytes += bs;
                         added += bs;
@@ -1278,7 +1316,14 @@ impl Objset {
         if let Some((&last, _)) = blocks.last_key_value() {
             let end = (last + 1) * DNODE_BLOCK_SIZE as u64;
             meta.size = meta.size.max(end);
-            apply_blocks(reader, w, &mut meta, &blocks, &BTreeMap::new())?;
+            apply_blocks(
+                reader,
+                w,
+                &mut meta,
+                &blocks,
+                &BTreeSet::new(),
+                &BTreeMap::new(),
+            )?;
         }
         for k in empty {
             free_range_tree(reader, w, &mut meta, k, k + 1)?;
@@ -1554,7 +1599,7 @@ fn sync_object(
         free_range_tree(reader, w, &mut dn, start, end)?;
     }
     if !d.blocks.is_empty() {
-        apply_blocks(reader, w, &mut dn, &d.blocks, adopt)?;
+        apply_blocks(reader, w, &mut dn, &d.blocks, &d.streamed, adopt)?;
     }
     if let Some(s) = d.size {
         dn.size = s;
@@ -1571,6 +1616,7 @@ fn apply_blocks(
     w: &mut dyn BlockWriter,
     dn: &mut DnodePhys,
     blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
+    streamed: &BTreeSet<u64>,
     adopt: &BTreeMap<u64, BlkPtr>,
 ) -> Result<()> {
     let max = match blocks.last_key_value() {
@@ -1613,7 +1659,7 @@ fn apply_blocks(
             Some(bp) if bp.lsize as usize == data.len() => {
                 w.adopt(&old, bp);
                 used += w.dsize(bp) as i64 - w.dsize(&old) as i64;
-                reader.written(bp, data);
+                reader.written(bp, data, streamed.contains(&blkid));
                 items.push((blkid, *bp));
             }
             _ => olds.push((blkid, old, data)),
@@ -1624,7 +1670,7 @@ fn apply_blocks(
     for ((blkid, old, data), new) in olds.iter().zip(new_l0) {
         used += w.dsize(&new) as i64 - w.dsize(old) as i64;
         if !new.is_hole() {
-            reader.written(&new, data);
+            reader.written(&new, data, streamed.contains(blkid));
         }
         items.push((*blkid, new));
     }
@@ -1960,8 +2006,17 @@ pub fn encode_objset_phys(os_type: u64, meta: &DnodePhys, space: ObjsetSpace) ->
 
 #[cfg(test)]
 mod patch_tests {
-    use super::patch_block;
+    use super::{patch_block, BlockReader};
+    use crate::dmu::blkptr::BlkPtr;
     use std::sync::Arc;
+
+    /// No cache, no recycled buffers.
+    struct NoCache;
+    impl BlockReader for NoCache {
+        fn read_bp(&self, _bp: &BlkPtr) -> crate::error::Result<Arc<Vec<u8>>> {
+            Err(crate::error::Error::invalid("no reads here"))
+        }
+    }
 
     /// A holder of the old buffer (a log record) keeps its bytes; a weak
     /// holder (an override) sees the buffer change identity; the block
@@ -1971,12 +2026,12 @@ mod patch_tests {
         // Whole rewrite of a shared buffer: replaced.
         let mut b = Arc::new(vec![1u8; 64]);
         let record = Arc::clone(&b);
-        patch_block(&mut b, 0, &[2u8; 64]);
+        patch_block(&mut b, 0, &[2u8; 64], &NoCache);
         assert_eq!(*record, vec![1u8; 64]);
         assert_eq!(*b, vec![2u8; 64]);
         // Part of a shared buffer: copied, then patched.
         let record = Arc::clone(&b);
-        patch_block(&mut b, 8, &[3u8; 8]);
+        patch_block(&mut b, 8, &[3u8; 8], &NoCache);
         assert_eq!(*record, vec![2u8; 64]);
         assert_eq!(&b[8..16], &[3u8; 8]);
         assert_eq!(b[16], 2);
@@ -1984,14 +2039,14 @@ mod patch_tests {
         // one no longer names the block's buffer.
         let weak = Arc::downgrade(&b);
         let before = Arc::as_ptr(&b);
-        patch_block(&mut b, 0, &[4u8; 64]);
+        patch_block(&mut b, 0, &[4u8; 64], &NoCache);
         assert!(weak.upgrade().is_none());
         assert!(!std::ptr::eq(weak.as_ptr(), Arc::as_ptr(&b)));
         assert!(!std::ptr::eq(before, Arc::as_ptr(&b)));
         assert_eq!(*b, vec![4u8; 64]);
         // Nobody else: patched in place.
         let here = Arc::as_ptr(&b);
-        patch_block(&mut b, 60, &[5u8; 4]);
+        patch_block(&mut b, 60, &[5u8; 4], &NoCache);
         assert!(std::ptr::eq(here, Arc::as_ptr(&b)));
         assert_eq!(&b[56..], &[4, 4, 4, 4, 5, 5, 5, 5]);
     }

@@ -14,6 +14,7 @@
 
 use crate::arc::{BlockCache, Class};
 use crate::dmu::blkptr::{BlkPtr, Dva, DVA_GANG, DVA_REMAPPED};
+use crate::dmu::bufpool::BufPool;
 use crate::dmu::compress;
 use crate::dmu::objset::BlockReader;
 use crate::dmu::tx;
@@ -39,6 +40,12 @@ pub struct SpaIo {
     pub data_errors: DataErrors,
     /// Lets the sync take back the frees a scan parks (`spa/scan.rs`).
     pub scan_fence: super::scan::ScanFence,
+    /// Written record buffers the cache does not keep, for the next
+    /// writes to fill (`dmu/bufpool.rs`); the sync sets its bound.
+    pub bufs: BufPool,
+    /// Bytes of streamed file data the sync wrote and left uncached
+    /// ("One copy" below).
+    pub written_uncached: AtomicU64,
 }
 
 /// Blocks a read found with no valid copy: OpenZFS's "permanent errors"
@@ -115,6 +122,8 @@ impl SpaIo {
             scan_fence: Default::default(),
             suspension: Default::default(),
             reads_under_hold: AtomicU64::new(0),
+            bufs: BufPool::new(0),
+            written_uncached: AtomicU64::new(0),
         }
     }
 
@@ -386,15 +395,81 @@ fn inflate(bp: &BlkPtr, key: crate::arc::Key, v: Arc<Vec<u8>>) -> Result<Arc<Vec
     Ok(d)
 }
 
+/// Which file data written whole (a streaming writer's records,
+/// `DirtyObj::streamed`) the sync leaves in the ARC.
+///
+/// The kernel's page cache above the mount holds those bytes and answers
+/// re-reads without asking the daemon, so a cached copy is a second one.
+/// But a random writer that patches a record later (a database laying out
+/// its file, then writing pages) needs the rest of the record, and a
+/// record not cached costs a device read per first patch: bench/fs.sh's
+/// 16 KiB random writes after fio's layout ran at 0.60x with `Never`
+/// (bench/RESULTS.md). So by default (`Room`) a streamed block is kept
+/// while the cache has room for it without evicting anything, and once
+/// the cache is full a stream neither displaces what is cached nor grows
+/// the daemon: its buffers are recycled (`dmu/bufpool.rs`). Blocks
+/// patched in part and all metadata are always kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheWritten {
+    /// Keep every written block (OpenZFS's ARC; uzfs before).
+    Always,
+    /// Keep streamed data while the cache has room (default).
+    Room,
+    /// Never keep streamed data: one copy, in the kernel's page cache.
+    Never,
+}
+
+static CACHE_WRITTEN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+
+/// Set the policy for streamed writes (the binary maps
+/// `UZFS_ARC_CACHE_WRITES=always|room|never` here).
+pub fn set_cache_written(p: CacheWritten) {
+    let v = match p {
+        CacheWritten::Always => 0,
+        CacheWritten::Room => 1,
+        CacheWritten::Never => 2,
+    };
+    CACHE_WRITTEN.store(v, Ordering::Relaxed);
+}
+
+fn cache_written() -> CacheWritten {
+    match CACHE_WRITTEN.load(Ordering::Relaxed) {
+        0 => CacheWritten::Always,
+        2 => CacheWritten::Never,
+        _ => CacheWritten::Room,
+    }
+}
+
 impl BlockReader for SpaIo {
-    fn written(&self, bp: &BlkPtr, data: &Arc<Vec<u8>>) {
-        if bp.lsize as usize == data.len() {
-            self.cache.insert(
-                cache_key(bp),
-                data.clone(),
-                Class::of(bp.level, bp.obj_type),
-            );
+    fn written(&self, bp: &BlkPtr, data: &Arc<Vec<u8>>, streamed: bool) {
+        if bp.lsize as usize != data.len() {
+            return;
         }
+        let class = Class::of(bp.level, bp.obj_type);
+        let kept = if !streamed || class != Class::Data {
+            self.cache.insert(cache_key(bp), data.clone(), class);
+            true
+        } else {
+            match cache_written() {
+                CacheWritten::Always => {
+                    self.cache.insert(cache_key(bp), data.clone(), class);
+                    true
+                }
+                CacheWritten::Room => self
+                    .cache
+                    .insert_if_room(cache_key(bp), data.clone(), class),
+                CacheWritten::Never => false,
+            }
+        };
+        if !kept {
+            self.written_uncached
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.bufs.give(data.clone());
+        }
+    }
+
+    fn spare_buffer(&self, len: usize) -> Option<Vec<u8>> {
+        self.bufs.take(len)
     }
 
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {

@@ -633,7 +633,7 @@ impl BlockWriter for SyncWriter<'_> {
         let bp = self.write_one(old, data, wp)?;
         // Indirect and object-set blocks: the next txg walks them again.
         // (Batched blocks are offered by their caller, without a copy.)
-        self.io.written(&bp, &Arc::new(data.to_vec()));
+        self.io.written(&bp, &Arc::new(data.to_vec()), false);
         Ok(bp)
     }
 
@@ -843,6 +843,15 @@ impl Pool {
     /// clear` resumes it (spa/suspend.rs).
     pub(crate) fn sync_as(&self, wait: bool) -> Result<u64> {
         let _g = self.sync_guard()?;
+        // Recycled record buffers count within the dirty limit: the pool
+        // may hold what the dirty data leaves of it as this sync starts
+        // (about the txg it is about to write, whose buffers it takes),
+        // and gives them back once a txg passes without a writer asking
+        // (`dmu/bufpool.rs`).
+        self.io
+            .bufs
+            .set_cap(self.dirty_limit().saturating_sub(self.dirty_bytes()));
+        self.io.bufs.synced();
         if let Some(why) = self.suspended() {
             return Err(Error::suspended(&self.name, &why));
         }
