@@ -1,5 +1,6 @@
 //! The ARC through the engine: file data kept compressed in memory as it
-//! is on disk (OpenZFS's compressed ARC), decompressed on every use.
+//! is on disk (OpenZFS's compressed ARC), decompressed on every use; and
+//! written data it does not keep, whose buffers are recycled.
 
 mod common;
 use common::*;
@@ -119,12 +120,13 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     l2.close();
 }
 
-/// A stream of whole records past a full cache is not cached (the kernel's
-/// page cache above a mount holds it): its buffers are recycled for the
-/// next writes, what it wrote reads back right from the devices, and a
+/// With `CacheWritten::Never` (every test here may run under it), a
+/// stream of whole records is not cached (the kernel's page cache above a
+/// mount holds it): its buffers are recycled for the next writes, what it wrote reads back right from the devices, and a
 /// record patched in part is kept (a random writer patches it again).
 #[test]
-fn a_stream_past_a_full_cache_is_recycled_and_a_patched_record_kept() {
+fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
+    uzfs_core::spa::io::set_cache_written(uzfs_core::spa::io::CacheWritten::Never);
     let world = SimWorld::new();
     let (disks, p) = one_disk_fs(&world, 21);
     let fs = mount_fs(&p, "tank");
@@ -178,11 +180,11 @@ fn a_stream_past_a_full_cache_is_recycled_and_a_patched_record_kept() {
 }
 
 /// Writers streaming whole records over their files again and again,
-/// with the sync thread running and a cache too small to keep any of it:
-/// every record buffer is recycled many times, and every file always
+/// with the sync thread running and none of it cached: every record buffer is recycled many times, and every file always
 /// reads back as its last write left it.
 #[test]
 fn recycled_record_buffers_never_leak_into_another_write() {
+    uzfs_core::spa::io::set_cache_written(uzfs_core::spa::io::CacheWritten::Never);
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", DISK)];
     let mut o = opts(22);

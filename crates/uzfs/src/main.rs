@@ -75,13 +75,12 @@ fn main() {
         use uzfs_core::spa::io::CacheWritten;
         let p = match v.as_str() {
             "always" => Some(CacheWritten::Always),
-            "room" => Some(CacheWritten::Room),
             "never" => Some(CacheWritten::Never),
             _ => None,
         };
         match p {
             Some(p) => uzfs_core::spa::io::set_cache_written(p),
-            None => eprintln!("uzfs: UZFS_ARC_CACHE_WRITES={v} ignored (always, room or never)"),
+            None => eprintln!("uzfs: UZFS_ARC_CACHE_WRITES={v} ignored (always or never)"),
         }
     }
     if let Some(rate) = std::env::var("UZFS_L2ARC_WRITE_MAX")

@@ -308,20 +308,6 @@ impl BlockCache {
         self.let_go(gone);
     }
 
-    /// [`insert`](Self::insert) only if the cache has room for `v`
-    /// without evicting anything (what it holds plus `v` within its
-    /// target `c`); returns whether it was kept.
-    pub fn insert_if_room(&self, k: Key, v: Block, class: Class) -> bool {
-        let room = {
-            let l = self.lock();
-            l.sizes().size + v.len() as u64 <= self.target_bytes()
-        };
-        if room {
-            self.insert(k, v, class);
-        }
-        room
-    }
-
     /// The most the cache may hold (`arc_max`).
     pub fn max_bytes(&self) -> u64 {
         self.max_bytes

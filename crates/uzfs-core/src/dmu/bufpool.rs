@@ -8,14 +8,15 @@
 //! fault and a cleared page for every 4 KiB touched: `perf` of a 2 GiB
 //! write showed 40% of the daemon's samples in `clear_page_erms` and the
 //! fault path, more than checksums and compression together. While the
-//! ARC kept every written block, that memory was never given back, so
-//! every write was to fresh memory until the cache was full.
+//! ARC keeps every written block, that memory is not given back, so every
+//! write is to fresh memory until the cache is full (then the allocator
+//! reuses what the cache evicts).
 //!
 //! File data written whole (a streaming writer's records, `DirtyObj::
-//! streamed`) is now not kept by the ARC (the kernel's page cache above
-//! FUSE holds those bytes; `spa/io.rs`, "One copy"): once its txg is
-//! synced, its buffer comes here, and the open txg's next whole-record
-//! write takes it (`take`), pages already faulted in.
+//! streamed`) is not kept by the ARC with `CacheWritten::Never` (the
+//! kernel's page cache above FUSE holds those bytes; `spa/io.rs`): once
+//! its txg is synced, its buffer comes here, and the open txg's next
+//! whole-record write takes it (`take`), pages already faulted in.
 //!
 //! # Ownership
 //!

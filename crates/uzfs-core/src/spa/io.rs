@@ -396,48 +396,35 @@ fn inflate(bp: &BlkPtr, key: crate::arc::Key, v: Arc<Vec<u8>>) -> Result<Arc<Vec
 }
 
 /// Which file data written whole (a streaming writer's records,
-/// `DirtyObj::streamed`) the sync leaves in the ARC.
+/// `DirtyObj::streamed`) the sync keeps in the ARC.
 ///
 /// The kernel's page cache above the mount holds those bytes and answers
 /// re-reads without asking the daemon, so a cached copy is a second one.
-/// But a random writer that patches a record later (a database laying out
-/// its file, then writing pages) needs the rest of the record, and a
-/// record not cached costs a device read per first patch: bench/fs.sh's
-/// 16 KiB random writes after fio's layout ran at 0.60x with `Never`
-/// (bench/RESULTS.md). So by default (`Room`) a streamed block is kept
-/// while the cache has room for it without evicting anything, and once
-/// the cache is full a stream neither displaces what is cached nor grows
-/// the daemon: its buffers are recycled (`dmu/bufpool.rs`). Blocks
-/// patched in part and all metadata are always kept.
+/// But a writer that patches a record later (a database laying out its
+/// file, then writing pages) needs the rest of the record, and a record
+/// not cached costs a device read at its first patch: bench/fs.sh's 16 KiB
+/// random writes after fio's layout ran at 0.60x with `Never`, and keeping
+/// streamed data only while the cache had room (tried) cost 4 KiB fsyncs
+/// 13% with a 512 MiB cache and saved no CPU, since the allocator reuses
+/// what a full cache evicts (bench/RESULTS.md). So the default is
+/// `Always`; `Never` holds written data once, in the kernel, for streaming
+/// workloads (backups, logs, media), and recycles its buffers
+/// (`dmu/bufpool.rs`). Blocks patched in part and all metadata are always
+/// kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheWritten {
-    /// Keep every written block (OpenZFS's ARC; uzfs before).
+    /// Keep every written block (default; OpenZFS's ARC does).
     Always,
-    /// Keep streamed data while the cache has room (default).
-    Room,
     /// Never keep streamed data: one copy, in the kernel's page cache.
     Never,
 }
 
-static CACHE_WRITTEN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+static CACHE_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Set the policy for streamed writes (the binary maps
-/// `UZFS_ARC_CACHE_WRITES=always|room|never` here).
+/// `UZFS_ARC_CACHE_WRITES=always|never` here).
 pub fn set_cache_written(p: CacheWritten) {
-    let v = match p {
-        CacheWritten::Always => 0,
-        CacheWritten::Room => 1,
-        CacheWritten::Never => 2,
-    };
-    CACHE_WRITTEN.store(v, Ordering::Relaxed);
-}
-
-fn cache_written() -> CacheWritten {
-    match CACHE_WRITTEN.load(Ordering::Relaxed) {
-        0 => CacheWritten::Always,
-        2 => CacheWritten::Never,
-        _ => CacheWritten::Room,
-    }
+    CACHE_WRITTEN.store(p == CacheWritten::Always, Ordering::Relaxed);
 }
 
 impl BlockReader for SpaIo {
@@ -446,21 +433,10 @@ impl BlockReader for SpaIo {
             return;
         }
         let class = Class::of(bp.level, bp.obj_type);
-        let kept = if !streamed || class != Class::Data {
+        let kept = !streamed || class != Class::Data || CACHE_WRITTEN.load(Ordering::Relaxed);
+        if kept {
             self.cache.insert(cache_key(bp), data.clone(), class);
-            true
-        } else {
-            match cache_written() {
-                CacheWritten::Always => {
-                    self.cache.insert(cache_key(bp), data.clone(), class);
-                    true
-                }
-                CacheWritten::Room => self
-                    .cache
-                    .insert_if_room(cache_key(bp), data.clone(), class),
-                CacheWritten::Never => false,
-            }
-        };
+        }
         if !kept {
             self.written_uncached
                 .fetch_add(data.len() as u64, Ordering::Relaxed);
