@@ -40,6 +40,9 @@ pub struct SpaIo {
     pub data_errors: DataErrors,
     /// Lets the sync take back the frees a scan parks (`spa/scan.rs`).
     pub scan_fence: super::scan::ScanFence,
+    /// Freed space is not reused while a read that may repair in place is
+    /// in flight (`metaslab::ReuseFence`; the pool's allocator shares it).
+    pub reuse_fence: Arc<super::metaslab::ReuseFence>,
     /// Written record buffers the cache does not keep, for the next
     /// writes to fill (`dmu/bufpool.rs`); the sync sets its bound.
     pub bufs: BufPool,
@@ -123,6 +126,7 @@ impl SpaIo {
             suspension: Default::default(),
             reads_under_hold: AtomicU64::new(0),
             bufs: BufPool::new(0),
+            reuse_fence: Default::default(),
             written_uncached: AtomicU64::new(0),
         }
     }
@@ -193,6 +197,9 @@ impl SpaIo {
             return Err(Error::invalid("read of a hole"));
         }
         let verify = |d: &[u8]| bp.checksum_type.compute(d) == bp.checksum;
+        // From the read to its last repair, the space of `bp` cannot be
+        // handed out again even if the block is freed meanwhile.
+        let _no_reuse = self.reuse_fence.reading();
         let mut failed: Vec<(Arc<TopVdev>, Dva)> = Vec::new();
         let mut last_err = None;
         for dva in bp.dva.iter().filter(|d| d.is_valid()) {

@@ -218,8 +218,41 @@ impl VdevAlloc {
     }
 }
 
+/// Keeps freed space from being reused under a read that may repair in
+/// place.
+///
+/// A self-healing read (`SpaIo::read_phys`, and the mirror and RAID-Z
+/// repairs inside it) writes the good bytes back over a bad copy after the
+/// read. Its block pointer was current when the read began; if the block
+/// is freed meanwhile, its space may only be handed out again once no such
+/// read is in flight, or the repair lands on whatever was written there
+/// next (`tests/repair_race.rs`). Reads hold the fence for reading from
+/// their start to their last repair; the allocator holds it for writing
+/// only while it moves freed ranges into the allocatable trees (no I/O,
+/// no read under it), so a sync waits at most for the reads in flight.
+/// Scans have their own guard against reuse (`spa/scan.rs`).
+#[derive(Default)]
+pub struct ReuseFence {
+    lock: std::sync::RwLock<()>,
+}
+
+impl ReuseFence {
+    /// Held by a read for as long as it may repair what it read. Never
+    /// taken twice by one thread (a waiting writer would deadlock it).
+    pub fn reading(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.lock.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn releasing(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.lock.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 pub struct Allocator {
     pub vdevs: Vec<VdevAlloc>,
+    /// Shared with the pool's reads (`SpaIo::reuse_fence`): freed space
+    /// becomes allocatable only while no repairing read is in flight.
+    pub fence: std::sync::Arc<ReuseFence>,
     /// Scans (or walkers) reading blocks by pointers gathered earlier: while
     /// non-zero, freed space is not reused (and overwritten).
     pub scan_hold: u32,
@@ -234,6 +267,7 @@ impl Allocator {
     pub fn new(vdevs: Vec<VdevAlloc>) -> Self {
         Allocator {
             vdevs,
+            fence: Default::default(),
             scan_hold: 0,
             hold_broken: false,
             rotor: 0,
@@ -461,6 +495,8 @@ impl Allocator {
     /// A txg committed: the previous txg's frees become allocatable and this
     /// txg's frees start their wait.
     pub fn sync_done(&mut self) {
+        let fence = self.fence.clone();
+        let _reuse = fence.releasing();
         let parking = self.holding_for_scan();
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
@@ -489,6 +525,8 @@ impl Allocator {
         if self.holding_for_scan() {
             return 0;
         }
+        let fence = self.fence.clone();
+        let _reuse = fence.releasing();
         let mut n = 0;
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {
@@ -536,6 +574,8 @@ impl Allocator {
     }
 
     fn release_held(&mut self) -> u64 {
+        let fence = self.fence.clone();
+        let _reuse = fence.releasing();
         let mut n = 0;
         for v in &mut self.vdevs {
             for ms in &mut v.metaslabs {

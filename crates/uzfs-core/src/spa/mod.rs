@@ -452,6 +452,8 @@ impl Pool {
         synced_txg: u64,
         tun: Tunables,
     ) -> Arc<Pool> {
+        let mut st = st;
+        st.alloc.fence = io.reuse_fence.clone();
         let root_ds = Arc::new(crate::dsl::Dataset {
             phys: std::sync::RwLock::new(crate::dsl::DsPhys {
                 id: st.dir.root_dataset,

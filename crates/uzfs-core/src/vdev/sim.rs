@@ -72,12 +72,18 @@ struct WorldState {
 /// with no lock held: a test can hold a write in flight by blocking here.
 pub type WriteHook = Arc<dyn Fn(&str, u64, usize) + Send + Sync>;
 
+/// Called with (disk name, offset, length) after each read has its data,
+/// before it returns, with no lock held: a test can make a read that
+/// already got its bytes complete late by blocking here.
+pub type ReadHook = WriteHook;
+
 /// Shared power supply of a set of simulated devices.
 #[derive(Clone, Default)]
 pub struct SimWorld {
     state: Arc<Mutex<WorldState>>,
     disks: Arc<Mutex<Vec<Arc<SimDisk>>>>,
     write_hook: Arc<Mutex<Option<WriteHook>>>,
+    read_hook: Arc<Mutex<Option<ReadHook>>>,
 }
 
 struct SimDisk {
@@ -131,6 +137,12 @@ impl SimWorld {
     /// Run `hook` before every write to this world's disks (`None` stops).
     pub fn set_write_hook(&self, hook: Option<WriteHook>) {
         *lock(&self.write_hook) = hook;
+    }
+
+    /// Run `hook` after every read from this world's disks has its data
+    /// (`None` stops).
+    pub fn set_read_hook(&self, hook: Option<ReadHook>) {
+        *lock(&self.read_hook) = hook;
     }
 
     /// Cut the power when `n` more operations have been issued.
@@ -304,6 +316,11 @@ impl BlockDevice for SimDevice {
             if s < e {
                 buf[s - offset as usize..e - offset as usize].copy_from_slice(&d[s - ws..e - ws]);
             }
+        }
+        drop(st);
+        let hook = lock(&self.world.read_hook).clone();
+        if let Some(h) = hook {
+            h(&self.disk.name, offset, buf.len());
         }
         Ok(())
     }
