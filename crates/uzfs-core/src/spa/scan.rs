@@ -945,13 +945,14 @@ impl Pool {
                 || self.scan_sig.yield_hold.load(Ordering::Relaxed)
                 || self.io.scan_fence.is_broken()
         };
-        std::thread::scope(|s| {
+        // The workers are a taskq's (no thread started per batch); its
+        // threads run at the scan's class and nice level.
+        crate::zio::scan_issue_taskq().scope(|s| {
             for w in 0..workers {
                 let (fg_busy, interrupted) = (&fg_busy, &interrupted);
                 let (next, runs, failed) = (&next, &runs, &failed);
                 let (issued, repaired, errors) = (&issued, &repaired, &errors);
                 s.spawn(move || {
-                    let _class = scan_thread();
                     loop {
                         if interrupted() || lock(failed).is_some() {
                             return;

@@ -79,6 +79,17 @@ pub fn scan_taskq() -> &'static Taskq {
     &T
 }
 
+/// The threads that issue a scrub's or resilver's runs of blocks (each
+/// batch's workers, `spa/scan.rs`; four per scanning pool), at the scan's
+/// class and nice level. Not `scan_taskq`: these jobs wait for its reads.
+pub fn scan_issue_taskq() -> &'static Taskq {
+    fn init() {
+        std::mem::forget(crate::vdev::queue::scan_thread());
+    }
+    static T: Taskq = Taskq::with_init("uzfs-scan-issue", 16, init);
+    &T
+}
+
 /// Run `chunks` through the stages: `prepare` each on the CPU threads,
 /// `place` each in order on this thread (given the chunk's index and what
 /// `prepare` made of it), `issue` what `place` returned on the issue
