@@ -47,7 +47,7 @@ pub struct SpaIo {
     /// writes to fill (`dmu/bufpool.rs`); the sync sets its bound.
     pub bufs: BufPool,
     /// Bytes of streamed file data the sync wrote and left uncached
-    /// ("One copy" below).
+    /// ([`CacheWritten::Never`]).
     pub written_uncached: AtomicU64,
 }
 
@@ -443,8 +443,7 @@ impl BlockReader for SpaIo {
         let kept = !streamed || class != Class::Data || CACHE_WRITTEN.load(Ordering::Relaxed);
         if kept {
             self.cache.insert(cache_key(bp), data.clone(), class);
-        }
-        if !kept {
+        } else {
             self.written_uncached
                 .fetch_add(data.len() as u64, Ordering::Relaxed);
             self.bufs.give(data.clone());
