@@ -33,9 +33,9 @@
 //! txg it is about to write: the buffers it frees wait here, while the
 //! open txg draws on them, and dirty data and recycled buffers together
 //! stay within the dirty limit the daemon's memory budget already counts,
-//! however long a stream lasts. Past the cap a buffer is dropped. Buffers not asked for between two txg
-//! syncs are dropped at the second ([`BufPool::synced`]): an idle daemon
-//! gives them back within two txgs.
+//! however long a stream lasts. Past the cap a buffer is dropped. Buffers
+//! not asked for between two txg syncs are dropped at the second
+//! ([`BufPool::synced`]): an idle daemon gives them back within two txgs.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -451,6 +451,11 @@ impl BlockReader for SpaIo {
     }
 
     fn spare_buffer(&self, len: usize) -> Option<Vec<u8>> {
+        // Keeping every written block, the sync gives the pool nothing:
+        // the write path does not take its lock for each record.
+        if CACHE_WRITTEN.load(Ordering::Relaxed) {
+            return None;
+        }
         self.bufs.take(len)
     }
 

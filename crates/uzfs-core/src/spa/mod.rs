@@ -447,12 +447,11 @@ impl Pool {
         io: Arc<SpaIo>,
         mos: Objset,
         root: Arc<Objset>,
-        st: SpaState,
+        mut st: SpaState,
         open_txg: u64,
         synced_txg: u64,
         tun: Tunables,
     ) -> Arc<Pool> {
-        let mut st = st;
         st.alloc.fence = io.reuse_fence.clone();
         let root_ds = Arc::new(crate::dsl::Dataset {
             phys: std::sync::RwLock::new(crate::dsl::DsPhys {

@@ -516,6 +516,15 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
 
+    /// Until one I/O of class `c` waits for admission on `q` (10 s at most).
+    fn await_waiting(q: &IoQueue, c: IoClass) {
+        let t0 = Instant::now();
+        while q.waiting()[c as usize] != 1 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never seen waiting");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// An I/O counted around the queue goes at once, even past every
     /// limit, and holds its place until it ends.
     #[test]
@@ -531,11 +540,7 @@ mod tests {
         // An admitted I/O waits for them: the total is taken.
         std::thread::scope(|s| {
             let waiter = s.spawn(|| drop(q.admit(IoClass::AsyncWrite)));
-            let t0 = Instant::now();
-            while q.waiting()[IoClass::AsyncWrite as usize] != 1 {
-                assert!(t0.elapsed() < Duration::from_secs(10), "never waited");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            await_waiting(&q, IoClass::AsyncWrite);
             drop((a, b));
             waiter.join().expect("waiter");
         });
@@ -554,11 +559,7 @@ mod tests {
         assert_eq!(q.active()[IoClass::AsyncWrite as usize], 1);
         std::thread::scope(|s| {
             let waiter = s.spawn(|| drop(q.admit(IoClass::AsyncWrite)));
-            let t0 = Instant::now();
-            while q.waiting()[IoClass::AsyncWrite as usize] != 1 {
-                assert!(t0.elapsed() < Duration::from_secs(10), "never seen waiting");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            await_waiting(&q, IoClass::AsyncWrite);
             assert_eq!(q.waiting().iter().sum::<u32>(), 1);
             drop(held);
             waiter.join().expect("waiter");

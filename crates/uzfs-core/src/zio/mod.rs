@@ -71,22 +71,21 @@ pub fn issue_taskq() -> &'static Taskq {
 /// one read per leaf of a run of blocks): at the scan's class and nice
 /// level for good, so a scan's reads never run at a foreground priority.
 pub fn scan_taskq() -> &'static Taskq {
-    fn init() {
-        // The thread is the taskq's for the life of the process.
-        std::mem::forget(crate::vdev::queue::scan_thread());
-    }
-    static T: Taskq = Taskq::with_init("uzfs-zio-scan", 16, init);
+    static T: Taskq = Taskq::with_init("uzfs-zio-scan", 16, scan_init);
     &T
+}
+
+/// A scan taskq's thread takes the scan's class and nice level for good
+/// (the thread is the taskq's for the life of the process).
+fn scan_init() {
+    std::mem::forget(crate::vdev::queue::scan_thread());
 }
 
 /// The threads that issue a scrub's or resilver's runs of blocks (each
 /// batch's workers, `spa/scan.rs`; four per scanning pool), at the scan's
 /// class and nice level. Not `scan_taskq`: these jobs wait for its reads.
 pub fn scan_issue_taskq() -> &'static Taskq {
-    fn init() {
-        std::mem::forget(crate::vdev::queue::scan_thread());
-    }
-    static T: Taskq = Taskq::with_init("uzfs-scan-issue", 16, init);
+    static T: Taskq = Taskq::with_init("uzfs-scan-issue", 16, scan_init);
     &T
 }
 
