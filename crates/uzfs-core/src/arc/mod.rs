@@ -273,6 +273,17 @@ impl BlockCache {
             .lookup(k, lists::Access::new(class, !is_prefetch(), now))
     }
 
+    /// [`BlockCache::get`] of a block that is cached; a block that is not
+    /// is no miss (nothing will be read for it).
+    pub fn get_cached(&self, k: &Key, class: Class) -> Option<Block> {
+        let now = self.now_ms();
+        let mut l = self.lock();
+        if !l.contains(k) {
+            return None;
+        }
+        l.lookup(k, lists::Access::new(class, !is_prefetch(), now))
+    }
+
     /// Drop every cached block (after the media changed under the pool).
     pub fn clear(&self) {
         let mut gone = Vec::new();

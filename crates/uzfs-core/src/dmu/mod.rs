@@ -9,5 +9,6 @@ pub mod compress;
 pub mod dnode;
 pub mod early_write;
 pub mod objset;
+pub mod partial;
 pub mod traverse;
 pub mod tx;

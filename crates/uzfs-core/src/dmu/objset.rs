@@ -39,6 +39,7 @@ use super::checksum::ChecksumType;
 use super::compress::Compression;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
 use super::early_write::{EarlyWrite, Overrides};
+use super::partial::{self, Ranges};
 use super::traverse::{self, At, Kind, Next, Position, Visitor};
 use super::tx::{Tx, TxgGate};
 use crate::error::{Error, Result};
@@ -62,6 +63,12 @@ pub trait BlockReader: Send + Sync {
     /// wrote and nothing holds any more (`dmu/bufpool.rs`), for a write
     /// about to fill a whole block; `None`: allocate.
     fn spare_buffer(&self, _len: usize) -> Option<Vec<u8>> {
+        None
+    }
+    /// `bp`'s logical bytes if they are in memory now (no device read);
+    /// `None` otherwise. A write of part of a record that is not in
+    /// memory leaves the rest to the sync (`dmu/partial.rs`).
+    fn cached(&self, _bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {
         None
     }
 }
@@ -125,6 +132,17 @@ pub trait BlockWriter {
     }
     /// Something on disk now needs pool feature `name` (`spa/feature.rs`).
     fn note_feature(&mut self, _name: &'static str) {}
+    /// A read the sync needs (the old version of a partly written record,
+    /// `dmu/partial.rs`) failed with `err`: the SPA may park the sync and
+    /// run `read` again once the devices are back (`spa/suspend.rs`), as
+    /// for a failed write. The default gives up.
+    fn read_again(
+        &mut self,
+        err: Error,
+        _read: &mut dyn FnMut() -> Result<Arc<Vec<u8>>>,
+    ) -> Result<Arc<Vec<u8>>> {
+        Err(err)
+    }
     /// What `bp` is charged to its object set's `used`: its allocated
     /// bytes, deflated by the pool's RAID-Z ratio (`VdevAlloc::deflate`).
     fn dsize(&self, bp: &BlkPtr) -> u64 {
@@ -179,11 +197,39 @@ pub struct DirtyObj {
     /// their memory is reused (`dmu/bufpool.rs`). A block read and
     /// modified in part stays cached: it is likely modified again.
     pub streamed: BTreeSet<u64>,
+    /// Blocks of `blocks` that writes of this txg filled only in part,
+    /// over a record that was not in memory: the byte ranges written. The
+    /// rest is whatever lies below this txg; reads and the sync fill it
+    /// in (`dmu/partial.rs`).
+    pub partial: BTreeMap<u64, Ranges>,
 }
 
 impl DirtyObj {
     fn punched(&self, blkid: u64) -> bool {
         self.frees.iter().any(|&(s, e)| s <= blkid && blkid < e)
+    }
+
+    /// Bytes `[off, off + n)` of block `blkid` (of `bs`) were just
+    /// written into its buffer in `blocks`.
+    fn patched(&mut self, blkid: u64, off: usize, n: usize, bs: usize) {
+        if n == bs {
+            self.partial.remove(&blkid);
+            return;
+        }
+        self.streamed.remove(&blkid);
+        if let Some(r) = self.partial.get_mut(&blkid) {
+            r.add(off, off + n);
+            if r.covers(bs) {
+                self.partial.remove(&blkid);
+                partial::count(partial::Event::Covered);
+            }
+        }
+    }
+
+    /// Block `blkid` is gone from `blocks`.
+    fn dropped(&mut self, blkid: u64) {
+        self.streamed.remove(&blkid);
+        self.partial.remove(&blkid);
     }
 }
 
@@ -404,11 +450,28 @@ impl Drop for Reserved<'_> {
     }
 }
 
+/// What a write of part of a block patches (`Objset::patch_base`).
+enum PatchBase {
+    /// The block's current contents, a private copy.
+    Copy(Vec<u8>),
+    /// Not in memory: a partial block, over the old version `bp` on disk
+    /// (`None`: over another txg's partial block).
+    Sparse(Option<BlkPtr>),
+}
+
 /// Where the current contents of one block live.
 enum BlockSource {
     Data(Arc<Vec<u8>>),
     Zero,
     Tree(Box<DnodePhys>),
+    /// A partly written block (`dmu/partial.rs`): the bytes of `ranges`
+    /// are `data`'s, the rest `below`'s. `open`: it is the open txg's.
+    Partial {
+        data: Arc<Vec<u8>>,
+        ranges: Ranges,
+        below: Box<BlockSource>,
+        open: bool,
+    },
 }
 
 impl Objset {
@@ -690,29 +753,52 @@ impl Objset {
     }
 
     fn block_source(&self, obj: u64, blkid: u64) -> Result<BlockSource> {
-        {
+        // Partly written versions met on the way down, newest first.
+        let mut over: Vec<(Arc<Vec<u8>>, Ranges, bool)> = Vec::new();
+        let found = 'found: {
             let st = lock(&self.st);
-            let layers = [Some(&st.open), st.syncing.as_deref()];
-            for d in layers.into_iter().flatten() {
-                if let Some(o) = d.objs.get(&obj) {
-                    if o.freed {
+            let layers = [(Some(&st.open), true), (st.syncing.as_deref(), false)];
+            for (d, open) in layers {
+                let Some(o) = d.and_then(|d| d.objs.get(&obj)) else {
+                    continue;
+                };
+                if o.freed {
+                    if over.is_empty() {
                         return Err(Error::NotFound(format!("object {obj} does not exist")));
                     }
-                    if let Some(b) = o.blocks.get(&blkid) {
-                        return Ok(BlockSource::Data(b.clone()));
-                    }
-                    if o.create.is_some() || o.punched(blkid) {
-                        return Ok(BlockSource::Zero);
+                    break 'found Some(BlockSource::Zero);
+                }
+                if let Some(b) = o.blocks.get(&blkid) {
+                    match o.partial.get(&blkid) {
+                        None => break 'found Some(BlockSource::Data(b.clone())),
+                        Some(r) => over.push((b.clone(), r.clone(), open)),
                     }
                 }
+                // A txg's punches and re-creation come before its blocks.
+                if o.create.is_some() || o.punched(blkid) {
+                    break 'found Some(BlockSource::Zero);
+                }
             }
+            None
+        };
+        let mut src = match found {
+            Some(s) => s,
+            None => BlockSource::Tree(Box::new(self.synced_dnode(obj)?)),
+        };
+        while let Some((data, ranges, open)) = over.pop() {
+            src = BlockSource::Partial {
+                data,
+                ranges,
+                below: Box::new(src),
+                open,
+            };
         }
-        Ok(BlockSource::Tree(Box::new(self.synced_dnode(obj)?)))
+        Ok(src)
     }
 
-    /// Current contents of one level-0 block (`None` = hole, reads as zeros).
-    pub fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
-        match self.block_source(obj, blkid)? {
+    /// The whole contents of a block from where they live (`None`: a hole).
+    fn resolve(&self, obj: u64, blkid: u64, src: BlockSource) -> Result<Option<Arc<Vec<u8>>>> {
+        match src {
             BlockSource::Data(d) => Ok(Some(d)),
             BlockSource::Zero => Ok(None),
             BlockSource::Tree(dn) => {
@@ -724,6 +810,85 @@ impl Objset {
                     e => e,
                 })
             }
+            BlockSource::Partial {
+                data,
+                ranges,
+                below,
+                open,
+            } => {
+                let base = self.resolve(obj, blkid, *below)?;
+                let whole = Arc::new(partial::merge(base, &data, &ranges)?);
+                if open {
+                    self.promote(obj, blkid, &data, &whole);
+                }
+                Ok(Some(whole))
+            }
+        }
+    }
+
+    /// The open txg's partial block `blkid` of `obj`, whose buffer was
+    /// `data`, was filled in as `whole`: put it in its place unless a
+    /// write changed it meanwhile (then a later read fills it again).
+    fn promote(&self, obj: u64, blkid: u64, data: &Arc<Vec<u8>>, whole: &Arc<Vec<u8>>) {
+        let mut st = lock(&self.st);
+        let Some(d) = st.open.objs.get_mut(&obj) else {
+            return;
+        };
+        if !d.partial.contains_key(&blkid) {
+            return;
+        }
+        if let Some(b) = d.blocks.get_mut(&blkid) {
+            if Arc::ptr_eq(b, data) {
+                *b = whole.clone();
+                d.partial.remove(&blkid);
+                partial::count(partial::Event::FilledByRead);
+            }
+        }
+    }
+
+    /// Current contents of one level-0 block (`None` = hole, reads as zeros).
+    pub fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        let src = self.block_source(obj, blkid)?;
+        self.resolve(obj, blkid, src)
+    }
+
+    /// Whether block `blkid` of `obj` holds data (is not a hole): what
+    /// `read_block(..).is_some()` says, without reading the data.
+    pub fn holds_data(&self, obj: u64, blkid: u64) -> Result<bool> {
+        Ok(match self.block_source(obj, blkid)? {
+            BlockSource::Data(_) | BlockSource::Partial { .. } => true,
+            BlockSource::Zero => false,
+            BlockSource::Tree(dn) => find_l0_bp(&*self.reader, &dn, blkid)?.is_some(),
+        })
+    }
+
+    /// What a write of part of block `blkid` patches: a private copy of
+    /// the block's contents when they are in memory (zeros for a hole),
+    /// else a partial block, whose old version (if on disk, its pointer)
+    /// the sync reads (`dmu/partial.rs`).
+    fn patch_base(&self, obj: u64, blkid: u64, bs: u64) -> Result<PatchBase> {
+        let copy = |b: &[u8]| {
+            if b.len() == bs as usize {
+                Ok(PatchBase::Copy(b.to_vec()))
+            } else {
+                Err(Error::corrupt(
+                    "data block",
+                    format!("object {obj} block {blkid} has the wrong size"),
+                ))
+            }
+        };
+        let zeros = || PatchBase::Copy(vec![0u8; bs as usize]);
+        match self.block_source(obj, blkid)? {
+            BlockSource::Data(d) => copy(&d),
+            BlockSource::Zero => Ok(zeros()),
+            BlockSource::Partial { .. } => Ok(PatchBase::Sparse(None)),
+            BlockSource::Tree(dn) => match find_l0_bp(&*self.reader, &dn, blkid)? {
+                None => Ok(zeros()),
+                Some(bp) => match self.reader.cached(&bp) {
+                    Some(b) => copy(&b),
+                    None => Ok(PatchBase::Sparse(Some(bp))),
+                },
+            },
         }
     }
 
@@ -966,6 +1131,7 @@ impl Objset {
         let had = d.blocks.len() as u64 * dn.datablksz as u64;
         d.blocks.clear();
         d.streamed.clear();
+        d.partial.clear();
         d.blksz = Some(new_bs);
         let added = match block {
             Some(b) => {
@@ -998,7 +1164,7 @@ impl Objset {
         let doomed: Vec<u64> = d.blocks.range(start..end).map(|(&k, _)| k).collect();
         for k in &doomed {
             d.blocks.remove(k);
-            d.streamed.remove(k);
+            d.dropped(*k);
         }
         d.frees.push((start, end));
         let released = doomed.len() as u64 * bs;
@@ -1044,11 +1210,12 @@ impl Objset {
             st.open
                 .objs
                 .get(&obj)
-                .is_some_and(|d| d.blocks.contains_key(&blkid))
+                .is_some_and(|d| d.blocks.contains_key(&blkid) && !d.partial.contains_key(&blkid))
         };
         // A copy of the current block (maybe a device read) without the
         // object set's lock; another writer may put the block in first, in
-        // which case its version is the one to edit.
+        // which case its version is the one to edit. (A partly written
+        // block is filled in by the copy's read.)
         let copy = if have {
             None
         } else {
@@ -1057,6 +1224,13 @@ impl Objset {
         let mut guard = lock(&self.st);
         let st = &mut *guard;
         let d = st.open.objs.entry(obj).or_default();
+        if d.partial.contains_key(&blkid) {
+            // Only a write of part of the block races a change of it
+            // here; the caller's locks exclude it.
+            let why = format!("object {obj} block {blkid} was written in part during a change");
+            self.gate.poison(&why);
+            return Err(Error::Internal(why));
+        }
         let block = match d.blocks.entry(blkid) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -1120,24 +1294,27 @@ impl Objset {
                 let d = st.open.objs.entry(obj).or_default();
                 if let Some(b) = d.blocks.get_mut(&blkid) {
                     patch_block(b, boff, src, &*self.reader);
-                    if n != bs as usize {
-                        d.streamed.remove(&blkid);
-                    }
                     if keep {
                         kept = Some(Arc::clone(b));
                     }
+                    d.patched(blkid, boff, n, bs as usize);
                     true
                 } else {
                     false
                 }
             };
             if !patched {
-                let block = if n == bs as usize {
-                    filled(&*self.reader, src)
+                // `sparse`: the rest of the record is not in memory; the
+                // sync fills it in (dmu/partial.rs).
+                let (block, sparse) = if n == bs as usize {
+                    (filled(&*self.reader, src), None)
                 } else {
-                    let mut b = self.block_copy(obj, blkid, bs)?;
+                    let (mut b, sparse) = match self.patch_base(obj, blkid, bs)? {
+                        PatchBase::Copy(b) => (b, None),
+                        PatchBase::Sparse(old) => (vec![0u8; bs as usize], Some(old)),
+                    };
                     b[boff..boff + n].copy_from_slice(src);
-                    b
+                    (b, sparse)
                 };
                 let mut st = lock(&self.st);
                 let st = &mut *st;
@@ -1150,9 +1327,7 @@ impl Objset {
                         if keep {
                             kept = Some(Arc::clone(e.get()));
                         }
-                        if n != bs as usize {
-                            d.streamed.remove(&blkid);
-                        }
+                        d.patched(blkid, boff, n, bs as usize);
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
                         let b = e.insert(Arc::new(block));
@@ -1161,6 +1336,18 @@ impl Objset {
                         }
                         if n == bs as usize {
                             d.streamed.insert(blkid);
+                        }
+                        if let Some(old) = sparse {
+                            d.partial.insert(blkid, Ranges::new(boff, boff + n));
+                            partial::count(partial::Event::Deferred);
+                            // Its old version starts on its way to the
+                            // cache now; nobody waits for it.
+                            if let Some(bp) = old {
+                                let reader = Arc::clone(&self.reader);
+                                crate::zio::fill_taskq().dispatch(move || {
+                                    let _ = crate::arc::prefetching(|| reader.read_bp(&bp));
+                                });
+                            }
                         }
                         st.open.bytes += bs;
                         added += bs;
@@ -1220,7 +1407,7 @@ impl Objset {
             .flatten()
             .find(|d| d.txg == txg)
             .and_then(|d| d.objs.get(&obj))
-            .filter(|o| !o.freed)
+            .filter(|o| !o.freed && !o.partial.contains_key(&blkid))
             .and_then(|o| o.blocks.get(&blkid))
             .is_some_and(|b| Arc::ptr_eq(b, data));
         same
@@ -1316,14 +1503,11 @@ impl Objset {
         if let Some((&last, _)) = blocks.last_key_value() {
             let end = (last + 1) * DNODE_BLOCK_SIZE as u64;
             meta.size = meta.size.max(end);
-            apply_blocks(
-                reader,
-                w,
-                &mut meta,
-                &blocks,
-                &BTreeSet::new(),
-                &BTreeMap::new(),
-            )?;
+            let dnodes = DirtyObj {
+                blocks,
+                ..Default::default()
+            };
+            apply_blocks(reader, w, &mut meta, &dnodes, &BTreeMap::new())?;
         }
         for k in empty {
             free_range_tree(reader, w, &mut meta, k, k + 1)?;
@@ -1511,6 +1695,13 @@ impl BlockWriter for Counting<'_> {
     fn note_feature(&mut self, name: &'static str) {
         self.inner.note_feature(name)
     }
+    fn read_again(
+        &mut self,
+        err: Error,
+        read: &mut dyn FnMut() -> Result<Arc<Vec<u8>>>,
+    ) -> Result<Arc<Vec<u8>>> {
+        self.inner.read_again(err, read)
+    }
     fn dsize(&self, bp: &BlkPtr) -> u64 {
         self.inner.dsize(bp)
     }
@@ -1599,7 +1790,7 @@ fn sync_object(
         free_range_tree(reader, w, &mut dn, start, end)?;
     }
     if !d.blocks.is_empty() {
-        apply_blocks(reader, w, &mut dn, &d.blocks, &d.streamed, adopt)?;
+        apply_blocks(reader, w, &mut dn, d, adopt)?;
     }
     if let Some(s) = d.size {
         dn.size = s;
@@ -1615,10 +1806,10 @@ fn apply_blocks(
     reader: &dyn BlockReader,
     w: &mut dyn BlockWriter,
     dn: &mut DnodePhys,
-    blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
-    streamed: &BTreeSet<u64>,
+    d: &DirtyObj,
     adopt: &BTreeMap<u64, BlkPtr>,
 ) -> Result<()> {
+    let (blocks, streamed) = (&d.blocks, &d.streamed);
     let max = match blocks.last_key_value() {
         Some((&k, _)) => k,
         None => return Ok(()),
@@ -1646,16 +1837,23 @@ fn apply_blocks(
         dn.blkptr = [bp, BlkPtr::HOLE, BlkPtr::HOLE];
         dn.nlevels += 1;
     }
+    // Partly written records get the rest of their bytes from the old
+    // versions, read together (dmu/partial.rs).
+    let whole = fill_partial(reader, w, dn, d)?;
     // Level 0 first, as one batch through the I/O pipeline; blocks the
     // intent log already wrote are adopted as they are.
     let mut olds = Vec::with_capacity(blocks.len());
     let mut items: Vec<(u64, BlkPtr)> = Vec::with_capacity(blocks.len());
     for (&blkid, data) in blocks {
+        let data = whole.get(&blkid).unwrap_or(data);
         if data.len() != dn.datablksz as usize {
             return Err(Error::invalid("dirty block of the wrong size"));
         }
         let old = find_l0_bp(reader, dn, blkid)?.unwrap_or(BlkPtr::HOLE);
-        match adopt.get(&blkid) {
+        match adopt
+            .get(&blkid)
+            .filter(|_| !d.partial.contains_key(&blkid))
+        {
             Some(bp) if bp.lsize as usize == data.len() => {
                 w.adopt(&old, bp);
                 used += w.dsize(bp) as i64 - w.dsize(&old) as i64;
@@ -1703,6 +1901,67 @@ fn apply_blocks(
     dn.maxblkid = dn.maxblkid.max(max);
     dn.used_bytes = used.max(0) as u64;
     Ok(())
+}
+
+/// The whole contents of every partly written block of `d`: its old
+/// version under `dn` (as the sync found it, after the txg's punches)
+/// with the written ranges laid over it. The old versions are read at
+/// once on the `uzfs-zio-read` threads; a read that fails is tried again
+/// through the writer, which may park the sync until the devices are
+/// back (`BlockWriter::read_again`).
+fn fill_partial(
+    reader: &dyn BlockReader,
+    w: &mut dyn BlockWriter,
+    dn: &DnodePhys,
+    d: &DirtyObj,
+) -> Result<BTreeMap<u64, Arc<Vec<u8>>>> {
+    // (block, its old version, what was written, where)
+    type Todo<'a> = (u64, Option<BlkPtr>, &'a Arc<Vec<u8>>, &'a Ranges);
+    let mut todo: Vec<Todo> = Vec::new();
+    for (&blkid, ranges) in &d.partial {
+        let Some(data) = d.blocks.get(&blkid) else {
+            return Err(Error::Internal(format!(
+                "partly written block {blkid} has no buffer"
+            )));
+        };
+        todo.push((blkid, find_l0_bp(reader, dn, blkid)?, data, ranges));
+    }
+    if todo.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    // Per block: `None` if its read panicked.
+    type Read = Option<Result<Option<Arc<Vec<u8>>>>>;
+    let reads: Vec<Read> = crate::zio::read_taskq().scope(|q| {
+        let tasks: Vec<_> = todo
+            .iter()
+            .map(|(_, old, _, _)| {
+                let old = *old;
+                // As read-ahead: the async-read class, and the old
+                // version enters the cache as prefetched, the first to go
+                // (the sync is about to replace it).
+                q.spawn(move || {
+                    crate::arc::prefetching(|| old.map(|bp| reader.read_bp(&bp)).transpose())
+                })
+            })
+            .collect();
+        tasks.into_iter().map(|t| t.join()).collect()
+    });
+    let mut out = BTreeMap::new();
+    for ((blkid, old, data, ranges), read) in todo.into_iter().zip(reads) {
+        let base = match (old, read) {
+            (_, Some(Ok(b))) => b,
+            (Some(bp), Some(Err(e))) => Some(w.read_again(e, &mut || reader.read_bp(&bp))?),
+            (None, Some(Err(e))) => return Err(e),
+            (_, None) => {
+                return Err(Error::Internal(
+                    "a partly written block's read panicked".into(),
+                ))
+            }
+        };
+        out.insert(blkid, Arc::new(partial::merge(base, data, ranges)?));
+        partial::count(partial::Event::FilledBySync);
+    }
+    Ok(out)
 }
 
 /// Rewrite the subtree under `old` (at `level`, covering `span` level-0 blocks

@@ -459,6 +459,17 @@ impl BlockReader for SpaIo {
         self.bufs.take(len)
     }
 
+    fn cached(&self, bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {
+        let key = cache_key(bp);
+        if let Some(v) = tx::pinned(&key) {
+            return Some(v);
+        }
+        let v = self
+            .cache
+            .get_cached(&key, Class::of(bp.level, bp.obj_type))?;
+        inflate(bp, key, v).ok()
+    }
+
     fn read_bp(&self, bp: &BlkPtr) -> Result<Arc<Vec<u8>>> {
         let key = cache_key(bp);
         if let Some(v) = tx::pinned(&key) {

@@ -555,6 +555,24 @@ impl BlockWriter for SyncWriter<'_> {
     fn txg(&self) -> u64 {
         self.txg
     }
+    fn read_again(
+        &mut self,
+        err: Error,
+        read: &mut dyn FnMut() -> Result<Arc<Vec<u8>>>,
+    ) -> Result<Arc<Vec<u8>>> {
+        // The first failure is the one already seen: the suspension parks
+        // on it (with `wait`), and every resume reads again.
+        let mut failed = Some(err);
+        self.io.suspension.io(
+            self.name,
+            "read of a partly written record",
+            self.wait,
+            || match failed.take() {
+                Some(e) => Err(e),
+                None => read(),
+            },
+        )
+    }
     fn note_feature(&mut self, name: &'static str) {
         self.used.insert(name);
     }

@@ -67,6 +67,23 @@ pub fn issue_taskq() -> &'static Taskq {
     &T
 }
 
+/// The threads that read the old versions of partly written records for
+/// a sync (`dmu/partial.rs`), many at once: a txg of random 16 KiB writes
+/// into uncached 128 KiB records needs one read per record.
+pub fn read_taskq() -> &'static Taskq {
+    static T: Taskq = Taskq::new("uzfs-zio-read", 8);
+    &T
+}
+
+/// The threads that read, as soon as a write leaves a partly written
+/// record, the record's old version into the cache, so the sync finds it
+/// there (`dmu/partial.rs`). Not `read_taskq`: a sync's reads must not
+/// queue behind the next txg's.
+pub fn fill_taskq() -> &'static Taskq {
+    static T: Taskq = Taskq::new("uzfs-zio-fill", 8);
+    &T
+}
+
 /// The threads that read ahead for a scrub or resilver (`spa/scan.rs`,
 /// one read per leaf of a run of blocks): at the scan's class and nice
 /// level for good, so a scan's reads never run at a foreground priority.

@@ -106,6 +106,18 @@ impl Taskq {
         }
     }
 
+    /// Queue `job` and return at once (a read-ahead nobody waits for). A
+    /// panic in it is caught and dropped. With no thread to run it, it
+    /// runs here.
+    pub fn dispatch(&'static self, job: impl FnOnce() + Send + 'static) {
+        let job: Job = Box::new(move || {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+        });
+        if let Some(job) = self.submit(job) {
+            job();
+        }
+    }
+
     /// Run `f` with a [`Scope`] whose jobs run on this taskq's threads and
     /// may borrow anything that outlives the call. Returns once every job
     /// has finished, `f`'s result or not.

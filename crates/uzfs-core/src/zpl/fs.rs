@@ -518,12 +518,21 @@ impl Zpl {
         }
     }
 
-    /// The data block `blk` of `obj` (dnode `dn`), if it may hold data (a
-    /// partial overwrite, a truncate or punch inside it, a block size
-    /// change).
-    fn warm_block(&self, obj: u64, dn: &DnodePhys, blk: u64) {
+    /// What a write of part of block `blk` of `obj` (dnode `dn`) reads: the
+    /// indirect blocks down to it, not its data (a block not in memory is
+    /// filled in by the sync, dmu/partial.rs). Also what a truncate or
+    /// punch inside it asks (whether it is a hole).
+    fn warm_patch(&self, obj: u64, dn: &DnodePhys, blk: u64) {
         if blk * (dn.datablksz as u64) < dn.size {
-            let _ = self.os.read_block(obj, blk);
+            let _ = self.os.holds_data(obj, blk);
+        }
+    }
+
+    /// Block 0 of a single-block file, which a growth of its block size
+    /// reads whole (`Objset::grow_blocksize`).
+    fn warm_grow(&self, obj: u64, dn: &DnodePhys) {
+        if dn.size > 0 && dn.size <= dn.datablksz as u64 {
+            let _ = self.os.read_block(obj, 0);
         }
     }
 
@@ -1064,9 +1073,8 @@ impl Zpl {
             if let (Some(size), Ok(dn)) = (a.size, self.os.stat(obj)) {
                 // The block the new end falls in; block 0 of a file that
                 // grows its block size.
-                for blk in [0, size / dn.datablksz as u64] {
-                    self.warm_block(obj, &dn, blk);
-                }
+                self.warm_grow(obj, &dn);
+                self.warm_patch(obj, &dn, size / dn.datablksz as u64);
             }
         });
         let _g = self.lock_objs(&[obj]);
@@ -1130,7 +1138,7 @@ impl Zpl {
             // Zero the tail of the block the new end falls in, punch the rest.
             let tail = size % bs;
             let first_free = size.div_ceil(bs);
-            if tail != 0 && io(self.os.read_block(obj, size / bs))?.is_some() {
+            if tail != 0 && io(self.os.holds_data(obj, size / bs))? {
                 let zeros = vec![0u8; (bs - tail) as usize];
                 io(self.os.write(obj, size, &zeros))?;
             }
@@ -1283,13 +1291,13 @@ impl Zpl {
             if let Ok(dn) = self.os.stat(obj) {
                 let bs = dn.datablksz as u64;
                 if !offset.is_multiple_of(bs) {
-                    self.warm_block(obj, &dn, offset / bs);
+                    self.warm_patch(obj, &dn, offset / bs);
                 }
                 if !end.is_multiple_of(bs) && end / bs != offset / bs {
-                    self.warm_block(obj, &dn, end / bs);
+                    self.warm_patch(obj, &dn, end / bs);
                 }
                 if end > bs {
-                    self.warm_block(obj, &dn, 0);
+                    self.warm_grow(obj, &dn);
                 }
             }
         });
@@ -1332,8 +1340,9 @@ impl Zpl {
         // growing file): fallocate touches no xattr.
         let _tx = self.hold(|| {
             if let Ok(dn) = self.os.stat(obj) {
-                for blk in [0, offset / bs, end / bs] {
-                    self.warm_block(obj, &dn, blk);
+                self.warm_grow(obj, &dn);
+                for blk in [offset / bs, end / bs] {
+                    self.warm_patch(obj, &dn, blk);
                 }
             }
         });
@@ -1386,7 +1395,7 @@ impl Zpl {
                 continue;
             }
             let to = bend.min(end);
-            if io(self.os.read_block(obj, blk))?.is_some() {
+            if io(self.os.holds_data(obj, blk))? {
                 io(self.os.write(obj, at, &vec![0u8; (to - at) as usize]))?;
             }
             at = to;

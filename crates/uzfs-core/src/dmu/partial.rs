@@ -1,0 +1,226 @@
+//! Partly written records: filled at the sync, not at the write.
+//!
+//! # Theory
+//!
+//! A write that covers part of a record (a 16 KiB database page in a 128
+//! KiB record) needs the rest of the record before the record can be
+//! written out whole, checksummed and compressed. OpenZFS reads it at the
+//! write (`dmu_buf_will_dirty` → `dbuf_read`): when the record is not in
+//! the ARC, the writer waits for a device read, one record at a time. Here
+//! the writer does not wait. If the record's current contents are in
+//! memory (the open or syncing txg holds it, or the ARC does) the write
+//! copies them as before; otherwise the open txg holds a *partial* block:
+//! a buffer of the record's size holding the bytes written, and the
+//! [`Ranges`] they cover (`DirtyObj::partial`). Everything else of the
+//! record is whatever lies below the open txg: the syncing txg's version
+//! of it, else the last synced tree.
+//!
+//! - **More writes** to the record in the same txg patch the buffer and
+//!   grow the ranges; once the ranges cover the record it is an ordinary
+//!   whole block, and nothing is ever read (a file rewritten in small
+//!   sequential pieces).
+//! - **A read** of the record (`Objset::read_block`) resolves what lies
+//!   below, lays the ranges over it ([`merge`]) and, for the open txg,
+//!   puts the whole block in place of the partial one, so the next read
+//!   is a memory copy again.
+//! - **The sync** (`apply_blocks`) reads the record's old version for
+//!   every partial block of the txg at once (on the `uzfs-zio-read`
+//!   threads), lays the ranges over each, and writes the results with the
+//!   other dirty blocks. Below a txg being synced lies exactly the tree
+//!   the sync started from, so the record it reads is the one the writer
+//!   would have read.
+//! - **A punch, a free, a new block size** after a partial write drops
+//!   it as it drops a whole block; before it, the write finds zeros in
+//!   memory and writes a whole block.
+//!
+//! Why it is right: a partial block's meaning ("these bytes over what
+//! lies below") never changes while it waits. What lies below the open
+//! txg changes only when the syncing txg is published, and publication
+//! replaces the syncing version with the tree it wrote, which holds the
+//! same bytes. A whole write over a partial block, or a read that fills
+//! it, makes it an ordinary block under the object set's lock, checked by
+//! buffer identity, so a fill never overwrites a newer write.
+//!
+//! What it costs: a base read the sync cannot do (every copy bad, or the
+//! devices gone) fails the sync as a failed write does: the sync parks
+//! until `zpool clear` issues the read again (`spa/suspend.rs`). Before,
+//! the same read failed the write.
+
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What happened to partly written records in this process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Writes that left a partial block (no read at the write).
+    pub deferred: u64,
+    /// Partial blocks that later writes covered whole (never read).
+    pub covered: u64,
+    /// Partial blocks a read filled in.
+    pub filled_by_read: u64,
+    /// Partial blocks the sync filled in.
+    pub filled_by_sync: u64,
+}
+
+static DEFERRED: AtomicU64 = AtomicU64::new(0);
+static COVERED: AtomicU64 = AtomicU64::new(0);
+static BY_READ: AtomicU64 = AtomicU64::new(0);
+static BY_SYNC: AtomicU64 = AtomicU64::new(0);
+
+pub fn stats() -> Stats {
+    Stats {
+        deferred: DEFERRED.load(Ordering::Relaxed),
+        covered: COVERED.load(Ordering::Relaxed),
+        filled_by_read: BY_READ.load(Ordering::Relaxed),
+        filled_by_sync: BY_SYNC.load(Ordering::Relaxed),
+    }
+}
+
+/// Count one event (a field of [`Stats`]).
+pub(crate) fn count(what: Event) {
+    let c = match what {
+        Event::Deferred => &DEFERRED,
+        Event::Covered => &COVERED,
+        Event::FilledByRead => &BY_READ,
+        Event::FilledBySync => &BY_SYNC,
+    };
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Event {
+    Deferred,
+    Covered,
+    FilledByRead,
+    FilledBySync,
+}
+
+/// Byte ranges `[start, end)` of a record that writes of the open txg
+/// filled: sorted, disjoint and never touching (touching ranges merge).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ranges(Vec<(u32, u32)>);
+
+impl Ranges {
+    /// One range.
+    pub fn new(start: usize, end: usize) -> Ranges {
+        let mut r = Ranges::default();
+        r.add(start, end);
+        r
+    }
+
+    /// Add `[start, end)`, merging it with every range it touches.
+    pub fn add(&mut self, start: usize, end: usize) {
+        if start >= end {
+            return;
+        }
+        let (mut s, mut e) = (start as u32, end as u32);
+        // First range that ends at or after `s` (may touch it).
+        let i = self.0.partition_point(|&(_, re)| re < s);
+        let mut j = i;
+        while j < self.0.len() && self.0[j].0 <= e {
+            s = s.min(self.0[j].0);
+            e = e.max(self.0[j].1);
+            j += 1;
+        }
+        self.0.splice(i..j, [(s, e)]);
+    }
+
+    /// Whether the ranges cover all of `[0, len)`.
+    pub fn covers(&self, len: usize) -> bool {
+        self.0 == [(0, len as u32)] || len == 0
+    }
+
+    /// Bytes covered.
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(|&(s, e)| (e - s) as u64).sum()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.0.iter().map(|&(s, e)| (s as usize, e as usize))
+    }
+}
+
+/// The whole record: `base` (its contents below the partial block; `None`
+/// is a hole, zeros) with the bytes of `ranges` taken from `data`. A base
+/// of the wrong size is a damaged block, not a record to patch.
+pub fn merge(base: Option<Arc<Vec<u8>>>, data: &[u8], ranges: &Ranges) -> Result<Vec<u8>> {
+    let mut out = match base {
+        None => vec![0u8; data.len()],
+        Some(b) if b.len() == data.len() => Arc::try_unwrap(b).unwrap_or_else(|b| b.to_vec()),
+        Some(b) => {
+            return Err(Error::corrupt(
+                "data block",
+                format!(
+                    "{} bytes under a partly written block of {}",
+                    b.len(),
+                    data.len()
+                ),
+            ))
+        }
+    };
+    for (s, e) in ranges.iter() {
+        let (Some(dst), Some(src)) = (out.get_mut(s..e), data.get(s..e)) else {
+            return Err(Error::Internal(format!(
+                "range {s}..{e} outside a block of {}",
+                data.len()
+            )));
+        };
+        dst.copy_from_slice(src);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vdev::sim::SimRng;
+
+    /// Ranges against a byte map: after any sequence of adds, the ranges
+    /// are sorted, disjoint, never touching, and cover exactly the bytes
+    /// added; `covers` and `merge` agree with the map.
+    #[test]
+    fn ranges_match_a_byte_map() {
+        for seed in 0..300 {
+            let mut rng = SimRng::new(seed);
+            let len = 1 + rng.below(64) as usize;
+            let mut r = Ranges::default();
+            let mut map = vec![false; len];
+            for _ in 0..rng.below(12) {
+                let s = rng.below(len as u64) as usize;
+                let e = (s + rng.below(len as u64 + 1 - s as u64) as usize).min(len);
+                r.add(s, e);
+                map[s..e].iter_mut().for_each(|b| *b = true);
+                let mut last_end = None;
+                for (s, e) in r.iter() {
+                    assert!(s < e, "seed {seed}: empty range");
+                    if let Some(le) = last_end {
+                        assert!(s > le, "seed {seed}: ranges touch or overlap: {r:?}");
+                    }
+                    last_end = Some(e);
+                }
+                let mut got = vec![false; len];
+                for (s, e) in r.iter() {
+                    got[s..e].iter_mut().for_each(|b| *b = true);
+                }
+                assert_eq!(got, map, "seed {seed}: {r:?}");
+                assert_eq!(r.covers(len), map.iter().all(|&b| b), "seed {seed}");
+                assert_eq!(r.bytes(), map.iter().filter(|&&b| b).count() as u64);
+            }
+            let data: Vec<u8> = (0..len).map(|i| i as u8 | 0x80).collect();
+            let base: Vec<u8> = (0..len).map(|i| i as u8 & 0x7f).collect();
+            let m = merge(Some(Arc::new(base.clone())), &data, &r).expect("merge");
+            let z = merge(None, &data, &r).expect("merge");
+            for i in 0..len {
+                assert_eq!(m[i], if map[i] { data[i] } else { base[i] }, "seed {seed}");
+                assert_eq!(z[i], if map[i] { data[i] } else { 0 }, "seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_base_of_the_wrong_size_is_refused() {
+        let r = Ranges::new(0, 4);
+        assert!(merge(Some(Arc::new(vec![0u8; 8])), &[1u8; 16], &r).is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! Partly written records (`dmu/partial.rs`): a write of part of a record
+//! that is not in memory reads nothing; the rest of the record is filled
+//! in by a read or by the sync, from the version below the open txg.
+//! Checked against a byte model of every file, with the sync, reads and
+//! cache drops racing the writes, and across export and import.
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use uzfs_core::spa::config::FailMode;
+use uzfs_core::spa::Pool;
+use uzfs_core::vdev::sim::{SimRng, SimWorld};
+use uzfs_core::vdev::TopKind;
+use uzfs_core::zpl::{SetAttr, Zpl};
+
+const REG: u32 = libc::S_IFREG | 0o644;
+const REC: usize = 128 << 10;
+
+fn data_misses(p: &Pool) -> u64 {
+    p.io.cache.arcstats().counters.demand_data_misses
+}
+
+fn check(fs: &Zpl, ino: u64, model: &[u8], what: &str) {
+    let got = fs.read(ino, 0, model.len() + 4096).expect("read");
+    assert_eq!(got.len(), model.len(), "{what}: size");
+    if let Some(i) = (0..model.len()).find(|&i| got[i] != model[i]) {
+        panic!(
+            "{what}: byte {i} (record {}, offset {}) is {} where {} was written",
+            i / REC,
+            i % REC,
+            got[i],
+            model[i]
+        );
+    }
+}
+
+fn write(fs: &Zpl, ino: u64, model: &mut Vec<u8>, off: usize, data: &[u8]) {
+    fs.write(ino, off as u64, data).expect("write");
+    if model.len() < off + data.len() {
+        model.resize(off + data.len(), 0);
+    }
+    model[off..off + data.len()].copy_from_slice(data);
+}
+
+/// Writes of part of records that are on disk only: no data read at the
+/// write; the sync fills them in; a read before the sync fills them too;
+/// a record rewritten whole in pieces is never read; a record written in
+/// part in two txgs in a row keeps both.
+#[test]
+fn partial_writes_read_nothing_and_are_filled_right() {
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 21);
+    let fs = mount_fs(&p, "tank");
+    let ino = fs
+        .mknod(fs.root, b"f", REG, 0, 0, 0, None)
+        .expect("create")
+        .ino;
+    let mut model = Vec::new();
+    write(&fs, ino, &mut model, 0, &pattern(1, 8 * REC));
+    p.sync().expect("sync");
+
+    // One piece in each record, none of them in memory.
+    p.io.cache.clear();
+    let m0 = data_misses(&p);
+    for r in 0..8 {
+        write(
+            &fs,
+            ino,
+            &mut model,
+            r * REC + 8192 + r * 100,
+            &pattern(10 + r as u64, 4096),
+        );
+    }
+    assert_eq!(data_misses(&p), m0, "a partial write read its record");
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    check(&fs, ino, &model, "filled by the sync");
+
+    // Read before the sync: filled by the read, then synced as it is.
+    p.io.cache.clear();
+    write(&fs, ino, &mut model, 3 * REC + 100, &pattern(30, 5000));
+    check(&fs, ino, &model, "filled by a read");
+    write(&fs, ino, &mut model, 3 * REC + 60_000, &pattern(31, 700));
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    check(&fs, ino, &model, "read, written again, synced");
+
+    // A record rewritten in 16 KiB pieces: whole once covered, no read.
+    p.io.cache.clear();
+    let m1 = data_misses(&p);
+    for k in 0..8 {
+        write(
+            &fs,
+            ino,
+            &mut model,
+            5 * REC + k * 16384,
+            &pattern(40 + k as u64, 16384),
+        );
+    }
+    p.sync().expect("sync");
+    assert_eq!(
+        data_misses(&p),
+        m1,
+        "a record written whole in pieces was read"
+    );
+    assert!(uzfs_core::dmu::partial::stats().covered > 0);
+    p.io.cache.clear();
+    check(&fs, ino, &model, "rewritten in pieces");
+
+    // A punch after a partial write drops it; a partial write after a
+    // punch is over zeros; a truncate inside a partial record.
+    p.io.cache.clear();
+    write(&fs, ino, &mut model, 6 * REC + 10, &pattern(50, 100));
+    fs.fallocate(
+        ino,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        6 * REC as u64,
+        REC as u64,
+    )
+    .expect("punch");
+    model[6 * REC..7 * REC].fill(0);
+    write(&fs, ino, &mut model, 6 * REC + 500, &pattern(51, 100));
+    write(&fs, ino, &mut model, 7 * REC + 900, &pattern(52, 100));
+    let size = 7 * REC + 20_000;
+    fs.setattr(
+        ino,
+        &SetAttr {
+            size: Some(size as u64),
+            ..Default::default()
+        },
+    )
+    .expect("truncate");
+    model.truncate(size);
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    check(&fs, ino, &model, "punched and truncated");
+
+    // Part of a record in one txg, another part while it syncs (its
+    // device reads slowed down): the second lies over the first, which
+    // lies over the record on disk.
+    p.io.cache.clear();
+    write(&fs, ino, &mut model, REC + 1000, &pattern(60, 3000));
+    world.set_read_hook(Some(Arc::new(|_: &str, _: u64, len: usize| {
+        if len >= REC {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    })));
+    let os = fs.os.clone();
+    let frozen = os.generation();
+    let p2 = p.clone();
+    let syncer = std::thread::spawn(move || p2.sync().expect("sync"));
+    while os.generation() == frozen {
+        std::thread::yield_now();
+    }
+    write(&fs, ino, &mut model, REC + 2000, &pattern(61, 3000));
+    world.set_read_hook(None);
+    check(&fs, ino, &model, "over a syncing partial record");
+    syncer.join().expect("join");
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    check(&fs, ino, &model, "two txgs in a row");
+
+    drop(fs);
+    let imgs = images(&disks);
+    p.close().expect("close");
+    let (d2, p2) = import_images(imgs, 21);
+    let fs = mount_fs(&p2, "tank");
+    check(&fs, ino, &model, "after import");
+    drop(fs);
+    p2.close().expect("close");
+    assert_zdb_clean(&d2, "partial records");
+}
+
+/// Writers (each owning a file), readers, and a thread syncing and
+/// dropping the cache, all at once; every file against its model, at the
+/// end and after import. `UZFS_PARTIAL_SEEDS` seeds (default 4).
+#[test]
+fn partial_records_under_concurrency_match_the_model() {
+    let before = uzfs_core::dmu::partial::stats();
+    for seed in 0..env_u64("UZFS_PARTIAL_SEEDS", 4) {
+        concurrency_case(seed);
+    }
+    // Both fills were exercised (the counters are the process's: other
+    // tests may add to them, never take away).
+    let after = uzfs_core::dmu::partial::stats();
+    assert!(after.deferred > before.deferred, "{after:?}");
+    assert!(after.filled_by_sync > before.filled_by_sync, "{after:?}");
+    assert!(after.filled_by_read > before.filled_by_read, "{after:?}");
+}
+
+fn concurrency_case(seed: u64) {
+    const WRITERS: usize = 2;
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 100 + seed);
+    let fs = Arc::new(mount_fs(&p, "tank"));
+    let mut inos = Vec::new();
+    let mut models = Vec::new();
+    for w in 0..WRITERS {
+        let name = format!("f{w}");
+        let ino = fs
+            .mknod(fs.root, name.as_bytes(), REG, 0, 0, 0, None)
+            .expect("create")
+            .ino;
+        let mut m = Vec::new();
+        write(
+            &fs,
+            ino,
+            &mut m,
+            0,
+            &pattern(seed * 10 + w as u64, 24 * REC),
+        );
+        inos.push(ino);
+        models.push(m);
+    }
+    p.sync().expect("sync");
+    let stop = Arc::new(AtomicBool::new(false));
+    let syncer = {
+        let (p, stop) = (p.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = SimRng::new(seed ^ 0x5eed);
+            while !stop.load(Ordering::Relaxed) {
+                p.sync().expect("sync");
+                if rng.chance(1, 2) {
+                    p.io.cache.clear();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(rng.below(4)));
+            }
+        })
+    };
+    let reader = {
+        let (fs, stop, inos) = (fs.clone(), stop.clone(), inos.clone());
+        std::thread::spawn(move || {
+            let mut rng = SimRng::new(seed ^ 0xbead);
+            while !stop.load(Ordering::Relaxed) {
+                let ino = inos[rng.below(inos.len() as u64) as usize];
+                let off = rng.below(25 * REC as u64);
+                let _ = fs.read(ino, off, 1 + rng.below(2 * REC as u64) as usize);
+            }
+        })
+    };
+    let models: Vec<Mutex<Vec<u8>>> = models.into_iter().map(Mutex::new).collect();
+    std::thread::scope(|s| {
+        for (w, (&ino, model)) in inos.iter().zip(&models).enumerate() {
+            let fs = &fs;
+            s.spawn(move || {
+                let mut rng = SimRng::new(seed * 1000 + w as u64);
+                let mut model = model.lock().expect("model");
+                for step in 0..400 {
+                    let what = format!("seed {seed} writer {w} step {step}");
+                    let len = model.len().max(1);
+                    match rng.below(20) {
+                        0..=12 => {
+                            let off = rng.below(len as u64 + 4096) as usize;
+                            let most = if rng.chance(1, 4) { 3 * REC } else { 20_000 };
+                            let n = 1 + rng.below(most as u64) as usize;
+                            let mut d = vec![0u8; n];
+                            rng.fill(&mut d);
+                            write(fs, ino, &mut model, off, &d);
+                        }
+                        13 => {
+                            let off = rng.below(len as u64) as usize;
+                            let n = 1 + rng.below(2 * REC as u64) as usize;
+                            fs.fallocate(
+                                ino,
+                                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                                off as u64,
+                                n as u64,
+                            )
+                            .expect("punch");
+                            let end = (off + n).min(model.len());
+                            model[off..end].fill(0);
+                        }
+                        14 => {
+                            let size = rng.below(26 * REC as u64) as usize;
+                            fs.setattr(
+                                ino,
+                                &SetAttr {
+                                    size: Some(size as u64),
+                                    ..Default::default()
+                                },
+                            )
+                            .expect("truncate");
+                            model.resize(size, 0);
+                        }
+                        _ => {
+                            let off = rng.below(len as u64) as usize;
+                            let n = 1 + rng.below(2 * REC as u64) as usize;
+                            let got = fs.read(ino, off as u64, n).expect("read");
+                            let end = (off + n).min(model.len());
+                            assert!(got == model[off.min(end)..end], "{what}: read {off}+{n}");
+                        }
+                    }
+                }
+                check(
+                    fs,
+                    ino,
+                    &model,
+                    &format!("seed {seed} writer {w} at the end"),
+                );
+            });
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    syncer.join().expect("syncer");
+    reader.join().expect("reader");
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    for (w, (&ino, m)) in inos.iter().zip(&models).enumerate() {
+        check(
+            &fs,
+            ino,
+            &m.lock().expect("model"),
+            &format!("seed {seed} file {w} synced"),
+        );
+    }
+    let fs = Arc::try_unwrap(fs).ok().expect("the only mount");
+    drop(fs);
+    let imgs = images(&disks);
+    p.close().expect("close");
+    let (d2, p2) = import_images(imgs, 100 + seed);
+    let fs = mount_fs(&p2, "tank");
+    for (w, (&ino, m)) in inos.iter().zip(&models).enumerate() {
+        check(
+            &fs,
+            ino,
+            &m.lock().expect("model"),
+            &format!("seed {seed} file {w} imported"),
+        );
+    }
+    drop(fs);
+    p2.close().expect("close");
+    assert_zdb_clean(&d2, &format!("seed {seed}"));
+}
+
+/// The sync cannot read a partly written record's old version: on a
+/// mirror the other side answers; on a single disk the sync parks (the
+/// pool suspends), `zpool clear` with the reads still failing parks it
+/// again, and once reads work it resumes and the write lands.
+#[test]
+fn a_failed_read_of_a_partial_record_parks_the_sync_until_clear() {
+    for mirror in [true, false] {
+        let world = SimWorld::new();
+        let n = if mirror { 2 } else { 1 };
+        let disks: Vec<_> = (0..n).map(|i| world.disk(&format!("d{i}"), DISK)).collect();
+        let kind = if mirror {
+            TopKind::Mirror
+        } else {
+            TopKind::Disk
+        };
+        let mut o = opts(31);
+        o.tunables.sync_thread = true;
+        let p = Pool::create("tank", vec![spec(kind, &disks)], o).expect("create");
+        p.set_failmode(FailMode::Continue).expect("failmode");
+        p.format_root_fs().expect("format");
+        let fs = mount_fs(&p, "tank");
+        let ino = fs
+            .mknod(fs.root, b"f", REG, 0, 0, 0, None)
+            .expect("create")
+            .ino;
+        let mut model = Vec::new();
+        write(&fs, ino, &mut model, 0, &pattern(7, 4 * REC));
+        p.sync().expect("sync");
+        // Indirect blocks stay cached; the records do not.
+        fs.read(ino, 0, 1).expect("read");
+        p.io.cache.clear();
+        fs.read(ino, 0, 1).expect("read");
+        disks[0].fail_reads(true);
+        write(&fs, ino, &mut model, 2 * REC + 77, &pattern(8, 1000));
+        if mirror {
+            p.sync().expect("the other side answers");
+        } else {
+            // The sync thread's sync (it parks; a sync called by hand
+            // would fail for good instead).
+            let waiter = {
+                let p = p.clone();
+                std::thread::spawn(move || p.txg_wait_synced())
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !p.io.suspension.parked() {
+                assert!(std::time::Instant::now() < deadline, "never parked");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let why = p.suspended().expect("suspended");
+            assert!(why.contains("partly written record"), "{why}");
+            p.clear(None).expect_err("reads still fail");
+            disks[0].fail_reads(false);
+            p.clear(None).expect("clear resumes");
+            let _ = waiter.join().expect("join");
+            p.txg_wait_synced().expect("the sync after the resume");
+        }
+        disks[0].fail_reads(false);
+        p.io.cache.clear();
+        check(&fs, ino, &model, &format!("mirror {mirror}"));
+        drop(fs);
+        let imgs = images(&disks);
+        p.close().expect("close");
+        let (d2, p2) = import_images(imgs, 31);
+        let fs = mount_fs(&p2, "tank");
+        check(&fs, ino, &model, &format!("mirror {mirror} imported"));
+        drop(fs);
+        p2.close().expect("close");
+        assert_zdb_clean(&d2, &format!("mirror {mirror}"));
+    }
+}
