@@ -49,24 +49,30 @@ fn rss_bytes() -> u64 {
 
 /// What the sync did with written file data besides caching it
 /// (`spa/io.rs`, `CacheWritten`; `dmu/bufpool.rs`), by name.
-const WRITE_FIELDS: [&str; 3] = [
+/// And what became of records written in part (`dmu/partial.rs`).
+const WRITE_FIELDS: [&str; 7] = [
     "uzfs_written_uncached_bytes",
     "uzfs_bufpool_reused",
     "uzfs_bufpool_size",
+    "uzfs_partial_deferred",
+    "uzfs_partial_covered",
+    "uzfs_partial_filled_read",
+    "uzfs_partial_filled_sync",
 ];
 
-fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 3] {
+fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 7] {
     use std::sync::atomic::Ordering::Relaxed;
+    let s = p.io.partial.stats();
     let v = [
         p.io.written_uncached.load(Relaxed),
         p.io.bufs.reused.load(Relaxed),
         p.io.bufs.bytes(),
+        s.deferred,
+        s.covered,
+        s.filled_by_read,
+        s.filled_by_sync,
     ];
-    [
-        (WRITE_FIELDS[0], v[0]),
-        (WRITE_FIELDS[1], v[1]),
-        (WRITE_FIELDS[2], v[2]),
-    ]
+    std::array::from_fn(|i| (WRITE_FIELDS[i], v[i]))
 }
 
 fn snaps<'a>(

@@ -71,6 +71,8 @@ pub trait BlockReader: Send + Sync {
     fn cached(&self, _bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {
         None
     }
+    /// Something happened to a partly written record (counted by a pool).
+    fn partial_event(&self, _e: partial::Event) {}
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -210,20 +212,21 @@ impl DirtyObj {
     }
 
     /// Bytes `[off, off + n)` of block `blkid` (of `bs`) were just
-    /// written into its buffer in `blocks`.
-    fn patched(&mut self, blkid: u64, off: usize, n: usize, bs: usize) {
+    /// written into its buffer in `blocks`. Returns whether that made a
+    /// partial block whole.
+    fn patched(&mut self, blkid: u64, off: usize, n: usize, bs: usize) -> bool {
         if n == bs {
-            self.partial.remove(&blkid);
-            return;
+            return self.partial.remove(&blkid).is_some();
         }
         self.streamed.remove(&blkid);
         if let Some(r) = self.partial.get_mut(&blkid) {
             r.add(off, off + n);
             if r.covers(bs) {
                 self.partial.remove(&blkid);
-                partial::count(partial::Event::Covered);
+                return true;
             }
         }
+        false
     }
 
     /// Block `blkid` is gone from `blocks`.
@@ -841,7 +844,7 @@ impl Objset {
             if Arc::ptr_eq(b, data) {
                 *b = whole.clone();
                 d.partial.remove(&blkid);
-                partial::count(partial::Event::FilledByRead);
+                self.reader.partial_event(partial::Event::FilledByRead);
             }
         }
     }
@@ -878,6 +881,9 @@ impl Objset {
             }
         };
         let zeros = || PatchBase::Copy(vec![0u8; bs as usize]);
+        if !partial::fill_at_sync() {
+            return Ok(PatchBase::Copy(self.block_copy(obj, blkid, bs)?));
+        }
         match self.block_source(obj, blkid)? {
             BlockSource::Data(d) => copy(&d),
             BlockSource::Zero => Ok(zeros()),
@@ -1297,7 +1303,9 @@ impl Objset {
                     if keep {
                         kept = Some(Arc::clone(b));
                     }
-                    d.patched(blkid, boff, n, bs as usize);
+                    if d.patched(blkid, boff, n, bs as usize) {
+                        self.reader.partial_event(partial::Event::Covered);
+                    }
                     true
                 } else {
                     false
@@ -1327,7 +1335,9 @@ impl Objset {
                         if keep {
                             kept = Some(Arc::clone(e.get()));
                         }
-                        d.patched(blkid, boff, n, bs as usize);
+                        if d.patched(blkid, boff, n, bs as usize) {
+                            self.reader.partial_event(partial::Event::Covered);
+                        }
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
                         let b = e.insert(Arc::new(block));
@@ -1339,7 +1349,7 @@ impl Objset {
                         }
                         if let Some(old) = sparse {
                             d.partial.insert(blkid, Ranges::new(boff, boff + n));
-                            partial::count(partial::Event::Deferred);
+                            self.reader.partial_event(partial::Event::Deferred);
                             // Its old version starts on its way to the
                             // cache now; nobody waits for it.
                             if let Some(bp) = old {
@@ -1959,7 +1969,7 @@ fn fill_partial(
             }
         };
         out.insert(blkid, Arc::new(partial::merge(base, data, ranges)?));
-        partial::count(partial::Event::FilledBySync);
+        reader.partial_event(partial::Event::FilledBySync);
     }
     Ok(out)
 }

@@ -41,16 +41,42 @@
 //! it, makes it an ordinary block under the object set's lock, checked by
 //! buffer identity, so a fill never overwrites a newer write.
 //!
-//! What it costs: a base read the sync cannot do (every copy bad, or the
+//! What it costs, measured (bench/RESULTS.md, "partly written records"):
+//! the reads are not saved, only moved, and moved reads cost more. The old
+//! version read ahead of the sync is often evicted again before it (a
+//! second read), the sync's reads lengthen the txg and so the write
+//! throttle's waits. bench/fs.sh with a 512 MiB `arc_max`: 16 KiB random
+//! writes 0.83x, 4 KiB writes with fsync 0.85x, daemon CPU +20%; with
+//! `UZFS_ARC_CACHE_WRITES=never` the 16 KiB random writes still ran at
+//! 0.49x of keeping written data cached. So it is off by default
+//! ([`set_fill_at_sync`]): a write of part of a record reads the record
+//! first, before its txg hold (`zpl/fs.rs` warms it), as OpenZFS does.
+//!
+//! A base read the sync cannot do (every copy bad, or the
 //! devices gone) fails the sync as a failed write does: the sync parks
 //! until `zpool clear` issues the read again (`spa/suspend.rs`). Before,
 //! the same read failed the write.
 
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// What happened to partly written records in this process.
+static FILL_AT_SYNC: AtomicBool = AtomicBool::new(false);
+
+/// Whether writes of part of a record that is not in memory leave a
+/// partial block (fill at the sync) or read the record at once (the
+/// default, as OpenZFS). The binary maps `UZFS_FILL_AT_SYNC=1` here; the
+/// engine reads no environment. Off by default: on this VM it cost more
+/// than it saved (bench/RESULTS.md, "partly written records").
+pub fn set_fill_at_sync(on: bool) {
+    FILL_AT_SYNC.store(on, Ordering::Relaxed);
+}
+
+pub fn fill_at_sync() -> bool {
+    FILL_AT_SYNC.load(Ordering::Relaxed)
+}
+
+/// What happened to partly written records (a pool's, `SpaIo::partial`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Writes that left a partial block (no read at the write).
@@ -63,37 +89,32 @@ pub struct Stats {
     pub filled_by_sync: u64,
 }
 
-static DEFERRED: AtomicU64 = AtomicU64::new(0);
-static COVERED: AtomicU64 = AtomicU64::new(0);
-static BY_READ: AtomicU64 = AtomicU64::new(0);
-static BY_SYNC: AtomicU64 = AtomicU64::new(0);
-
-pub fn stats() -> Stats {
-    Stats {
-        deferred: DEFERRED.load(Ordering::Relaxed),
-        covered: COVERED.load(Ordering::Relaxed),
-        filled_by_read: BY_READ.load(Ordering::Relaxed),
-        filled_by_sync: BY_SYNC.load(Ordering::Relaxed),
-    }
-}
-
-/// Count one event (a field of [`Stats`]).
-pub(crate) fn count(what: Event) {
-    let c = match what {
-        Event::Deferred => &DEFERRED,
-        Event::Covered => &COVERED,
-        Event::FilledByRead => &BY_READ,
-        Event::FilledBySync => &BY_SYNC,
-    };
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Event {
+pub enum Event {
     Deferred,
     Covered,
     FilledByRead,
     FilledBySync,
+}
+
+/// The counters behind [`Stats`].
+#[derive(Debug, Default)]
+pub struct Counters([AtomicU64; 4]);
+
+impl Counters {
+    pub fn count(&self, e: Event) {
+        self.0[e as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> Stats {
+        let v = |i: usize| self.0[i].load(Ordering::Relaxed);
+        Stats {
+            deferred: v(0),
+            covered: v(1),
+            filled_by_read: v(2),
+            filled_by_sync: v(3),
+        }
+    }
 }
 
 /// Byte ranges `[start, end)` of a record that writes of the open txg

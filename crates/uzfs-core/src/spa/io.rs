@@ -49,6 +49,8 @@ pub struct SpaIo {
     /// Bytes of streamed file data the sync wrote and left uncached
     /// ([`CacheWritten::Never`]).
     pub written_uncached: AtomicU64,
+    /// Partly written records: deferred, covered, filled (`dmu/partial.rs`).
+    pub partial: crate::dmu::partial::Counters,
 }
 
 /// Blocks a read found with no valid copy: OpenZFS's "permanent errors"
@@ -128,6 +130,7 @@ impl SpaIo {
             bufs: BufPool::new(0),
             reuse_fence: Default::default(),
             written_uncached: AtomicU64::new(0),
+            partial: Default::default(),
         }
     }
 
@@ -457,6 +460,10 @@ impl BlockReader for SpaIo {
             return None;
         }
         self.bufs.take(len)
+    }
+
+    fn partial_event(&self, e: crate::dmu::partial::Event) {
+        self.partial.count(e);
     }
 
     fn cached(&self, bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {

@@ -518,13 +518,17 @@ impl Zpl {
         }
     }
 
-    /// What a write of part of block `blk` of `obj` (dnode `dn`) reads: the
-    /// indirect blocks down to it, not its data (a block not in memory is
-    /// filled in by the sync, dmu/partial.rs). Also what a truncate or
-    /// punch inside it asks (whether it is a hole).
+    /// What a write of part of block `blk` of `obj` (dnode `dn`) reads:
+    /// the block (by default), or only the indirect blocks down to it
+    /// when a block not in memory is filled in by the sync
+    /// (dmu/partial.rs). Also what a truncate or punch inside it asks.
     fn warm_patch(&self, obj: u64, dn: &DnodePhys, blk: u64) {
         if blk * (dn.datablksz as u64) < dn.size {
-            let _ = self.os.holds_data(obj, blk);
+            if crate::dmu::partial::fill_at_sync() {
+                let _ = self.os.holds_data(obj, blk);
+            } else {
+                let _ = self.os.read_block(obj, blk);
+            }
         }
     }
 
