@@ -170,6 +170,33 @@ pub const WRITEBACK_HINT_MIN: usize = 64 << 10;
 /// filesystem that supports direct I/O at all.
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Reads up to this long reuse the calling thread's bounce buffer.
+const BOUNCE_KEEP: usize = 1 << 20;
+
+thread_local! {
+    static BOUNCE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on a `len`-byte buffer aligned to [`DIRECT_ALIGN`] (contents
+/// arbitrary): the thread's kept one when `len` is at most
+/// [`BOUNCE_KEEP`], else a fresh one.
+fn with_bounce<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let run = |v: &mut Vec<u8>| {
+        if v.len() < len + DIRECT_ALIGN {
+            v.resize(len + DIRECT_ALIGN, 0);
+        }
+        let at = v.as_ptr().align_offset(DIRECT_ALIGN);
+        f(&mut v[at..at + len])
+    };
+    if len > BOUNCE_KEEP {
+        return run(&mut Vec::new());
+    }
+    BOUNCE.with(|b| match b.try_borrow_mut() {
+        Ok(mut v) => run(&mut v),
+        Err(_) => run(&mut Vec::new()),
+    })
+}
+
 /// Whether data writes may bypass the host page cache (on by default;
 /// `UZFS_DIRECT_IO=0` in the daemon's environment turns it off). Direct
 /// writes save a copy into the host's page cache per mirror side, which was
@@ -351,20 +378,22 @@ impl BlockDevice for FileDevice {
             .map_err(|e| self.io_err(e))
     }
     /// Through the direct-I/O descriptor into an aligned bounce buffer
-    /// (one copy, cheap beside the read), when the range is aligned.
+    /// (one copy, cheap beside the read), when the range is aligned. The
+    /// bounce buffer is the thread's own, kept between reads (a scan
+    /// thread reads 1 MiB chunks, `vdev/queue.rs`): a fresh one per read
+    /// cost a zeroed allocation and its page faults every time.
     fn read_uncached_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let aligned = (offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN);
         if let Some(d) = self.direct.as_ref().filter(|_| {
             aligned && !buf.is_empty() && self.direct_ok.load(std::sync::atomic::Ordering::Relaxed)
         }) {
-            let mut bounce = vec![0u8; buf.len() + DIRECT_ALIGN];
-            let at = bounce.as_ptr().align_offset(DIRECT_ALIGN);
-            let b = &mut bounce[at..at + buf.len()];
-            match d.read_exact_at(b, offset) {
-                Ok(()) => {
-                    buf.copy_from_slice(b);
-                    return Ok(());
-                }
+            let r: std::io::Result<()> = with_bounce(buf.len(), |b| {
+                d.read_exact_at(b, offset)?;
+                buf.copy_from_slice(b);
+                Ok(())
+            });
+            match r {
+                Ok(()) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                 Err(e) => return Err(self.io_err(e)),
             }
@@ -603,6 +632,30 @@ mod tests {
             .expect("create");
         let dev = FileDevice::open_with(&path, true).expect("open");
         (dir, dev)
+    }
+
+    /// Uncached reads (a scan's) return what buffered reads do, through
+    /// the thread's kept bounce buffer and through a fresh one, aligned
+    /// or not, one after another of different sizes.
+    #[test]
+    fn uncached_reads_match_buffered_reads() {
+        let (_dir, dev) = scratch(4 << 20);
+        let data: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        dev.write_at(&data, 0).expect("write");
+        for (off, len) in [
+            (0usize, 4096usize),
+            (8192, 1 << 20),
+            (4096, 65536),
+            (0, 3 << 20),
+            (12_288, 4096),
+            (100, 5000),
+        ] {
+            let mut got = vec![0xa5u8; len];
+            dev.read_uncached_at(&mut got, off as u64).expect("read");
+            assert!(got == data[off..off + len], "{len} bytes at {off}");
+        }
     }
 
     /// One `pwritev2(RWF_DSYNC)` per durable write: the bytes land where
