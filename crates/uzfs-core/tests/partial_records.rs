@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use uzfs_core::spa::config::FailMode;
 use uzfs_core::spa::Pool;
-use uzfs_core::vdev::sim::{SimRng, SimWorld};
+use uzfs_core::vdev::sim::{SimDevice, SimRng, SimWorld};
 use uzfs_core::vdev::TopKind;
 use uzfs_core::zpl::{SetAttr, Zpl};
 
@@ -44,6 +44,40 @@ fn write(fs: &Zpl, ino: u64, model: &mut Vec<u8>, off: usize, data: &[u8]) {
     model[off..off + data.len()].copy_from_slice(data);
 }
 
+/// A file `name` of `len` bytes of pattern `seed`, synced: its object and
+/// model.
+fn laid_out(fs: &Zpl, p: &Pool, name: &[u8], seed: u64, len: usize) -> (u64, Vec<u8>) {
+    let ino = fs
+        .mknod(fs.root, name, REG, 0, 0, 0, None)
+        .expect("create")
+        .ino;
+    let mut model = Vec::new();
+    write(fs, ino, &mut model, 0, &pattern(seed, len));
+    p.sync().expect("sync");
+    (ino, model)
+}
+
+/// Close `p` (after `fs` is dropped), import its images, check every file
+/// against its model, and zdb the result.
+fn reimported_matches(
+    p: Arc<Pool>,
+    disks: &[SimDevice],
+    seed: u64,
+    files: &[(u64, Vec<u8>)],
+    what: &str,
+) {
+    let imgs = images(disks);
+    p.close().expect("close");
+    let (d2, p2) = import_images(imgs, seed);
+    let fs = mount_fs(&p2, "tank");
+    for (i, (ino, model)) in files.iter().enumerate() {
+        check(&fs, *ino, model, &format!("{what}: file {i} imported"));
+    }
+    drop(fs);
+    p2.close().expect("close");
+    assert_zdb_clean(&d2, what);
+}
+
 /// Writes of part of records that are on disk only: no data read at the
 /// write; the sync fills them in; a read before the sync fills them too;
 /// a record rewritten whole in pieces is never read; a record written in
@@ -54,13 +88,7 @@ fn partial_writes_read_nothing_and_are_filled_right() {
     let world = SimWorld::new();
     let (disks, p) = one_disk_fs(&world, 21);
     let fs = mount_fs(&p, "tank");
-    let ino = fs
-        .mknod(fs.root, b"f", REG, 0, 0, 0, None)
-        .expect("create")
-        .ino;
-    let mut model = Vec::new();
-    write(&fs, ino, &mut model, 0, &pattern(1, 8 * REC));
-    p.sync().expect("sync");
+    let (ino, mut model) = laid_out(&fs, &p, b"f", 1, 8 * REC);
 
     // One piece in each record, none of them in memory.
     p.io.cache.clear();
@@ -165,14 +193,7 @@ fn partial_writes_read_nothing_and_are_filled_right() {
     check(&fs, ino, &model, "two txgs in a row");
 
     drop(fs);
-    let imgs = images(&disks);
-    p.close().expect("close");
-    let (d2, p2) = import_images(imgs, 21);
-    let fs = mount_fs(&p2, "tank");
-    check(&fs, ino, &model, "after import");
-    drop(fs);
-    p2.close().expect("close");
-    assert_zdb_clean(&d2, "partial records");
+    reimported_matches(p, &disks, 21, &[(ino, model)], "partial records");
 }
 
 /// Writers (each owning a file), readers, and a thread syncing and
@@ -322,21 +343,12 @@ fn concurrency_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
     }
     let fs = Arc::try_unwrap(fs).ok().expect("the only mount");
     drop(fs);
-    let imgs = images(&disks);
-    p.close().expect("close");
-    let (d2, p2) = import_images(imgs, 100 + seed);
-    let fs = mount_fs(&p2, "tank");
-    for (w, (&ino, m)) in inos.iter().zip(&models).enumerate() {
-        check(
-            &fs,
-            ino,
-            &m.lock().expect("model"),
-            &format!("seed {seed} file {w} imported"),
-        );
-    }
-    drop(fs);
-    p2.close().expect("close");
-    assert_zdb_clean(&d2, &format!("seed {seed}"));
+    let files: Vec<(u64, Vec<u8>)> = inos
+        .iter()
+        .zip(models)
+        .map(|(&ino, m)| (ino, m.into_inner().expect("model")))
+        .collect();
+    reimported_matches(p, &disks, 100 + seed, &files, &format!("seed {seed}"));
     stats
 }
 
@@ -362,13 +374,7 @@ fn a_failed_read_of_a_partial_record_parks_the_sync_until_clear() {
         p.set_failmode(FailMode::Continue).expect("failmode");
         p.format_root_fs().expect("format");
         let fs = mount_fs(&p, "tank");
-        let ino = fs
-            .mknod(fs.root, b"f", REG, 0, 0, 0, None)
-            .expect("create")
-            .ino;
-        let mut model = Vec::new();
-        write(&fs, ino, &mut model, 0, &pattern(7, 4 * REC));
-        p.sync().expect("sync");
+        let (ino, mut model) = laid_out(&fs, &p, b"f", 7, 4 * REC);
         // Indirect blocks stay cached; the records do not.
         fs.read(ino, 0, 1).expect("read");
         p.io.cache.clear();
@@ -401,13 +407,6 @@ fn a_failed_read_of_a_partial_record_parks_the_sync_until_clear() {
         p.io.cache.clear();
         check(&fs, ino, &model, &format!("mirror {mirror}"));
         drop(fs);
-        let imgs = images(&disks);
-        p.close().expect("close");
-        let (d2, p2) = import_images(imgs, 31);
-        let fs = mount_fs(&p2, "tank");
-        check(&fs, ino, &model, &format!("mirror {mirror} imported"));
-        drop(fs);
-        p2.close().expect("close");
-        assert_zdb_clean(&d2, &format!("mirror {mirror}"));
+        reimported_matches(p, &disks, 31, &[(ino, model)], &format!("mirror {mirror}"));
     }
 }
