@@ -44,6 +44,15 @@ fn write(fs: &Zpl, ino: u64, model: &mut Vec<u8>, off: usize, data: &[u8]) {
     model[off..off + data.len()].copy_from_slice(data);
 }
 
+fn truncate(fs: &Zpl, ino: u64, model: &mut Vec<u8>, size: usize) {
+    let a = SetAttr {
+        size: Some(size as u64),
+        ..Default::default()
+    };
+    fs.setattr(ino, &a).expect("truncate");
+    model.resize(size, 0);
+}
+
 /// A file `name` of `len` bytes of pattern `seed`, synced: its object and
 /// model.
 fn laid_out(fs: &Zpl, p: &Pool, name: &[u8], seed: u64, len: usize) -> (u64, Vec<u8>) {
@@ -153,16 +162,7 @@ fn partial_writes_read_nothing_and_are_filled_right() {
     model[6 * REC..7 * REC].fill(0);
     write(&fs, ino, &mut model, 6 * REC + 500, &pattern(51, 100));
     write(&fs, ino, &mut model, 7 * REC + 900, &pattern(52, 100));
-    let size = 7 * REC + 20_000;
-    fs.setattr(
-        ino,
-        &SetAttr {
-            size: Some(size as u64),
-            ..Default::default()
-        },
-    )
-    .expect("truncate");
-    model.truncate(size);
+    truncate(&fs, ino, &mut model, 7 * REC + 20_000);
     p.sync().expect("sync");
     p.io.cache.clear();
     check(&fs, ino, &model, "punched and truncated");
@@ -299,15 +299,7 @@ fn concurrency_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
                         }
                         14 => {
                             let size = rng.below(26 * REC as u64) as usize;
-                            fs.setattr(
-                                ino,
-                                &SetAttr {
-                                    size: Some(size as u64),
-                                    ..Default::default()
-                                },
-                            )
-                            .expect("truncate");
-                            model.resize(size, 0);
+                            truncate(fs, ino, &mut model, size);
                         }
                         _ => {
                             let off = rng.below(len as u64) as usize;
