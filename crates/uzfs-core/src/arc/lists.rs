@@ -286,13 +286,14 @@ impl<V: Clone> Lists<V> {
         }
     }
 
-    /// A lookup at time `now` (ms). `demand`: a read something waits for;
-    /// otherwise a prefetch, which changes no list. `class` is the block's
-    /// (the caller knows it from the block pointer).
+    /// Whether `k` is cached (no access is counted).
     pub fn contains(&self, k: &Key) -> bool {
         self.map.contains_key(k)
     }
 
+    /// A lookup at time `now` (ms). `demand`: a read something waits for;
+    /// otherwise a prefetch, which changes no list. `class` is the block's
+    /// (the caller knows it from the block pointer).
     pub fn lookup(&mut self, k: &Key, a: Access) -> Option<V> {
         let Access { class, demand, now } = a;
         let tick = self.next_tick();

@@ -212,21 +212,25 @@ impl DirtyObj {
     }
 
     /// Bytes `[off, off + n)` of block `blkid` (of `bs`) were just
-    /// written into its buffer in `blocks`. Returns whether that made a
-    /// partial block whole.
-    fn patched(&mut self, blkid: u64, off: usize, n: usize, bs: usize) -> bool {
-        if n == bs {
-            return self.partial.remove(&blkid).is_some();
-        }
-        self.streamed.remove(&blkid);
-        if let Some(r) = self.partial.get_mut(&blkid) {
-            r.add(off, off + n);
-            if r.covers(bs) {
-                self.partial.remove(&blkid);
-                return true;
+    /// written into its buffer in `blocks`; a partial block they made
+    /// whole is counted by `reader`.
+    fn patched(&mut self, blkid: u64, off: usize, n: usize, bs: usize, reader: &dyn BlockReader) {
+        let covered = if n == bs {
+            self.partial.remove(&blkid).is_some()
+        } else {
+            self.streamed.remove(&blkid);
+            match self.partial.get_mut(&blkid) {
+                Some(r) => {
+                    r.add(off, off + n);
+                    r.covers(bs)
+                }
+                None => false,
             }
+        };
+        if covered {
+            self.partial.remove(&blkid);
+            reader.partial_event(partial::Event::Covered);
         }
-        false
     }
 
     /// Block `blkid` is gone from `blocks`.
@@ -335,6 +339,20 @@ fn patch_block(b: &mut Arc<Vec<u8>>, off: usize, src: &[u8], reader: &dyn BlockR
     // Only weak references left (an override): `make_mut` moves the
     // buffer to a new allocation without copying its bytes.
     Arc::make_mut(b)[off..off + src.len()].copy_from_slice(src);
+}
+
+/// A private copy of block `blkid` of `obj` for a read-modify-write:
+/// `b`'s bytes, zeros for a hole (`None`); a block not `bs` long is
+/// damaged.
+fn private_copy(obj: u64, blkid: u64, bs: u64, b: Option<&[u8]>) -> Result<Vec<u8>> {
+    match b {
+        Some(old) if old.len() == bs as usize => Ok(old.to_vec()),
+        Some(_) => Err(Error::corrupt(
+            "data block",
+            format!("object {obj} block {blkid} has the wrong size"),
+        )),
+        None => Ok(vec![0u8; bs as usize]),
+    }
 }
 
 /// A new buffer holding `src`: a recycled one if the reader has one
@@ -870,32 +888,23 @@ impl Objset {
     /// else a partial block, whose old version (if on disk, its pointer)
     /// the sync reads (`dmu/partial.rs`).
     fn patch_base(&self, obj: u64, blkid: u64, bs: u64) -> Result<PatchBase> {
-        let copy = |b: &[u8]| {
-            if b.len() == bs as usize {
-                Ok(PatchBase::Copy(b.to_vec()))
-            } else {
-                Err(Error::corrupt(
-                    "data block",
-                    format!("object {obj} block {blkid} has the wrong size"),
-                ))
-            }
-        };
-        let zeros = || PatchBase::Copy(vec![0u8; bs as usize]);
         if !partial::fill_at_sync() {
             return Ok(PatchBase::Copy(self.block_copy(obj, blkid, bs)?));
         }
-        match self.block_source(obj, blkid)? {
-            BlockSource::Data(d) => copy(&d),
-            BlockSource::Zero => Ok(zeros()),
-            BlockSource::Partial { .. } => Ok(PatchBase::Sparse(None)),
+        let in_memory = match self.block_source(obj, blkid)? {
+            BlockSource::Data(d) => Some(d),
+            BlockSource::Zero => None,
+            BlockSource::Partial { .. } => return Ok(PatchBase::Sparse(None)),
             BlockSource::Tree(dn) => match find_l0_bp(&*self.reader, &dn, blkid)? {
-                None => Ok(zeros()),
+                None => None,
                 Some(bp) => match self.reader.cached(&bp) {
-                    Some(b) => copy(&b),
-                    None => Ok(PatchBase::Sparse(Some(bp))),
+                    Some(b) => Some(b),
+                    None => return Ok(PatchBase::Sparse(Some(bp))),
                 },
             },
-        }
+        };
+        private_copy(obj, blkid, bs, in_memory.as_deref().map(|b| b.as_slice()))
+            .map(PatchBase::Copy)
     }
 
     /// Read `buf.len()` bytes at `offset`. Holes and bytes past the end of
@@ -1183,14 +1192,8 @@ impl Objset {
     /// A private copy of a block's current contents (zeros for a hole),
     /// for a read-modify-write in the open txg.
     fn block_copy(&self, obj: u64, blkid: u64, bs: u64) -> Result<Vec<u8>> {
-        match self.read_block(obj, blkid)? {
-            Some(old) if old.len() == bs as usize => Ok(old.to_vec()),
-            Some(_) => Err(Error::corrupt(
-                "data block",
-                format!("object {obj} block {blkid} has the wrong size"),
-            )),
-            None => Ok(vec![0u8; bs as usize]),
-        }
+        let b = self.read_block(obj, blkid)?;
+        private_copy(obj, blkid, bs, b.as_ref().map(|b| b.as_slice()))
     }
 
     /// Change one whole block of an object in place in the open txg: `f`
@@ -1303,9 +1306,7 @@ impl Objset {
                     if keep {
                         kept = Some(Arc::clone(b));
                     }
-                    if d.patched(blkid, boff, n, bs as usize) {
-                        self.reader.partial_event(partial::Event::Covered);
-                    }
+                    d.patched(blkid, boff, n, bs as usize, &*self.reader);
                     true
                 } else {
                     false
@@ -1335,9 +1336,7 @@ impl Objset {
                         if keep {
                             kept = Some(Arc::clone(e.get()));
                         }
-                        if d.patched(blkid, boff, n, bs as usize) {
-                            self.reader.partial_event(partial::Event::Covered);
-                        }
+                        d.patched(blkid, boff, n, bs as usize, &*self.reader);
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
                         let b = e.insert(Arc::new(block));

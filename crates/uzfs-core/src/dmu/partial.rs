@@ -156,11 +156,6 @@ impl Ranges {
         self.0 == [(0, len as u32)] || len == 0
     }
 
-    /// Bytes covered.
-    pub fn bytes(&self) -> u64 {
-        self.0.iter().map(|&(s, e)| (e - s) as u64).sum()
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.0.iter().map(|&(s, e)| (s as usize, e as usize))
     }
@@ -230,7 +225,6 @@ mod tests {
                 }
                 assert_eq!(got, map, "seed {seed}: {r:?}");
                 assert_eq!(r.covers(len), map.iter().all(|&b| b), "seed {seed}");
-                assert_eq!(r.bytes(), map.iter().filter(|&&b| b).count() as u64);
             }
             let data: Vec<u8> = (0..len).map(|i| i as u8 | 0x80).collect();
             let base: Vec<u8> = (0..len).map(|i| i as u8 & 0x7f).collect();
