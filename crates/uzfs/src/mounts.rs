@@ -2,6 +2,7 @@
 //! import and daemon start, unmounting on export, destroy and shutdown.
 
 use crate::daemon::Daemon;
+use crate::fuse::rollback::FuseMount;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -15,7 +16,8 @@ pub struct Mounted {
     pub pool: String,
     pub path: PathBuf,
     pub ctx: Arc<DsCtx>,
-    zpl: Arc<Zpl>,
+    /// The served tree (`fuse/rollback.rs` swaps it).
+    fs: Arc<FuseMount>,
     session: Option<crate::fuse::Session>,
 }
 
@@ -114,7 +116,7 @@ pub fn mount(
         let ctl = crate::fuse::ctldir::CtlDir::new(pool.clone(), ds.clone());
         crate::fuse::mount(zpl.clone(), &path, &name, readonly, posix_acl, Some(ctl))
     };
-    let session = match mount() {
+    let (session, fs) = match mount() {
         // The check above can miss a dead mount: the kernel answers a
         // stat of its root from the attribute cache. Clear it and retry.
         Err(e) if is_dead_mount(&e) => {
@@ -135,7 +137,7 @@ pub fn mount(
             pool: pool.name.clone(),
             path,
             ctx,
-            zpl,
+            fs,
             session: Some(session),
         },
     );
@@ -308,10 +310,10 @@ pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
             .unwrap_or(false);
         let have = match lock(d).by_name.get(&name) {
             Some(m) if !want => {
-                m.zpl.set_posix_acl(false);
+                m.fs.zpl().set_posix_acl(false);
                 continue;
             }
-            Some(m) => m.zpl.posix_acl(),
+            Some(m) => m.fs.zpl().posix_acl(),
             None => continue,
         };
         if have {
@@ -388,4 +390,111 @@ fn is_dead_mount(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
     )
+}
+
+/// `zfs rollback` of mounted dataset `ds_name` to snapshot `snap`, keeping
+/// the mount: its files become the snapshot's under the processes that
+/// use them (`fuse/rollback.rs`). A filesystem mounted beneath on a
+/// directory the rollback removes or replaces is unmounted around it
+/// (busy: refused unless `force`) and mounted again; the notes say which
+/// did not come back.
+pub fn rollback_mounted(
+    d: &Daemon,
+    pool: &Arc<Pool>,
+    ds_name: &str,
+    snap: &str,
+    force: bool,
+) -> Result<Vec<String>, String> {
+    let cannot = |e: &dyn std::fmt::Display| format!("cannot rollback to '{snap}': {e}");
+    let Some((path, fs, temp_ro)) = lock(d)
+        .by_name
+        .get(ds_name)
+        .map(|m| (m.path.clone(), m.fs.clone(), m.ctx.temp_readonly()))
+    else {
+        return Err(cannot(&"not mounted"));
+    };
+    let (ds, s) = pool.snapshot(snap).map_err(|e| cannot(&e))?;
+    let snap_zpl = pool.mount_snapshot_of(&ds, &s).map_err(|e| cannot(&e))?;
+    let old = fs.zpl();
+    let moved: Vec<String> = list(d)
+        .into_iter()
+        .filter(|(n, p)| n != ds_name && p != &path && p.starts_with(&path))
+        .filter(|(_, p)| {
+            let rel = p.strip_prefix(&path).unwrap_or(p);
+            !same_path(&old, &snap_zpl, rel)
+        })
+        .map(|(n, _)| n)
+        .collect();
+    drop(old);
+    if let Err(e) = unmount_many(d, moved.clone(), force) {
+        let back = remount(d, pool, &moved);
+        let back: String = back.iter().map(|l| format!("\n{l}")).collect();
+        return Err(format!("cannot rollback '{ds_name}': {e}{back}"));
+    }
+    // The kernel's dirty pages are requests: they go before the hold. A
+    // page that fails to land (a file a rollback made stale) is a change
+    // the rollback discards anyway.
+    if let Err(e) = flush_kernel_cache(d, ds_name) {
+        log::warn!("{ds_name}: before rollback: {e}");
+    }
+    let r = (|| {
+        let mut held = fs.suspend();
+        let t = pool
+            .sync()
+            .and_then(|_| uzfs_core::zpl::diff::turnover(held.zpl(), &snap_zpl, s.phys().txg))
+            .map_err(|e| cannot(&e))?;
+        pool.rollback(snap).map_err(|e| cannot(&e))?;
+        // Rolled back: from here the old tree must not be served.
+        let mounted = pool.dataset(ds_name).and_then(|nds| {
+            let ctx = DsCtx::new(pool.clone(), nds.clone());
+            ctx.set_temp_readonly(temp_ro);
+            let mut opens = held.zpl().opens();
+            for g in &t.gone {
+                opens.remove(g);
+            }
+            let zpl = Zpl::mount_open(nds.os.clone(), ctx.clone(), opens)?;
+            Ok((nds, ctx, Arc::new(zpl)))
+        });
+        match mounted {
+            Ok((nds, ctx, zpl)) => {
+                let inv = held.swap(zpl, nds, t);
+                drop(held);
+                let (names, inodes) = inv.send();
+                log::info!(
+                    "{ds_name}: rolled back to {snap} under its mount ({names} names, {inodes} files invalidated)"
+                );
+                if let Some(m) = lock(d).by_name.get_mut(ds_name) {
+                    m.ctx = ctx;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                drop(held);
+                let _ = unmount(d, ds_name, true);
+                Err(format!(
+                    "rolled back to '{snap}', but cannot mount '{ds_name}' again: {e}"
+                ))
+            }
+        }
+    })();
+    let back = remount(d, pool, &moved);
+    r.map(|_| back)
+}
+
+/// Whether every directory on `rel` (below the root) is the same file in
+/// `old` and `new`: then the kernel's cached walk to it stays valid and
+/// a filesystem mounted there stays put.
+fn same_path(old: &Zpl, new: &Zpl, rel: &Path) -> bool {
+    let (mut a, mut b) = (old.root, new.root);
+    for c in rel.components() {
+        let name = c.as_os_str().as_bytes();
+        match (old.lookup(a, name), new.lookup(b, name)) {
+            (Ok(x), Ok(y)) if x.ino == y.ino && x.z.gen == y.z.gen => {
+                a = x.ino;
+                b = y.ino;
+            }
+            _ => return false,
+        }
+    }
+    true
 }

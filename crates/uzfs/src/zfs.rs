@@ -385,11 +385,10 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
 
 /// `zfs rollback [-rRf] DS@SNAP`: the dataset becomes its snapshot again
 /// and loses every change since. SNAP must be the latest snapshot unless
-/// `-r` destroys the later ones first (`-R` would also destroy their
-/// clones; uzfs has none yet, so it is `-r`). A mounted filesystem (and
-/// any mounted beneath it) is unmounted around the rollback and mounted
-/// again, so no open file survives it: busy mounts refuse, `-f` detaches
-/// them. (OpenZFS keeps the mount and invalidates its files instead.)
+/// `-r` destroys the later ones first (`-R` also destroys their clones,
+/// `-f` unmounting them if busy). A mounted filesystem stays mounted: its
+/// files become the snapshot's under the processes using them
+/// (`fuse/rollback.rs`).
 fn rollback(d: &Daemon, args: &[String]) -> Response {
     let (o, rest) = match getopt(args, "rRf") {
         Ok(x) => x,
@@ -436,26 +435,24 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
             later.join("\n")
         ));
     }
-    let mounted = mounts::mounted_under(d, &pool, &ds);
-    if let Err(e) = mounts::unmount_many(d, mounted.clone(), has(&o, 'f')) {
-        let back = mounts::remount(d, &pool, &mounted);
-        return err(format!("cannot rollback '{ds_name}': {e}{}", lines(&back)));
-    }
-    let mut r = Ok(());
     for l in &later {
         if let Err(e) = destroy_clones(d, &pool, l, has(&o, 'f')) {
-            r = Err(uzfs_core::Error::invalid(e));
-            break;
+            return err(format!("cannot rollback to '{name}': {e}"));
         }
-        r = pool.destroy_snapshot(l);
-        if r.is_err() {
-            break;
+        if let Err(e) = pool.destroy_snapshot(l) {
+            return err(format!("cannot rollback to '{name}': {e}"));
         }
     }
-    let r = r.and_then(|_| pool.rollback(name));
-    let back = mounts::remount(d, &pool, &mounted);
+    let r = if mounts::is_mounted(d, ds_name).is_some() {
+        mounts::rollback_mounted(d, &pool, ds_name, name, has(&o, 'f'))
+    } else {
+        // Nothing of it is served; a mount beneath it sits elsewhere.
+        pool.rollback(name)
+            .map(|_| Vec::new())
+            .map_err(|e| format!("cannot rollback to '{name}': {e}"))
+    };
     match r {
-        Ok(()) => {
+        Ok(back) => {
             pool.log_history(&format!("zfs rollback {}", args.join(" ")));
             if back.is_empty() {
                 Response::ok(String::new())
@@ -463,7 +460,7 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
                 err(format!("rolled back to '{name}', but{}", lines(&back)))
             }
         }
-        Err(e) => err(format!("cannot rollback to '{name}': {e}{}", lines(&back))),
+        Err(e) => err(e),
     }
 }
 

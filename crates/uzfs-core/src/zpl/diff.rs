@@ -150,3 +150,65 @@ pub fn diff(old: &Zpl, new: &Zpl, objects: &[u64]) -> ZResult<Vec<DiffEntry>> {
     out.sort_by(|x, y| x.path.cmp(&y.path).then(x.change.cmp(&y.change)));
     Ok(out)
 }
+
+/// What a cache of `old`'s files must forget to show `new` in its place,
+/// when `new` is `old`'s snapshot taken at `snap_txg` (a rollback of a
+/// mounted filesystem: the kernel above the mount caches `old`).
+///
+/// Found the way `zfs diff` finds changes: only objects whose dnodes were
+/// rewritten after the snapshot can differ, and each is compared on both
+/// sides. A handle is an object number the kernel was given with a
+/// generation; the same number with the same generation on both sides is
+/// the same file (a number freed and reused after the snapshot gets a
+/// later generation).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Turnover {
+    /// Objects of `old` that are not the same file in `new` (created
+    /// after the snapshot, or their number reused since): a handle to one
+    /// is stale.
+    pub gone: Vec<u64>,
+    /// Objects that are the same file on both sides, with other
+    /// attributes or contents: regular files in `rewritten`, the rest
+    /// here.
+    pub changed: Vec<u64>,
+    pub rewritten: Vec<u64>,
+    /// `(directory, name)` pairs of `old` that `new` maps to another
+    /// object or to none, in the directories of `gone` and `changed`.
+    pub names: Vec<(u64, Vec<u8>)>,
+}
+
+pub fn turnover(old: &Zpl, new: &Zpl, snap_txg: u64) -> crate::Result<Turnover> {
+    let mut t = Turnover::default();
+    for obj in old.os.objects_changed_after(snap_txg)? {
+        // Not a file in `old` (a free slot, the master node, the
+        // unlinked set): nothing cached can name it.
+        let Ok(a) = old.getattr(obj) else { continue };
+        let b = new.getattr(obj).ok();
+        let same = b.is_some_and(|b| b.z.gen == a.z.gen);
+        if !same {
+            t.gone.push(obj);
+        } else if b != Some(a) && a.z.mode & libc::S_IFMT == libc::S_IFREG {
+            t.rewritten.push(obj);
+        } else if b != Some(a) {
+            t.changed.push(obj);
+        } else {
+            continue;
+        }
+        if a.z.mode & libc::S_IFMT != libc::S_IFDIR {
+            continue;
+        }
+        let list = old
+            .readdir(obj, 0, usize::MAX)
+            .map_err(|e| crate::Error::invalid(format!("directory {obj}: errno {e}")))?;
+        for (_, child, _, name) in list {
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let kept = same && new.lookup(obj, &name).is_ok_and(|c| c.ino == child);
+            if !kept {
+                t.names.push((obj, name));
+            }
+        }
+    }
+    Ok(t)
+}

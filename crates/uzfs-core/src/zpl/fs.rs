@@ -335,6 +335,22 @@ impl Zpl {
     /// Open the filesystem in `os`; frees what the unlinked set holds (files
     /// unlinked while open when the pool last went down).
     pub fn mount(os: Arc<Objset>, ctx: Arc<dyn DatasetCtx>) -> crate::Result<Zpl> {
+        Self::mount_open(os, ctx, HashMap::new())
+    }
+
+    /// Open handles per object, as [`Zpl::mount_open`] takes them.
+    pub fn opens(&self) -> HashMap<u64, u64> {
+        lock(&self.opens).clone()
+    }
+
+    /// Mount with `opens` already open (a rollback's new tree under a
+    /// mount whose kernel still holds them): an unlinked file among them
+    /// lives until its last close instead of being reaped here.
+    pub fn mount_open(
+        os: Arc<Objset>,
+        ctx: Arc<dyn DatasetCtx>,
+        opens: HashMap<u64, u64>,
+    ) -> crate::Result<Zpl> {
         let mut b = [0u8; 32];
         os.read(MASTER_OBJ, 0, &mut b)?;
         let word = |i: usize| {
@@ -374,13 +390,16 @@ impl Zpl {
             unlinked: word(3),
             ns: Mutex::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            opens: Mutex::new(HashMap::new()),
+            opens: Mutex::new(opens),
             posix_acl: AtomicBool::new(false),
         };
         zpl.getattr(zpl.root)
             .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
         if !zpl.ctx.props().readonly {
             for e in Zap::open(&zpl.os, zpl.unlinked).all()? {
+                if lock(&zpl.opens).contains_key(&e.value) {
+                    continue;
+                }
                 let _tx = zpl.hold(|| zpl.warm_doomed(e.value));
                 let _ = zpl.destroy(e.value);
             }

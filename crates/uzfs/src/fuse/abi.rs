@@ -680,6 +680,35 @@ pub fn notify_inval_attr(ino: u64) -> [u8; OUT_HEADER_LEN + 24] {
     m
 }
 
+/// A FUSE_NOTIFY_INVAL_INODE message for `ino` that drops its cached
+/// attributes and every cached page (a dirty page is written back
+/// first). Never from a request thread: the writeback waits for a reply.
+pub fn notify_inval_inode(ino: u64) -> [u8; OUT_HEADER_LEN + 24] {
+    let mut m = notify_inval_attr(ino);
+    m[24..32].copy_from_slice(&0i64.to_le_bytes());
+    m
+}
+
+/// `fuse_notify_code`: a cached name lookup is no longer valid.
+pub const NOTIFY_INVAL_ENTRY: i32 = 3;
+/// `fuse_notify_inval_entry_out.flags`: expire the name (the next walk
+/// asks again) instead of unhashing it, which would detach a filesystem
+/// mounted on it (kernels before 6.2 ignore the flag and unhash).
+pub const FUSE_EXPIRE_ONLY: u32 = 1;
+
+/// A FUSE_NOTIFY_INVAL_ENTRY message: the kernel's cached lookup of
+/// `name` in directory `parent` expires.
+pub fn notify_inval_entry(parent: u64, name: &[u8]) -> Vec<u8> {
+    let len = OUT_HEADER_LEN + 16 + name.len() + 1;
+    let mut m = vec![0u8; len];
+    out_header(&mut m, len as u32, NOTIFY_INVAL_ENTRY, 0);
+    m[16..24].copy_from_slice(&parent.to_le_bytes());
+    m[24..28].copy_from_slice(&(name.len() as u32).to_le_bytes());
+    m[28..32].copy_from_slice(&FUSE_EXPIRE_ONLY.to_le_bytes());
+    m[32..32 + name.len()].copy_from_slice(name);
+    m
+}
+
 /// Write a `fuse_out_header` into `h` (16 bytes).
 pub fn out_header(h: &mut [u8], len: u32, error: i32, unique: u64) {
     if let Some(h) = h.get_mut(..OUT_HEADER_LEN) {

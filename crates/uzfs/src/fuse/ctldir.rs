@@ -70,7 +70,8 @@ struct Views {
 
 pub struct CtlDir {
     pool: Arc<Pool>,
-    ds: Arc<Dataset>,
+    /// The head dataset (a rollback replaces it).
+    ds: std::sync::RwLock<Arc<Dataset>>,
     views: Mutex<Views>,
     /// The synthetic directories' times: when the mount began.
     born: i64,
@@ -80,10 +81,19 @@ impl CtlDir {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> CtlDir {
         CtlDir {
             pool,
-            ds,
+            ds: std::sync::RwLock::new(ds),
             views: Mutex::default(),
             born: uzfs_core::zpl::fs::now_ns(),
         }
+    }
+
+    fn ds(&self) -> Arc<Dataset> {
+        self.ds.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A rollback made `ds` the head.
+    pub fn set_dataset(&self, ds: Arc<Dataset>) {
+        *self.ds.write().unwrap_or_else(|p| p.into_inner()) = ds;
     }
 
     fn views(&self) -> MutexGuard<'_, Views> {
@@ -107,7 +117,7 @@ impl CtlDir {
 
     /// The dataset's snapshots as (id, name, view), by id.
     fn listing(&self) -> ZResult<Vec<(u64, String, u64)>> {
-        let snaps = self.pool.snapshots_of(self.ds.id());
+        let snaps = self.pool.snapshots_of(self.ds().id());
         let mut v = self.views();
         let mut out = Vec::with_capacity(snaps.len());
         for s in snaps {
@@ -124,7 +134,7 @@ impl CtlDir {
         let name = std::str::from_utf8(name).map_err(|_| libc::ENOENT)?;
         let s = self
             .pool
-            .snapshots_of(self.ds.id())
+            .snapshots_of(self.ds().id())
             .into_iter()
             .find(|s| s.phys().name == name)
             .ok_or(libc::ENOENT)?;
@@ -156,7 +166,7 @@ impl CtlDir {
         // Opened outside the lock (it reads the master node and root).
         let zpl = self
             .pool
-            .mount_snapshot_of(&self.ds, &snap)
+            .mount_snapshot_of(&self.ds(), &snap)
             .map(Arc::new)
             .map_err(|e| {
                 log::warn!("opening snapshot {}: {e}", snap.phys().name);

@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod ctldir;
+pub mod rollback;
 pub mod session;
 pub mod writeback;
 
@@ -29,15 +30,19 @@ pub use session::{Handler, Notifier, Session};
 const TTL: u64 = 1;
 const ROOT: u64 = 1;
 
+/// One tree a mount serves; a rollback swaps in another
+/// (`rollback.rs`), which shares the rest.
 pub struct FuseFs {
     pub zpl: Arc<Zpl>,
+    /// Node ids a rollback made stale, generations it changed.
+    handles: rollback::Handles,
     /// `.zfs` and the snapshots under it (`ctldir.rs`); none for a mount
     /// without a dataset behind it.
-    ctl: Option<ctldir::CtlDir>,
+    ctl: Option<Arc<ctldir::CtlDir>>,
     /// Set once the session is up (`negotiated`).
-    notifier: std::sync::OnceLock<Notifier>,
+    notifier: Arc<std::sync::OnceLock<Notifier>>,
     /// Files whose writeback lost data (`writeback.rs`).
-    writeback: writeback::WritebackLatch,
+    writeback: Arc<writeback::WritebackLatch>,
 }
 
 /// Nanoseconds of a SETATTR time: given, or now.
@@ -86,6 +91,7 @@ impl FuseFs {
         Tree {
             zpl: &self.zpl,
             tag: 0,
+            handles: Some(&self.handles),
         }
     }
 
@@ -192,6 +198,8 @@ impl FuseFs {
 struct Tree<'a> {
     zpl: &'a Zpl,
     tag: u64,
+    /// The head's handles after a rollback (none in a snapshot's tree).
+    handles: Option<&'a rollback::Handles>,
 }
 
 impl<'a> Tree<'a> {
@@ -199,6 +207,7 @@ impl<'a> Tree<'a> {
         Tree {
             zpl,
             tag: view << ctldir::VIEW_SHIFT,
+            handles: None,
         }
     }
 
@@ -238,8 +247,16 @@ impl<'a> Tree<'a> {
 
     fn entry(&self, a: ZResult<Attr>, out: &mut Out<'_>) -> ZResult<()> {
         let a = a?;
-        out.entry(&self.fattr(&a), a.z.gen, TTL);
+        out.entry(&self.fattr(&a), self.hand_out(&a), TTL);
         Ok(())
+    }
+
+    /// A reply gives the kernel file `a`: the generation it carries.
+    fn hand_out(&self, a: &Attr) -> u64 {
+        match self.handles {
+            Some(h) => h.hand_out(a.ino, a.z.gen),
+            None => a.z.gen,
+        }
     }
 
     /// `obj` here and below: the object number, not the FUSE inode.
@@ -285,7 +302,7 @@ impl<'a> Tree<'a> {
             // An entry that vanished since the listing (a racing unlink)
             // goes without attributes, as the name alone would have.
             let a = of.and_then(|o| self.zpl.getattr(o).ok());
-            let fa = a.as_ref().map(|a| (self.fattr(a), a.z.gen));
+            let fa = a.as_ref().map(|a| (self.fattr(a), self.hand_out(a)));
             out.direntplus(
                 size,
                 ino,
@@ -406,6 +423,14 @@ impl Handler for FuseFs {
         }
         let commit = op.is_change() && self.sync_mode() == SyncMode::Always;
         let obj = self.obj(h.nodeid);
+        let other = match op {
+            Op::Rename { newdir, .. } => Some(self.obj(newdir)),
+            Op::Link { oldnodeid, .. } => Some(self.obj(oldnodeid)),
+            _ => None,
+        };
+        if self.handles.check(obj, other, &op)? {
+            return Ok(());
+        }
         self.dispatch(h, op, out)?;
         if commit {
             self.zpl.fsync(obj)?;
@@ -562,7 +587,7 @@ impl FuseFs {
             Op::Create { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
                 zpl.open(a.ino)?;
-                out.entry(&head.fattr(&a), a.z.gen, TTL);
+                out.entry(&head.fattr(&a), head.hand_out(&a), TTL);
                 out.open(0, self.open_flags());
                 Ok(())
             }
@@ -680,7 +705,8 @@ pub fn session_config(fsname: &str, readonly: bool) -> Config {
 }
 
 /// Mount `zpl` at `mountpoint`; returns the running session (its `join`
-/// waits for the request threads once the mount is gone).
+/// waits for the request threads once the mount is gone) and the handle
+/// a rollback swaps the tree through.
 /// `posix_acl`: the dataset's `acltype` is `posix` (the kernel checks
 /// ACLs if it offers to; the mount refuses them otherwise).
 pub fn mount(
@@ -690,22 +716,25 @@ pub fn mount(
     readonly: bool,
     posix_acl: bool,
     ctl: Option<ctldir::CtlDir>,
-) -> std::io::Result<Session> {
+) -> std::io::Result<(Session, Arc<rollback::FuseMount>)> {
     std::fs::create_dir_all(mountpoint)?;
     let config = session_config(fsname, readonly);
-    session::mount(
-        Arc::new(FuseFs {
-            zpl,
-            ctl,
-            notifier: Default::default(),
-            writeback: Default::default(),
-        }),
+    let fs = Arc::new(rollback::FuseMount::new(FuseFs {
+        zpl,
+        handles: Default::default(),
+        ctl: ctl.map(Arc::new),
+        notifier: Default::default(),
+        writeback: Default::default(),
+    }));
+    let s = session::mount(
+        fs.clone(),
         mountpoint,
         &config,
         negotiate,
         fuse_threads(),
         posix_acl,
-    )
+    )?;
+    Ok((s, fs))
 }
 
 pub fn fuse_threads() -> usize {

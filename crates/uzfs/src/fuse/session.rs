@@ -77,6 +77,18 @@ impl Notifier {
     pub fn inval_attr(&self, ino: u64) {
         let _ = (&mut &*self.0).write_all(&abi::notify_inval_attr(ino));
     }
+
+    /// Drop the cached attributes and pages of inode `ino` (dirty pages
+    /// are written back first, through a WRITE request: never call this
+    /// from a request thread or while requests are held).
+    pub fn inval_inode(&self, ino: u64) {
+        let _ = (&mut &*self.0).write_all(&abi::notify_inval_inode(ino));
+    }
+
+    /// Expire the kernel's cached lookup of `name` in directory `parent`.
+    pub fn inval_entry(&self, parent: u64, name: &[u8]) {
+        let _ = (&mut &*self.0).write_all(&abi::notify_inval_entry(parent, name));
+    }
 }
 
 /// Largest request payload: `max_write` (1 MiB) is negotiated in `negotiate`.
