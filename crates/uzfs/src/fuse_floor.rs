@@ -71,7 +71,7 @@ impl Handler for Floor {
                     .get(&(h.nodeid, name.to_vec()))
                     .and_then(|i| t.attrs.get(i))
                     .ok_or(libc::ENOENT)?;
-                out.entry(a, 0, TTL);
+                out.entry(a, 0, crate::fuse::abi::Ttl::both(TTL));
             }
             Op::Getattr => {
                 let t = self.0.lock().map_err(|_| libc::EIO)?;
@@ -87,11 +87,11 @@ impl Handler for Floor {
             }
             Op::Mkdir { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFDIR | (mode & !umask & 0o7777))?;
-                out.entry(&a, 0, TTL);
+                out.entry(&a, 0, crate::fuse::abi::Ttl::both(TTL));
             }
             Op::Create { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & !umask & 0o7777))?;
-                out.entry(&a, 0, TTL);
+                out.entry(&a, 0, crate::fuse::abi::Ttl::both(TTL));
                 out.open(0, FOPEN_KEEP_CACHE);
             }
             Op::Write { offset, data, .. } => {

@@ -292,6 +292,7 @@ pub fn unmount_pool(d: &Daemon, pool: &str, force: bool) -> Result<(), String> {
 pub fn refresh(d: &Daemon, pool: &str) {
     for m in lock(d).by_name.values().filter(|m| m.pool == pool) {
         m.ctx.refresh();
+        m.fs.properties_changed();
     }
 }
 

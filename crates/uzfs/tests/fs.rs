@@ -482,7 +482,8 @@ fn requests_served(e: &Env, op: &str) -> u64 {
 /// tree whose cached entries expired (`ls -l`, `find`, `du`) revalidates
 /// them from the listing, not with one LOOKUP per name; and what the
 /// listing says is right (sizes, link counts, types, a renamed and a
-/// removed name, more entries than one reply holds).
+/// removed name, more entries than one reply holds). Entries expire
+/// after 1 s here (`UZFS_FUSE_TTL=1`, which also keeps no listing).
 #[test]
 fn a_listing_carries_attributes_so_a_walk_needs_no_lookups() {
     if !can_mount() {
@@ -490,6 +491,7 @@ fn a_listing_carries_attributes_so_a_walk_needs_no_lookups() {
     }
     let mut e = Env::new();
     e.envs.push(("UZFS_FUSE_STATS".into(), "1".into()));
+    e.envs.push(("UZFS_FUSE_TTL".into(), "1".into()));
     let m = pool(&e);
     let d = m.join("d");
     std::fs::create_dir(&d).expect("mkdir");
@@ -543,6 +545,117 @@ fn a_listing_carries_attributes_so_a_walk_needs_no_lookups() {
     assert!(
         lookups < N as u64 + 60,
         "{lookups} lookups for {N} names and two walks"
+    );
+}
+
+/// The kernel keeps names, settled attributes and listings (an hour by
+/// default): walking a tree again after a first walk asks the daemon for
+/// no listing, lookup or attribute; yet what changes without its doing
+/// reaches it: a written file's space once a sync wrote it, an access
+/// time a read moved.
+#[test]
+fn a_warm_walk_is_served_by_the_kernel() {
+    if !can_mount() {
+        return;
+    }
+    let mut e = Env::new();
+    e.envs.push(("UZFS_FUSE_STATS".into(), "1".into()));
+    let m = pool(&e);
+    let d = m.join("d");
+    for sub in 0..4 {
+        std::fs::create_dir_all(d.join(format!("s{sub}"))).expect("mkdir");
+        for i in 0..150 {
+            std::fs::write(d.join(format!("s{sub}/f{i}")), [1u8; 100]).expect("write");
+        }
+    }
+    let walk = || {
+        let mut n = 0;
+        for sub in std::fs::read_dir(&d).expect("read_dir") {
+            let sub = sub.expect("entry").path();
+            for f in std::fs::read_dir(&sub).expect("read_dir") {
+                std::fs::symlink_metadata(f.expect("entry").path()).expect("lstat");
+                n += 1;
+            }
+        }
+        n
+    };
+    // The daemon's request counts run on across mounts: each session's
+    // are the difference between the counts its export logs and the last.
+    let ops = ["readdirplus", "readdir", "lookup", "getattr"];
+    let counts = |e: &Env| -> Vec<u64> { ops.iter().map(|op| requests_served(e, op)).collect() };
+    let dir = e.dir.path().to_str().expect("path").to_string();
+    e.ok(&["zpool", "export", "tank"]);
+    let made = counts(&e);
+    // A cold walk (a new mount), counted alone.
+    e.ok(&["zpool", "import", "-d", &dir, "tank"]);
+    assert_eq!(walk(), 600);
+    e.ok(&["zpool", "export", "tank"]);
+    let walked = counts(&e);
+    let cold: Vec<u64> = (0..4).map(|i| walked[i] - made[i]).collect();
+    let (listings, lookups) = (cold[0] + cold[1], cold[2]);
+    assert!(listings > 0, "the cold walk listed nothing");
+    // The same cold walk, then five warm ones.
+    e.ok(&["zpool", "import", "-d", &dir, "tank"]);
+    for _ in 0..6 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(walk(), 600);
+    }
+    // Access times: a read after a change moves it (relatime), and the
+    // kernel, which kept the attributes, is told.
+    let f = d.join("s0/f0");
+    let before = std::fs::metadata(&f)
+        .expect("stat")
+        .accessed()
+        .expect("atime");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::read(&f).expect("read");
+    let after = std::fs::metadata(&f)
+        .expect("stat")
+        .accessed()
+        .expect("atime");
+    assert!(after > before, "the read's access time did not show");
+    // A written file's space shows once its txg is written, though the
+    // kernel keeps attributes for long: it asks again after its writeback
+    // (and the daemon answers briefly while a sync is still due).
+    let g = d.join("s1/new");
+    let mut w = std::fs::File::create(&g).expect("create");
+    e.ok(&["zpool", "sync", "tank"]);
+    std::io::Write::write_all(&mut w, &common::noise(9, 1 << 20)).expect("write");
+    // Asked while the data is still the kernel's dirty pages (the file
+    // stays open: a close would make the kernel ask again): the daemon
+    // has nothing pending for it, so the answer is kept long.
+    let _ = std::fs::metadata(&g).expect("stat");
+    sh(&m, "sync");
+    e.ok(&["zpool", "sync", "tank"]);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    use std::os::unix::fs::MetadataExt;
+    let blocks = std::fs::metadata(&g).expect("stat").blocks();
+    drop(w);
+    assert!(
+        blocks >= 2048 - 64,
+        "{blocks} blocks of 512 bytes for 1 MiB"
+    );
+    e.ok(&["zpool", "export", "tank"]);
+    let last = counts(&e);
+    let now: Vec<u64> = (0..4).map(|i| last[i] - walked[i]).collect();
+    // One cold walk and five warm ones; a second full listing is allowed
+    // for the machine reclaiming the kernel's caches meanwhile (another
+    // process dropping caches did, once), not five.
+    let relisted = now[0] + now[1];
+    assert!(
+        relisted <= 2 * listings,
+        "warm walks listed again: {relisted} listings, {listings} for a cold walk"
+    );
+    assert!(
+        now[2] <= 2 * lookups + 8,
+        "warm walks looked names up: {} lookups, {lookups} for a cold walk",
+        now[2]
+    );
+    assert!(
+        now[3] <= cold[3] + 40,
+        "{} getattrs, {} for a cold walk",
+        now[3],
+        cold[3]
     );
 }
 

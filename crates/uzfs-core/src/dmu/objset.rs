@@ -767,6 +767,18 @@ impl Objset {
         Ok(self.dnode(obj)?.is_some())
     }
 
+    /// Whether `obj` has changes no sync has finished writing (in the
+    /// open or the syncing txg): until then its space figures are the
+    /// last sync's.
+    pub fn has_pending(&self, obj: u64) -> bool {
+        let st = lock(&self.st);
+        st.open.objs.contains_key(&obj)
+            || st
+                .syncing
+                .as_ref()
+                .is_some_and(|s| s.objs.contains_key(&obj))
+    }
+
     /// Type, block size and logical size of an existing object.
     pub fn stat(&self, obj: u64) -> Result<DnodePhys> {
         self.dnode(obj)?

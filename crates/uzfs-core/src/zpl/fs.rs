@@ -588,6 +588,13 @@ impl Zpl {
         Ok(self.attr_of(obj, &dn, z))
     }
 
+    /// Whether `obj`'s attributes will stay as [`Zpl::getattr`] gives them
+    /// until the next change through this filesystem: false while a sync
+    /// still has to write it (its `blocks` change then).
+    pub fn settled(&self, obj: u64) -> bool {
+        !self.os.has_pending(obj)
+    }
+
     fn writable(&self) -> ZResult<()> {
         if self.ctx.props().readonly {
             return Err(libc::EROFS);

@@ -80,6 +80,9 @@ pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 /// `fuse_open_out.open_flags`: reads and writes bypass the page cache
 /// (each write(2) reaches the daemon before it returns).
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
+/// `FOPEN_CACHE_DIR`: the kernel may keep this directory's listing
+/// (invalidated by its own changes to it, and by INVAL_INODE).
+pub const FOPEN_CACHE_DIR: u32 = 1 << 3;
 
 /// The opcode's name, for statistics.
 pub fn name(opcode: u32) -> String {
@@ -551,11 +554,11 @@ impl<'a> Out<'a> {
     }
 
     /// `fuse_entry_out`: the answer to LOOKUP, MKNOD, MKDIR, SYMLINK, LINK.
-    pub fn entry(&mut self, a: &FAttr, generation: u64, ttl_secs: u64) {
+    pub fn entry(&mut self, a: &FAttr, generation: u64, ttl: Ttl) {
         self.u64(a.ino);
         self.u64(generation);
-        self.u64(ttl_secs);
-        self.u64(ttl_secs);
+        self.u64(ttl.entry);
+        self.u64(ttl.attr);
         self.u32(0);
         self.u32(0);
         self.attr(a);
@@ -642,7 +645,7 @@ impl<'a> Out<'a> {
         limit: usize,
         ino: u64,
         entry: Option<(&FAttr, u64)>,
-        ttl_secs: u64,
+        ttl: Ttl,
         next: u64,
         dtype: u32,
         name: &[u8],
@@ -652,12 +655,29 @@ impl<'a> Out<'a> {
             return false;
         }
         match entry {
-            Some((a, generation)) => self.entry(a, generation, ttl_secs),
+            Some((a, generation)) => self.entry(a, generation, ttl),
             None => {
                 self.put(&[0u8; ENTRY_OUT_LEN]);
             }
         }
         self.dirent(limit, ino, next, dtype, name)
+    }
+}
+
+/// How long (seconds) the kernel may keep a name's lookup (`entry`) and
+/// the file's attributes (`attr`) without asking again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ttl {
+    pub entry: u64,
+    pub attr: u64,
+}
+
+impl Ttl {
+    pub fn both(secs: u64) -> Ttl {
+        Ttl {
+            entry: secs,
+            attr: secs,
+        }
     }
 }
 
@@ -778,7 +798,7 @@ mod tests {
             mode: 0o100644,
             ..Default::default()
         };
-        o.entry(&a, 3, 1);
+        o.entry(&a, 3, Ttl::both(1));
         assert_eq!(o.len(), 128);
         o.attr_out(&a, 1);
         assert_eq!(o.len(), 128 + 104);
@@ -820,13 +840,13 @@ mod tests {
         let mut b = vec![0u8; 4096];
         let mut o = Out::new(&mut b);
         // fuse_entry_out (128) + fuse_dirent (24 + "file" padded to 32).
-        assert!(o.direntplus(4096, 77, Some((&a, 3)), 1, 9, 8, b"file"));
+        assert!(o.direntplus(4096, 77, Some((&a, 3)), Ttl::both(1), 9, 8, b"file"));
         assert_eq!(o.len(), 160);
         // An entry the kernel must look up itself: node id 0, but the
         // dirent still carries the inode number readdir(3) shows.
-        assert!(o.direntplus(4096, 1, None, 1, 10, 4, b"."));
+        assert!(o.direntplus(4096, 1, None, Ttl::both(1), 10, 4, b"."));
         assert_eq!(o.len(), 160 + 128 + 32);
-        assert!(!o.direntplus(400, 78, Some((&a, 3)), 1, 11, 8, b"x"));
+        assert!(!o.direntplus(400, 78, Some((&a, 3)), Ttl::both(1), 11, 8, b"x"));
         assert_eq!(o.len(), 320, "nothing written past the limit");
         let u64_at =
             |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));

@@ -31,7 +31,8 @@
 //! uzfs does not: use `zfs snapshot` and `zfs destroy`.)
 
 use super::abi::{self, FAttr, InHeader, Op, Out};
-use super::{FuseFs, Tree, TTL};
+use super::{FuseFs, Tree, SHORT};
+use crate::fuse::abi::Ttl;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use uzfs_core::dsl::Dataset;
@@ -185,7 +186,7 @@ impl CtlDir {
 
     /// The entry of `.zfs` in the root.
     pub fn attr_entry(&self, out: &mut Out<'_>) {
-        out.entry(&self.attr(CTL_DIR), 0, TTL);
+        out.entry(&self.attr(CTL_DIR), 0, Ttl::both(SHORT));
     }
 
     fn attr(&self, nodeid: u64) -> FAttr {
@@ -220,21 +221,28 @@ impl FuseFs {
         }
         match op {
             Op::Getattr => {
-                out.attr_out(&ctl.attr(dir), TTL);
+                out.attr_out(&ctl.attr(dir), SHORT);
                 Ok(())
             }
             Op::Lookup { name } if dir == CTL_DIR => {
                 if name != b"snapshot" {
                     return Err(libc::ENOENT);
                 }
-                out.entry(&ctl.attr(SNAP_DIR), 0, TTL);
+                out.entry(&ctl.attr(SNAP_DIR), 0, Ttl::both(SHORT));
                 Ok(())
             }
             Op::Lookup { name } => {
                 let view = ctl.lookup(name)?;
                 let zpl = ctl.tree(view)?;
                 let t = Tree::snapshot(&zpl, view);
-                t.entry(zpl.getattr(zpl.root), out)
+                // The name briefly: it may come to mean another snapshot.
+                let a = zpl.getattr(zpl.root)?;
+                let ttl = Ttl {
+                    entry: SHORT,
+                    ..t.ttl(&a)
+                };
+                out.entry(&t.fattr(&a), a.z.gen, ttl);
+                Ok(())
             }
             Op::Opendir => {
                 out.open(0, 0);
@@ -247,7 +255,7 @@ impl FuseFs {
                 // looks each entry up when it is used.
                 let mut dirent = |ino: u64, next: u64, name: &[u8]| {
                     if plus {
-                        out.direntplus(size, ino, None, TTL, next, dt, name)
+                        out.direntplus(size, ino, None, Ttl::both(SHORT), next, dt, name)
                     } else {
                         out.dirent(size, ino, next, dt, name)
                     }

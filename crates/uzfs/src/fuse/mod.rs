@@ -2,7 +2,14 @@
 //! requests into [`Zpl`] calls.
 //!
 //! Kernel features used (and why they are safe here): the daemon is the only
-//! writer of its datasets, so attributes and entries may be cached (1 s);
+//! writer of its datasets and every change comes through the mount, so
+//! names, attributes and directory listings may be cached for long (an
+//! hour, `UZFS_FUSE_TTL`), as the kernel's own ZFS keeps them; what the
+//! kernel cannot know is told to it or cached briefly (1 s): the
+//! attributes of a file a sync has yet to write (its space changes then;
+//! the kernel asks again after its own writeback, whose time update comes
+//! here as a SETATTR, and after close), a rollback (`rollback.rs`, told),
+//! `.zfs`'s names; access times the kernel drops itself after each read;
 //! the writeback cache lets the kernel merge small writes into pages and
 //! send them in large requests (up to 1 MiB, `max_write`); FUSE over
 //! io_uring with per-CPU queues where the kernel offers it, else several
@@ -17,7 +24,7 @@ pub mod rollback;
 pub mod session;
 pub mod writeback;
 
-use abi::{FAttr, InHeader, Op, Out};
+use abi::{FAttr, InHeader, Op, Out, Ttl};
 use fuser::{Config, InitFlags, KernelConfig, MountOption, SessionACL};
 use std::path::Path;
 use std::sync::Arc;
@@ -26,8 +33,22 @@ use uzfs_core::zpl::{Attr, SetAttr, SyncMode, Znode, Zpl};
 
 pub use session::{Handler, Notifier, Session};
 
-/// Seconds the kernel may cache entries and attributes.
-const TTL: u64 = 1;
+/// Seconds the kernel may keep what may change without its knowing:
+/// attributes a sync will still change (`blocks`), names under `.zfs`.
+const SHORT: u64 = 1;
+
+/// Seconds it may keep the rest: names, settled attributes, listings
+/// (`UZFS_FUSE_TTL`, default an hour; 1 turns directory caching off).
+fn long_ttl() -> u64 {
+    static T: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("UZFS_FUSE_TTL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3600)
+            .max(SHORT)
+    })
+}
 const ROOT: u64 = 1;
 
 /// One tree a mount serves; a rollback swaps in another
@@ -187,7 +208,8 @@ impl FuseFs {
             }
             r => r?,
         };
-        out.attr_out(&self.head().fattr(&a), TTL);
+        let head = self.head();
+        out.attr_out(&head.fattr(&a), head.ttl(&a).attr);
         Ok(())
     }
 }
@@ -247,8 +269,23 @@ impl<'a> Tree<'a> {
 
     fn entry(&self, a: ZResult<Attr>, out: &mut Out<'_>) -> ZResult<()> {
         let a = a?;
-        out.entry(&self.fattr(&a), self.hand_out(&a), TTL);
+        out.entry(&self.fattr(&a), self.hand_out(&a), self.ttl(&a));
         Ok(())
+    }
+
+    /// How long the kernel may keep `a`'s name and attributes: long, but
+    /// the attributes of a head file a sync has yet to write only briefly
+    /// (its `blocks` change then). A snapshot's never change.
+    fn ttl(&self, a: &Attr) -> Ttl {
+        let long = long_ttl();
+        Ttl {
+            entry: long,
+            attr: if self.tag != 0 || self.zpl.settled(a.ino) {
+                long
+            } else {
+                SHORT
+            },
+        }
     }
 
     /// A reply gives the kernel file `a`: the generation it carries.
@@ -307,7 +344,7 @@ impl<'a> Tree<'a> {
                 size,
                 ino,
                 fa.as_ref().map(|(f, g)| (f, *g)),
-                TTL,
+                a.as_ref().map_or(Ttl::both(SHORT), |a| self.ttl(a)),
                 next,
                 dt,
                 name,
@@ -340,7 +377,7 @@ impl<'a> Tree<'a> {
             Op::Lookup { name } => self.entry(zpl.lookup(obj, name), out),
             Op::Getattr => {
                 let a = zpl.getattr(obj)?;
-                out.attr_out(&self.fattr(&a), TTL);
+                out.attr_out(&self.fattr(&a), self.ttl(&a).attr);
                 Ok(())
             }
             Op::Readlink => {
@@ -358,8 +395,18 @@ impl<'a> Tree<'a> {
                 }
                 xattr_reply(&b, size, out)
             }
+            // Listings are kept (the kernel drops one it changes itself;
+            // a rollback drops what it changed), unless entries are not.
             Op::Opendir => {
-                out.open(0, 0);
+                let keep = long_ttl() > SHORT;
+                out.open(
+                    0,
+                    if keep {
+                        abi::FOPEN_CACHE_DIR | abi::FOPEN_KEEP_CACHE
+                    } else {
+                        0
+                    },
+                );
                 Ok(())
             }
             Op::Readdir { offset, size, plus } => self.readdir(obj, offset, size, plus, None, out),
@@ -587,7 +634,7 @@ impl FuseFs {
             Op::Create { mode, umask, name } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
                 zpl.open(a.ino)?;
-                out.entry(&head.fattr(&a), head.hand_out(&a), TTL);
+                out.entry(&head.fattr(&a), head.hand_out(&a), head.ttl(&a));
                 out.open(0, self.open_flags());
                 Ok(())
             }

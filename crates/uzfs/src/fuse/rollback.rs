@@ -155,6 +155,14 @@ impl FuseMount {
         self.cur().zpl.clone()
     }
 
+    /// Properties changed: the root's kept listing goes (it shows `.zfs`
+    /// or not by `snapdir`). Not from a request thread.
+    pub fn properties_changed(&self) {
+        if let Some(n) = self.cur().notifier.get() {
+            n.inval_inode(super::ROOT);
+        }
+    }
+
     /// Step 1: wait for the requests in flight, hold back the rest.
     pub fn suspend(&self) -> Suspended<'_> {
         Suspended {
