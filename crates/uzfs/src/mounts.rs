@@ -296,11 +296,12 @@ pub fn refresh(d: &Daemon, pool: &str) {
     }
 }
 
-/// `acltype` changed in `pool`: a mount that enforces ACLs stops storing
-/// them at once when it goes `off` (the kernel then finds none); one that
-/// goes `posix` is mounted again, since only the INIT handshake can ask
-/// the kernel to check ACLs. A busy mount keeps refusing ACLs until it is
-/// next mounted; the returned notes say which.
+/// `acltype` changed in `pool`: a mounted dataset whose ACL handling
+/// changes is mounted again, since only the INIT handshake can ask the
+/// kernel to check ACLs or stop (and a remount drops the ACLs the kernel
+/// caches with attributes); one that goes `off` stops storing and
+/// answering them at once. A busy mount keeps its old handling in the
+/// kernel until it is next mounted; the returned notes say which.
 pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     let mut notes = Vec::new();
     for ds in pool.datasets() {
@@ -310,15 +311,19 @@ pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
             .map(|(v, _)| v == "posix")
             .unwrap_or(false);
         let have = match lock(d).by_name.get(&name) {
-            Some(m) if !want => {
-                m.fs.zpl().set_posix_acl(false);
-                continue;
-            }
             Some(m) => m.fs.zpl().posix_acl(),
             None => continue,
         };
-        if have {
+        if have == want {
             continue;
+        }
+        if !want {
+            // Stored ACLs stop applying at once here; the kernel drops
+            // the ones it caches (for as long as attributes) when the
+            // mount is made again, below.
+            if let Some(m) = lock(d).by_name.get(&name) {
+                m.fs.zpl().set_posix_acl(false);
+            }
         }
         // Whatever is mounted beneath comes down first, and back after.
         let Some(path) = is_mounted(d, &name) else {
@@ -330,8 +335,9 @@ pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
             .map(|(n, _)| n)
             .collect();
         if let Err(e) = unmount_many(d, down, false) {
+            let v = if want { "posix" } else { "off" };
             notes.push(format!(
-                "acltype=posix takes effect when '{name}' is next mounted ({e})"
+                "acltype={v} takes effect when '{name}' is next mounted ({e})"
             ));
         }
     }
