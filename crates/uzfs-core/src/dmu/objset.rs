@@ -392,6 +392,15 @@ fn dnode_cache_max() -> usize {
 }
 
 impl OsState {
+    /// Whether the open or the syncing txg changes `obj`.
+    fn pending(&self, obj: u64) -> bool {
+        self.open.objs.contains_key(&obj)
+            || self
+                .syncing
+                .as_ref()
+                .is_some_and(|s| s.objs.contains_key(&obj))
+    }
+
     fn publish(&mut self, t: SyncedTree) {
         self.space = t.space;
         self.bp = t.bp;
@@ -771,12 +780,7 @@ impl Objset {
     /// open or the syncing txg): until then its space figures are the
     /// last sync's.
     pub fn has_pending(&self, obj: u64) -> bool {
-        let st = lock(&self.st);
-        st.open.objs.contains_key(&obj)
-            || st
-                .syncing
-                .as_ref()
-                .is_some_and(|s| s.objs.contains_key(&obj))
+        lock(&self.st).pending(obj)
     }
 
     /// Type, block size and logical size of an existing object.
@@ -1068,13 +1072,7 @@ impl Objset {
         let mut cand = lock(&self.st).next_obj;
         loop {
             let touched = reserved.contains(&cand) || {
-                let st = lock(&self.st);
-                st.open.objs.contains_key(&cand)
-                    || st
-                        .syncing
-                        .as_ref()
-                        .is_some_and(|s| s.objs.contains_key(&cand))
-                    || into.objs.contains_key(&cand)
+                lock(&self.st).pending(cand) || into.objs.contains_key(&cand)
             };
             if !touched && !self.exists(cand)? {
                 break;
