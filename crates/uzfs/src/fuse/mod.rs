@@ -49,6 +49,7 @@ fn long_ttl() -> u64 {
             .max(SHORT)
     })
 }
+
 const ROOT: u64 = 1;
 
 /// One tree a mount serves; a rollback swaps in another
