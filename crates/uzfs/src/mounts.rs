@@ -435,8 +435,10 @@ pub fn rollback_mounted(
     drop(old);
     if let Err(e) = unmount_many(d, moved.clone(), force) {
         let back = remount(d, pool, &moved);
-        let back: String = back.iter().map(|l| format!("\n{l}")).collect();
-        return Err(format!("cannot rollback '{ds_name}': {e}{back}"));
+        return Err(format!(
+            "cannot rollback '{ds_name}': {e}{}",
+            crate::zfs::lines(&back)
+        ));
     }
     // The kernel's dirty pages are requests: they go before the hold. A
     // page that fails to land (a file a rollback made stale) is a change

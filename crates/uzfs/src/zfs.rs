@@ -586,7 +586,7 @@ fn clone(d: &Daemon, args: &[String]) -> Response {
 }
 
 /// Further error lines, each on its own line.
-fn lines(v: &[String]) -> String {
+pub(crate) fn lines(v: &[String]) -> String {
     v.iter().map(|l| format!("\n{l}")).collect()
 }
 

@@ -187,12 +187,12 @@ pub fn turnover(old: &Zpl, new: &Zpl, snap_txg: u64) -> crate::Result<Turnover> 
         let same = b.is_some_and(|b| b.z.gen == a.z.gen);
         if !same {
             t.gone.push(obj);
-        } else if b != Some(a) && a.z.mode & libc::S_IFMT == libc::S_IFREG {
-            t.rewritten.push(obj);
-        } else if b != Some(a) {
-            t.changed.push(obj);
-        } else {
+        } else if b == Some(a) {
             continue;
+        } else if a.z.mode & libc::S_IFMT == libc::S_IFREG {
+            t.rewritten.push(obj);
+        } else {
+            t.changed.push(obj);
         }
         if a.z.mode & libc::S_IFMT != libc::S_IFDIR {
             continue;
