@@ -6,11 +6,11 @@
 mod common;
 use common::*;
 use std::sync::Arc;
+use uzfs_core::dmu::zap::Zap;
 use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::{SimDevice, SimWorld};
 use uzfs_core::vdev::TopKind;
 use uzfs_core::zdb;
-use uzfs_core::zpl::zap::Zap;
 use uzfs_core::zpl::{Znode, Zpl};
 
 fn setup(world: &SimWorld) -> (Arc<Pool>, Vec<SimDevice>, Zpl) {

@@ -58,6 +58,10 @@ pub mod ot {
     pub const DEADLIST: u8 = 18;
     /// A dead list's header: its sub-lists by birth-time key (`dsl/deadlist.rs`).
     pub const DEADLIST_MAP: u8 = 19;
+    /// A DSL directory's children: name -> their directory (`dsl/records.rs`).
+    pub const DSL_DIR_CHILD_MAP: u8 = 20;
+    /// A dataset's snapshots: name -> snapshot object (`dsl/records.rs`).
+    pub const DSL_DS_SNAP_MAP: u8 = 21;
 
     pub fn name(t: u8) -> &'static str {
         match t {
@@ -81,6 +85,8 @@ pub mod ot {
             UNLINKED_SET => "ZFS delete queue",
             DEADLIST => "DSL deadlist",
             DEADLIST_MAP => "DSL deadlist map",
+            DSL_DIR_CHILD_MAP => "DSL directory child map",
+            DSL_DS_SNAP_MAP => "DSL dataset snap map",
             _ => "unknown",
         }
     }

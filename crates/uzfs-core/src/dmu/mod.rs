@@ -12,3 +12,4 @@ pub mod objset;
 pub mod partial;
 pub mod traverse;
 pub mod tx;
+pub mod zap;

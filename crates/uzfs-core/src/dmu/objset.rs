@@ -1644,6 +1644,44 @@ impl Objset {
         Ok(())
     }
 
+    /// A sync-context read (MOS passes after the first): block `blkid` of
+    /// `obj` as the synced tree holds it under what `into` changed.
+    pub fn read_in_sync(
+        &self,
+        into: &TxgDirty,
+        obj: u64,
+        blkid: u64,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
+        let d = into.objs.get(&obj);
+        if let Some(b) = d.and_then(|o| o.blocks.get(&blkid)) {
+            return Ok(Some(b.clone()));
+        }
+        if d.is_some_and(|o| o.freed || o.punched(blkid)) {
+            return Ok(None);
+        }
+        let dn = match d.and_then(|o| o.create.clone()) {
+            Some(_) => return Ok(None),
+            None => self.synced_dnode(obj)?,
+        };
+        if dn.is_free() {
+            return Err(Error::invalid(format!("sync read of free object {obj}")));
+        }
+        read_tree_block(&*self.reader, &dn, blkid)
+    }
+
+    /// A sync-context punch of level-0 blocks `[start, end)` into `into`.
+    pub fn free_range_in_sync(&self, into: &mut TxgDirty, obj: u64, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let d = into.objs.entry(obj).or_default();
+        let doomed: Vec<u64> = d.blocks.range(start..end).map(|(&k, _)| k).collect();
+        for k in doomed {
+            d.blocks.remove(&k);
+        }
+        d.frees.push((start, end));
+    }
+
     /// A sync-context write (MOS passes after the first): read-modify-write
     /// against the synced tree into `into`, which the caller syncs next.
     pub fn write_in_sync(

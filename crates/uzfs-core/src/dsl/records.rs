@@ -1,34 +1,65 @@
-//! The dataset layer on disk: one MOS object per dataset and per snapshot
-//! (OpenZFS keeps a `dsl_dataset_phys_t` in each dataset's bonus buffer).
+//! The dataset layer on disk (OpenZFS `dsl_dir`, `dsl_dataset`): a MOS
+//! object per DSL directory, per dataset and per snapshot, and ZAPs that
+//! tie them into a tree.
 //!
-//! Each dataset's and each snapshot's MOS object (type `DSL_DATASET`)
-//! holds its object-set block pointer in its first 128 bytes and its
-//! record (JSON [`DsPhys`] or [`SnapPhys`]) from byte 128 on. The DSL
-//! directory object (`ObjectDirectory::dsl`) is an index: which objects
-//! hold dataset records and which hold snapshot records ([`DslIndex`]).
+//! # Theory of operation
 //!
-//! A sync writes only the records that changed since the last one it
-//! wrote (it keeps their bytes), and the index only when datasets or
-//! snapshots came or went. Before, one JSON document held every record
-//! and was rewritten whole whenever any of them changed: with a thousand
-//! snapshots, every txg that let go of a snapshotted block (its dataset's
-//! dead-list size changed) rewrote all thousand. A pool written by a
-//! build before this (records inline in the directory object) is read as
-//! it is and rewritten in this layout by its first sync
-//! (`com.uzfs:dsl_records`).
+//! OpenZFS splits what a filesystem is into two records. The *directory*
+//! (`dsl_dir_phys_t`) is the place in the tree: its parent, its
+//! properties, the ZAP of its children by name. The *dataset*
+//! (`dsl_dataset_phys_t`) is the data at that place: the object-set
+//! pointer, creation time, latest snapshot txg, dead list, clone origin,
+//! and the ZAP of its snapshots by name. A snapshot is a dataset record
+//! of its own. A name is never stored whole: `pool/a/b` is the path of
+//! ZAP entries from the root directory, so renaming `a` rewrites one
+//! directory record and two ZAP entries, not every record beneath it,
+//! and taking a snapshot adds one ZAP entry and one record, not a line in
+//! a list of every snapshot of the pool.
 //!
-//! The index is still one list of object numbers (8 bytes or so a
-//! snapshot), rewritten when a snapshot is taken or destroyed; OpenZFS
-//! keeps ZAPs of each dataset's children and snapshots, the next step if
-//! that list grows to matter.
+//! uzfs keeps the same split with JSON records (`com.uzfs:dsl_dirs`):
+//!
+//! ```text
+//! object directory .dsl ─▶ DslIndex { root_dir }
+//! DSL_DIR object        ─▶ DirRecord { id, head, parent, props, children }
+//!                             children: DSL_DIR_CHILD_MAP  name -> child DSL_DIR
+//! DSL_DATASET object    ─▶ bytes 0..128 object-set pointer,
+//!                          128.. HeadRecord { id, dir, creation, prev_snap_txg,
+//!                                deadlist, dead_bytes, origin, origin_dead, snapshots }
+//!                             snapshots: DSL_DS_SNAP_MAP  name -> snapshot object
+//! snapshot object       ─▶ bytes 0..128 object-set pointer, 128.. SnapPhys
+//! ```
+//!
+//! In memory nothing changes: each dataset's [`DsPhys`] carries its whole
+//! name (`rel`), parent and properties, and the sync derives the records
+//! and map entries from them. It keeps what it last wrote ([`Written`]):
+//! the bytes of every record and the entries of every map, so a txg
+//! writes only the records whose bytes differ and the map entries that
+//! came, went or moved. The ZAPs are changed in sync context, through
+//! [`InSync`], in the same pass as the records that name them.
+//!
+//! Import walks the tree from the root directory: each directory's record,
+//! its dataset's record, the snapshots its ZAP names, then its children.
+//! Every link is checked both ways (a directory names its dataset and the
+//! dataset its directory; a snapshot names its dataset and the name it is
+//! filed under); a directory reached twice is corruption.
+//!
+//! Earlier layouts are read as they are and kept on pools that have not
+//! enabled the feature: every record inline in the directory object (the
+//! first), then each record in its own object and the directory object a
+//! list of their numbers (`com.uzfs:dsl_records`). A pool that enables
+//! `com.uzfs:dsl_dirs` (`zpool upgrade`) is rewritten in this layout by
+//! its next sync that changes the layer.
 
 use super::snapshot::SnapPhys;
 use super::{DsPhys, DslDirPhys};
-use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
+use crate::dmu::dnode::{ot, ObjProps};
+use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
+use crate::dmu::zap::{self, InSync, Zap, ZAP_BLOCK};
 use crate::error::{Error, Result};
 use crate::spa::{lock, Pool};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Where a record starts in its object (after the object-set pointer).
 pub const RECORD_OFF: u64 = 128;
@@ -36,27 +67,104 @@ pub const RECORD_OFF: u64 = 128;
 /// properties make it grow).
 const RECORD_MAX: u64 = 1 << 20;
 
-/// The DSL directory object.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The DSL directory object (`ObjectDirectory::dsl`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DslIndex {
-    /// Objects holding dataset records (this layout).
+    /// The root DSL directory (`com.uzfs:dsl_dirs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub root_dir: u64,
+    /// Objects holding dataset records (`com.uzfs:dsl_records`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dataset_ids: Vec<u64>,
-    /// Objects holding snapshot records.
+    /// Objects holding snapshot records (`com.uzfs:dsl_records`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshot_ids: Vec<u64>,
-    /// The layout before: every record inline (read, never written).
+    /// The first layout: every record inline (read, and written only on
+    /// pools without the features).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<DsPhys>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<SnapPhys>,
 }
 
+/// A DSL directory's record: the whole object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirRecord {
+    /// Its own object.
+    pub id: u64,
+    /// The dataset object at this place in the tree.
+    pub head: u64,
+    /// The parent directory's object (0: the root).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub parent: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub props: BTreeMap<String, String>,
+    /// Its children's map (0: none yet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub children: u64,
+}
+
+/// A dataset's record, from [`RECORD_OFF`] in its object (the fields of
+/// [`DsPhys`] that are the data's, not the place's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadRecord {
+    pub id: u64,
+    /// Its directory's object.
+    pub dir: u64,
+    pub creation: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prev_snap_txg: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deadlist: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub origin: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub origin_dead: u64,
+    /// Its snapshots' map (0: none yet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub snapshots: u64,
+}
+
+/// A dataset's objects beside its own in the dirs layout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirObjs {
+    pub dir: u64,
+    /// Child map (0: none).
+    pub children: u64,
+    /// Snapshot map (0: none).
+    pub snaps: u64,
+}
+
+/// How the records were found on disk.
+pub enum Layout {
+    /// Every record inline in the directory object.
+    Inline,
+    /// Records in their own objects, listed by the directory object.
+    Records,
+    /// Directories, datasets and ZAPs: each dataset's objects and the
+    /// entries of every map.
+    Dirs {
+        dirs: HashMap<u64, DirObjs>,
+        maps: HashMap<u64, BTreeMap<String, u64>>,
+    },
+}
+
 /// What the last sync wrote, so the next writes only what differs.
 #[derive(Default)]
 pub struct Written {
+    /// Record bytes by object (directories, datasets, snapshots).
     records: HashMap<u64, Vec<u8>>,
     index: Option<DslIndex>,
+    /// Dirs layout: each dataset's directory and maps, by dataset id.
+    dirs: HashMap<u64, DirObjs>,
+    /// Dirs layout: the entries of each map, by its object.
+    maps: HashMap<u64, BTreeMap<String, u64>>,
 }
 
 fn read_record<T: serde::de::DeserializeOwned>(mos: &Objset, id: u64, what: &str) -> Result<T> {
@@ -72,19 +180,27 @@ fn read_record<T: serde::de::DeserializeOwned>(mos: &Objset, id: u64, what: &str
     serde_json::from_slice(&buf).map_err(|e| Error::corrupt(what, format!("object {id}: {e}")))
 }
 
-/// Every record as committed in `mos` (either layout), and whether it was
-/// the old inline one.
-pub fn read_dsl(mos: &Objset, dsl_obj: u64) -> Result<(DslDirPhys, bool)> {
+/// Every record as committed in `mos` (any layout), and the layout.
+pub fn read_dsl(mos: &Objset, dsl_obj: u64) -> Result<(DslDirPhys, Layout)> {
     if dsl_obj == 0 || !mos.exists(dsl_obj)? {
-        return Ok((DslDirPhys::default(), false));
+        return Ok((DslDirPhys::default(), Layout::Inline));
     }
     let ix: DslIndex = Pool::read_json(mos, dsl_obj, "DSL directory")?;
     let inline = !ix.datasets.is_empty() || !ix.snapshots.is_empty();
-    if inline && (!ix.dataset_ids.is_empty() || !ix.snapshot_ids.is_empty()) {
+    let listed = !ix.dataset_ids.is_empty() || !ix.snapshot_ids.is_empty();
+    if [inline, listed, ix.root_dir != 0]
+        .iter()
+        .filter(|x| **x)
+        .count()
+        > 1
+    {
         return Err(Error::corrupt(
             "DSL directory",
-            "both record layouts at once",
+            "more than one record layout at once",
         ));
+    }
+    if ix.root_dir != 0 {
+        return read_tree(mos, ix.root_dir);
     }
     if inline {
         return Ok((
@@ -92,7 +208,7 @@ pub fn read_dsl(mos: &Objset, dsl_obj: u64) -> Result<(DslDirPhys, bool)> {
                 datasets: ix.datasets,
                 snapshots: ix.snapshots,
             },
-            true,
+            Layout::Inline,
         ));
     }
     let out = DslDirPhys {
@@ -101,7 +217,7 @@ pub fn read_dsl(mos: &Objset, dsl_obj: u64) -> Result<(DslDirPhys, bool)> {
             s.id
         })?,
     };
-    Ok((out, false))
+    Ok((out, Layout::Records))
 }
 
 /// The records in objects `ids`, each of which must name its own object.
@@ -125,46 +241,204 @@ fn read_records<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
+/// The entries of map `obj` as names (each a valid UTF-8 name).
+fn read_map(mos: &Objset, obj: u64, what: &str) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for e in Zap::open(mos, obj).all()? {
+        let name = String::from_utf8(e.name)
+            .map_err(|_| Error::corrupt(what, format!("map {obj}: a name is not UTF-8")))?;
+        out.insert(name, e.value);
+    }
+    Ok(out)
+}
+
+/// The dirs layout: walk the tree from the root directory.
+fn read_tree(mos: &Objset, root_dir: u64) -> Result<(DslDirPhys, Layout)> {
+    let bad = |m: String| Error::corrupt("DSL directory", m);
+    let mut out = DslDirPhys::default();
+    let mut dirs = HashMap::new();
+    let mut maps = HashMap::new();
+    let mut seen = HashSet::new();
+    // (directory, name below the pool, parent directory, parent dataset)
+    let mut queue = vec![(root_dir, String::new(), 0u64, 0u64)];
+    while let Some((dir_obj, rel, parent_dir, parent_ds)) = queue.pop() {
+        if !seen.insert(dir_obj) {
+            return Err(bad(format!("directory {dir_obj} is reached twice")));
+        }
+        let dr: DirRecord = Pool::read_json(mos, dir_obj, "DSL directory record")?;
+        if dr.id != dir_obj || dr.parent != parent_dir {
+            return Err(bad(format!(
+                "directory {dir_obj} names itself {} under {} (reached under {parent_dir})",
+                dr.id, dr.parent
+            )));
+        }
+        let h: HeadRecord = read_record(mos, dr.head, "dataset record")?;
+        if h.id != dr.head || h.dir != dir_obj {
+            return Err(bad(format!(
+                "directory {dir_obj} and dataset {} do not name each other",
+                dr.head
+            )));
+        }
+        if h.snapshots != 0 {
+            let m = read_map(mos, h.snapshots, "snapshot map")?;
+            for (name, &id) in &m {
+                let sp: SnapPhys = read_record(mos, id, "snapshot record")?;
+                if sp.id != id || sp.ds != h.id || &sp.name != name {
+                    return Err(bad(format!(
+                        "snapshot {id} filed as '{name}' under dataset {} names itself \
+                         '{}' of dataset {} (object {})",
+                        h.id, sp.name, sp.ds, sp.id
+                    )));
+                }
+                out.snapshots.push(sp);
+            }
+            maps.insert(h.snapshots, m);
+        }
+        if dr.children != 0 {
+            let m = read_map(mos, dr.children, "child map")?;
+            for (name, &child) in &m {
+                super::check_component(name)
+                    .map_err(|_| bad(format!("directory {dir_obj}: child name '{name}'")))?;
+                let child_rel = match rel.is_empty() {
+                    true => name.clone(),
+                    false => format!("{rel}/{name}"),
+                };
+                queue.push((child, child_rel, dir_obj, h.id));
+            }
+            maps.insert(dr.children, m);
+        }
+        dirs.insert(
+            h.id,
+            DirObjs {
+                dir: dir_obj,
+                children: dr.children,
+                snaps: h.snapshots,
+            },
+        );
+        out.datasets.push(DsPhys {
+            id: h.id,
+            rel,
+            parent: parent_ds,
+            props: dr.props,
+            creation: h.creation,
+            prev_snap_txg: h.prev_snap_txg,
+            deadlist: h.deadlist,
+            dead_bytes: h.dead_bytes,
+            origin: h.origin,
+            origin_dead: h.origin_dead,
+        });
+    }
+    Ok((out, Layout::Dirs { dirs, maps }))
+}
+
 fn json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| Error::invalid(e.to_string()))
 }
 
+/// The records of dataset `d` in the dirs layout: its directory's, then
+/// its own.
+fn dir_records(
+    d: &DsPhys,
+    objs: &HashMap<u64, DirObjs>,
+) -> Result<(DirObjs, DirRecord, HeadRecord)> {
+    let missing = |id: u64| Error::invalid(format!("dataset {id} has no DSL directory"));
+    let o = *objs.get(&d.id).ok_or_else(|| missing(d.id))?;
+    let parent = match d.parent {
+        0 => 0,
+        p => objs.get(&p).ok_or_else(|| missing(p))?.dir,
+    };
+    let dir = DirRecord {
+        id: o.dir,
+        head: d.id,
+        parent,
+        props: d.props.clone(),
+        children: o.children,
+    };
+    let head = HeadRecord {
+        id: d.id,
+        dir: o.dir,
+        creation: d.creation,
+        prev_snap_txg: d.prev_snap_txg,
+        deadlist: d.deadlist,
+        dead_bytes: d.dead_bytes,
+        origin: d.origin,
+        origin_dead: d.origin_dead,
+        snapshots: o.snaps,
+    };
+    Ok((o, dir, head))
+}
+
+/// The name `d` has in its parent's child map.
+fn component(d: &DsPhys) -> &str {
+    d.rel.rsplit('/').next().unwrap_or(&d.rel)
+}
+
 impl Pool {
     /// Import: what was read is what is on disk (an inline-layout pool
-    /// has nothing in this layout yet: its first sync writes it all).
-    pub(crate) fn note_records_read(&self, dsl: &DslDirPhys, inline: bool) -> Result<()> {
+    /// has nothing in the later layouts yet: its first sync writes it all).
+    pub(crate) fn note_records_read(&self, dsl: &DslDirPhys, layout: Layout) -> Result<()> {
         let mut w = lock(&self.dsl.written);
-        if inline {
-            *w = Written::default();
-            *lock(&self.dsl.dirty) = true;
-            return Ok(());
-        }
-        for d in &dsl.datasets {
-            w.records.insert(d.id, json(d)?);
-        }
+        *w = Written::default();
+        let (dirs, maps) = match layout {
+            Layout::Inline => {
+                *lock(&self.dsl.dirty) = true;
+                return Ok(());
+            }
+            Layout::Records => {
+                for d in &dsl.datasets {
+                    w.records.insert(d.id, json(d)?);
+                }
+                w.index = Some(index_of(dsl));
+                (HashMap::new(), HashMap::new())
+            }
+            Layout::Dirs { dirs, maps } => {
+                for d in &dsl.datasets {
+                    let (o, dir, head) = dir_records(d, &dirs)?;
+                    w.records.insert(o.dir, json(&dir)?);
+                    w.records.insert(d.id, json(&head)?);
+                }
+                let root = dsl.datasets.iter().find(|d| d.parent == 0);
+                w.index = root.and_then(|r| dirs.get(&r.id)).map(|o| DslIndex {
+                    root_dir: o.dir,
+                    ..Default::default()
+                });
+                (dirs, maps)
+            }
+        };
         for s in &dsl.snapshots {
             w.records.insert(s.id, json(s)?);
         }
-        w.index = Some(index_of(dsl));
+        w.dirs = dirs;
+        w.maps = maps;
         Ok(())
     }
 
-    /// Sync context: write each record that changed and, if datasets or
-    /// snapshots came or went, the index. On a pool where the feature is
-    /// not enabled (made by a build before it, not upgraded), every record
-    /// inline, as that build wrote them.
+    /// Sync context: write what changed in the layout the pool's features
+    /// allow (`records`: `com.uzfs:dsl_records`, `dirs`:
+    /// `com.uzfs:dsl_dirs`; neither: every record inline, as the first
+    /// builds wrote them).
     pub(crate) fn sync_dsl_records(
         &self,
         w: &mut dyn BlockWriter,
         extra: &mut TxgDirty,
         dsl_obj: u64,
-        enabled: bool,
+        records: bool,
+        dirs: bool,
     ) -> Result<()> {
         let Some(all) = self.dsl_record() else {
             return Ok(());
         };
         let mut written = lock(&self.dsl.written);
-        if !enabled {
+        if dirs {
+            return self.sync_dirs(w, extra, dsl_obj, all, &mut written);
+        }
+        // A layout given up (only tests turn a feature off): its
+        // directories and maps go.
+        for o in std::mem::take(&mut written.dirs).into_values() {
+            free_dir_objs(extra, &o);
+        }
+        written.maps.clear();
+        if !records {
             let inline = DslIndex {
                 datasets: all.datasets,
                 snapshots: all.snapshots,
@@ -197,6 +471,173 @@ impl Pool {
         }
         Ok(())
     }
+
+    /// The dirs layout: directories made for new datasets and freed with
+    /// gone ones, map entries added and removed, records rewritten where
+    /// their bytes changed, the index where the root directory did.
+    fn sync_dirs(
+        &self,
+        w: &mut dyn BlockWriter,
+        extra: &mut TxgDirty,
+        dsl_obj: u64,
+        all: DslDirPhys,
+        written: &mut Written,
+    ) -> Result<()> {
+        let mut objs = std::mem::take(&mut written.dirs);
+        let live: HashSet<u64> = all.datasets.iter().map(|d| d.id).collect();
+        for (_, o) in objs.extract_if(|id, _| !live.contains(id)) {
+            free_dir_objs(extra, &o);
+            written.maps.remove(&o.children);
+            written.maps.remove(&o.snaps);
+        }
+        for d in &all.datasets {
+            if let std::collections::hash_map::Entry::Vacant(e) = objs.entry(d.id) {
+                let dir = self
+                    .mos
+                    .create_in_sync(extra, ot::DSL_DIR, 4096, &ObjProps::METADATA)?;
+                e.insert(DirObjs {
+                    dir,
+                    ..Default::default()
+                });
+            }
+        }
+        // What each map must hold now.
+        let mut kids: HashMap<u64, BTreeMap<String, u64>> = HashMap::new();
+        for d in all.datasets.iter().filter(|d| d.parent != 0) {
+            let dir = objs[&d.id].dir;
+            kids.entry(d.parent)
+                .or_default()
+                .insert(component(d).to_string(), dir);
+        }
+        let mut snaps: HashMap<u64, BTreeMap<String, u64>> = HashMap::new();
+        for s in &all.snapshots {
+            if !live.contains(&s.ds) {
+                return Err(Error::invalid(format!(
+                    "snapshot {} of dataset {} that is gone",
+                    s.id, s.ds
+                )));
+            }
+            snaps.entry(s.ds).or_default().insert(s.name.clone(), s.id);
+        }
+        if let Some(p) = kids.keys().find(|p| !live.contains(p)) {
+            return Err(Error::invalid(format!("a dataset's parent {p} is gone")));
+        }
+        let store = InSync {
+            os: &self.mos,
+            into: RefCell::new(extra),
+        };
+        for d in &all.datasets {
+            let o = objs
+                .get_mut(&d.id)
+                .ok_or_else(|| Error::invalid("no directory"))?;
+            let want = kids.remove(&d.id).unwrap_or_default();
+            sync_map(
+                &store,
+                &mut o.children,
+                ot::DSL_DIR_CHILD_MAP,
+                want,
+                &mut written.maps,
+            )?;
+            let want = snaps.remove(&d.id).unwrap_or_default();
+            sync_map(
+                &store,
+                &mut o.snaps,
+                ot::DSL_DS_SNAP_MAP,
+                want,
+                &mut written.maps,
+            )?;
+        }
+        let extra = store.into.into_inner();
+        let mut keep = HashMap::new();
+        let mut put = |obj: u64, off: u64, bytes: Vec<u8>| -> Result<()> {
+            if written.records.get(&obj) != Some(&bytes) {
+                self.mos.replace_in_sync(extra, obj, off, &bytes)?;
+            }
+            keep.insert(obj, bytes);
+            Ok(())
+        };
+        let mut root_dir = 0;
+        for d in &all.datasets {
+            let (o, dir, head) = dir_records(d, &objs)?;
+            if d.parent == 0 {
+                root_dir = o.dir;
+            }
+            put(o.dir, 0, json(&dir)?)?;
+            put(d.id, RECORD_OFF, json(&head)?)?;
+        }
+        for s in &all.snapshots {
+            put(s.id, RECORD_OFF, json(s)?)?;
+        }
+        written.records = keep;
+        written.dirs = objs;
+        if root_dir == 0 {
+            return Err(Error::invalid("no root dataset"));
+        }
+        let ix = DslIndex {
+            root_dir,
+            ..Default::default()
+        };
+        if written.index.as_ref() != Some(&ix) {
+            self.mos.replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
+            w.note_feature(crate::spa::feature::DSL_DIRS);
+            written.index = Some(ix);
+        }
+        Ok(())
+    }
+}
+
+/// Bring map `*obj` (created here if it must hold something) from what the
+/// last sync left in it to `want`: entries that went or changed removed,
+/// then the new ones inserted.
+fn sync_map(
+    store: &InSync<'_, '_>,
+    obj: &mut u64,
+    obj_type: u8,
+    want: BTreeMap<String, u64>,
+    maps: &mut HashMap<u64, BTreeMap<String, u64>>,
+) -> Result<()> {
+    if *obj == 0 {
+        if want.is_empty() {
+            return Ok(());
+        }
+        let o = store.os.create_in_sync(
+            &mut store.into.borrow_mut(),
+            obj_type,
+            ZAP_BLOCK,
+            &ObjProps::METADATA,
+        )?;
+        Zap::init(store, o, zap::new_salt(o))?;
+        *obj = o;
+    }
+    let have = maps.remove(obj).unwrap_or_default();
+    let z = Zap::at(store, *obj);
+    for (name, v) in &have {
+        if want.get(name) != Some(v) {
+            z.remove(name.as_bytes())?;
+        }
+    }
+    for (name, v) in &want {
+        if have.get(name) != Some(v) {
+            z.insert(name.as_bytes(), *v, 0)?;
+        }
+    }
+    maps.insert(*obj, want);
+    Ok(())
+}
+
+/// A gone dataset's directory and maps are freed with the txg.
+fn free_dir_objs(extra: &mut TxgDirty, o: &DirObjs) {
+    for obj in [o.dir, o.children, o.snaps] {
+        if obj != 0 {
+            extra.objs.insert(
+                obj,
+                DirtyObj {
+                    freed: true,
+                    ..Default::default()
+                },
+            );
+        }
+    }
 }
 
 fn index_of(dsl: &DslDirPhys) -> DslIndex {
@@ -216,7 +657,9 @@ mod tests {
     use super::*;
     use crate::dmu::dnode::ObjProps;
     use crate::spa::{sim_pool, sim_reimport, sim_tunables};
-    use crate::vdev::sim::SimWorld;
+    use crate::vdev::sim::{SimDevice, SimWorld};
+    use crate::vdev::BlockDevice;
+    use std::sync::Arc;
 
     /// The txg a MOS object was last written in.
     fn written_in(p: &Pool, obj: u64) -> u64 {
@@ -224,51 +667,169 @@ mod tests {
         dn.blkptr.iter().map(|b| b.birth).max().unwrap_or(0)
     }
 
-    /// With 40 snapshots, a txg that lets go of snapshotted blocks (the
-    /// dataset's dead list grows) rewrites the dataset's record and
-    /// nothing of the snapshots' or the index. A pool with the records
-    /// inline (the layout before) imports, and its first sync moves them
-    /// out with nothing lost.
+    /// Import a copy of `d`'s image, and the copy the pool now writes.
+    fn reopen(world: &SimWorld, d: &SimDevice) -> (SimDevice, Arc<Pool>) {
+        let img = world.disk_from_image("d0", d.image());
+        let found = crate::spa::import::discover(vec![(
+            "d0".into(),
+            Arc::new(img.clone()) as Arc<dyn BlockDevice>,
+        )]);
+        let f = found.first().expect("pool found");
+        let p = Pool::import(f, None, sim_tunables()).expect("import");
+        (img, p)
+    }
+
+    fn zdb_clean(world: &SimWorld, d: &SimDevice, what: &str) {
+        let img: Arc<dyn BlockDevice> = Arc::new(world.disk_from_image("d0", d.image()));
+        let r = crate::zdb::verify(vec![("d0".into(), img)]).expect("zdb");
+        assert!(r.is_clean(), "{what}:\n{}", crate::zdb::format_report(&r));
+    }
+
+    /// The objects of dataset `name` beside its own (dirs layout).
+    fn objs_of(p: &Pool, name: &str) -> DirObjs {
+        let id = p.dataset(name).expect("dataset").id();
+        lock(&p.dsl.written).dirs[&id]
+    }
+
+    /// Every MOS object of the layer (index, directories, maps, dataset
+    /// and snapshot records) with the txg it was last written in.
+    fn layer_objects(p: &Pool) -> BTreeMap<u64, u64> {
+        let dsl_obj = lock(&p.st).dir.dsl;
+        let w = lock(&p.dsl.written);
+        let mut objs: Vec<u64> = vec![dsl_obj];
+        objs.extend(w.records.keys());
+        objs.extend(w.maps.keys());
+        objs.into_iter().map(|o| (o, written_in(p, o))).collect()
+    }
+
+    /// The objects written by the last sync (txg `txg`).
+    fn rewritten(before: &BTreeMap<u64, u64>, p: &Pool, txg: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = layer_objects(p)
+            .into_iter()
+            .filter(|(o, t)| *t == txg && before.get(o) != Some(t))
+            .map(|(o, _)| o)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The dirs layout: each change writes only the records and maps it
+    /// touches. A snapshot: its record, its dataset's record and snapshot
+    /// map. A dead list that grew: the dataset's record. A rename in
+    /// place: the parent's child map alone (the directory records beneath,
+    /// whose names changed in memory, stay). A move: the directory's
+    /// record and both parents' maps. A destroy frees the directory and
+    /// its maps. The tree reads back whole after export.
     #[test]
-    fn a_txg_rewrites_only_the_records_that_changed() {
+    fn dirs_layout_writes_only_what_changed() {
         let world = SimWorld::new();
         let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
         p.format_root_fs().expect("format");
+        p.create_dataset("t/a/b/c", &[("com.x:tag".into(), "deep".into())], true)
+            .expect("create");
+        p.create_dataset("t/other", &[], false).expect("create");
         let obj = p.create_object(4096, &ObjProps::default()).expect("object");
         for i in 0..40u8 {
             p.write(obj, 0, &vec![i | 1; 64 << 10]).expect("write");
             p.create_snapshots(&[format!("t@s{i}")]).expect("snapshot");
         }
+        p.create_snapshots(&["t/a/b@x".to_string()])
+            .expect("snapshot");
+        p.sync().expect("sync");
         let (dsl_obj, root) = {
             let st = lock(&p.st);
             (st.dir.dsl, st.dir.root_dataset)
         };
-        let snap_ids: Vec<u64> = p.snapshots().iter().map(|(_, s)| s.phys().id).collect();
-        assert_eq!(snap_ids.len(), 40);
-        let before = p.sync().expect("sync");
+        let t = objs_of(&p, "t");
+        let (a, b) = (objs_of(&p, "t/a"), objs_of(&p, "t/a/b"));
+        assert!(t.children != 0 && t.snaps != 0 && a.children != 0 && b.snaps != 0);
+        // A dead list grows: the root dataset's record alone.
+        let before = layer_objects(&p);
         p.write(obj, 0, &vec![0x77; 64 << 10]).expect("overwrite");
         let txg = p.sync().expect("sync");
-        assert!(txg > before);
-        assert!(
-            p.dataset("t")
-                .expect("root")
-                .phys
-                .read()
-                .expect("phys")
-                .dead_bytes
-                > 0
-        );
-        assert_eq!(written_in(&p, root), txg, "the dataset's record");
+        assert_eq!(rewritten(&before, &p, txg), vec![root]);
+
+        // A snapshot: its record, its dataset's record and map.
+        let before = layer_objects(&p);
+        p.write(obj, 0, &vec![0x78; 64 << 10]).expect("write");
+        p.create_snapshots(&["t@new".to_string()])
+            .expect("snapshot");
+        let txg = p.sync().expect("sync");
+        let snap = p.snapshot("t@new").expect("snap").1.phys().id;
+        let mut want = vec![root, t.snaps, snap];
+        want.sort_unstable();
+        assert_eq!(rewritten(&before, &p, txg), want);
         assert!(written_in(&p, dsl_obj) < txg, "the index was rewritten");
-        for id in &snap_ids {
-            assert!(
-                written_in(&p, *id) < txg,
-                "snapshot record {id} was rewritten"
-            );
+
+        // Renamed in place: t's child map alone.
+        let before = layer_objects(&p);
+        p.rename_dataset("t/a", "t/z").expect("rename");
+        let txg = p.sync().expect("sync");
+        assert_eq!(rewritten(&before, &p, txg), vec![t.children]);
+
+        // Moved to another parent: its directory record (its parent) and
+        // both parents' maps; t/other had no child map, so its record
+        // (which names the new map) too.
+        let before = layer_objects(&p);
+        p.rename_dataset("t/z/b", "t/other/b").expect("move");
+        let txg = p.sync().expect("sync");
+        let other = objs_of(&p, "t/other");
+        assert!(other.children != 0);
+        let mut want = vec![b.dir, a.children, other.children, other.dir];
+        want.sort_unstable();
+        assert_eq!(rewritten(&before, &p, txg), want);
+
+        // Destroyed: its directory and maps are freed.
+        let c = objs_of(&p, "t/other/b/c");
+        p.destroy_dataset("t/other/b/c", false).expect("destroy");
+        p.sync().expect("sync");
+        assert!(!p.mos.exists(c.dir).expect("exists"), "directory not freed");
+
+        // The tree reads back whole.
+        p.close().expect("close");
+        drop(p);
+        let p = sim_reimport(&world, &d, sim_tunables()).expect("import");
+        let mut names: Vec<String> = p.datasets().iter().map(|d| d.rel()).collect();
+        names.sort();
+        assert_eq!(names, vec!["", "other", "other/b", "z"]);
+        assert_eq!(p.snapshots().len(), 42);
+        assert!(
+            p.snapshot("t/other/b@x").is_ok(),
+            "a moved dataset's snapshot"
+        );
+        let (v, _) = p
+            .get_prop(&p.dataset("t/other/b").expect("b"), "com.x:tag")
+            .expect("prop");
+        assert_eq!(v, "-", "a property of the destroyed child leaked");
+        let (_, layout) = read_dsl(&p.mos, dsl_obj).expect("read");
+        assert!(matches!(layout, Layout::Dirs { .. }));
+        p.close().expect("close");
+        zdb_clean(&world, &d, "dirs");
+    }
+
+    /// Every layout reads and converts: a pool with the records inline
+    /// (the first layout) imports, and its first sync writes the dirs
+    /// layout with nothing lost; without `dsl_dirs` the records layout is
+    /// written, without `dsl_records` too the inline one; enabled again,
+    /// the dirs layout, and each reads back after export.
+    #[test]
+    fn every_layout_reads_and_converts() {
+        let world = SimWorld::new();
+        let (mut d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
+        p.format_root_fs().expect("format");
+        p.create_dataset("t/a/b", &[], true).expect("create");
+        let obj = p.create_object(4096, &ObjProps::default()).expect("object");
+        for i in 0..10u8 {
+            p.write(obj, 0, &vec![i | 1; 64 << 10]).expect("write");
+            p.create_snapshots(&[format!("t@s{i}"), format!("t/a@s{i}")])
+                .expect("snapshot");
         }
-        // The layout before: every record inline in the directory object.
+        p.write(obj, 0, &vec![0x55; 64 << 10]).expect("write");
+        p.sync().expect("sync");
+        let dsl_obj = lock(&p.st).dir.dsl;
         let all = p.dsl_record_now();
         let dead = all.datasets.iter().map(|d| d.dead_bytes).sum::<u64>();
+        assert!(dead > 0);
         let inline = DslIndex {
             datasets: all.datasets.clone(),
             snapshots: all.snapshots.clone(),
@@ -278,36 +839,55 @@ mod tests {
         p.sync().expect("sync");
         p.close().expect("close");
         drop(p);
-        let p = sim_reimport(&world, &d, sim_tunables()).expect("import inline");
-        assert_eq!(p.snapshots().len(), 40);
-        let (_, was_inline) = read_dsl(&p.mos, dsl_obj).expect("read");
-        assert!(was_inline);
+        let (d2, mut p) = reopen(&world, &d);
+        d = d2;
+        let check = |p: &Pool, want: &str| {
+            let (now, layout) = read_dsl(&p.mos, dsl_obj).expect("read");
+            let got = match layout {
+                Layout::Inline => "inline",
+                Layout::Records => "records",
+                Layout::Dirs { .. } => "dirs",
+            };
+            assert_eq!(got, want, "layout");
+            assert_eq!(now.snapshots.len(), 20);
+            let mut names: Vec<String> = now.datasets.iter().map(|d| d.rel.clone()).collect();
+            names.sort();
+            assert_eq!(names, vec!["", "a", "a/b"]);
+            assert_eq!(now.datasets.iter().map(|d| d.dead_bytes).sum::<u64>(), dead);
+        };
+        check(&p, "inline");
         p.sync().expect("sync");
-        let (now, was_inline) = read_dsl(&p.mos, dsl_obj).expect("read");
-        assert!(!was_inline, "the first sync did not move the records out");
-        assert_eq!(now.snapshots.len(), 40);
-        assert_eq!(now.datasets.iter().map(|d| d.dead_bytes).sum::<u64>(), dead);
-        let feature = p
-            .config()
-            .features
-            .get(crate::spa::feature::DSL_RECORDS)
-            .map(|e| e.state);
-        assert_eq!(feature, Some(crate::spa::config::FeatureState::Active));
-        // A pool that does not list the feature (made before it, not
-        // upgraded) keeps them inline.
-        {
-            let mut st = lock(&p.st);
-            st.config.features.remove(crate::spa::feature::DSL_RECORDS);
-            st.config_dirty = true;
-        }
-        *lock(&p.dsl.dirty) = true;
-        p.sync().expect("sync");
-        let (back, inline) = read_dsl(&p.mos, dsl_obj).expect("read");
-        assert!(
-            inline,
-            "records left their objects on a pool without the feature"
+        check(&p, "dirs");
+        let feature = |p: &Pool, f: &str| p.config().features.get(f).map(|e| e.state);
+        assert_eq!(
+            feature(&p, crate::spa::feature::DSL_DIRS),
+            Some(crate::spa::config::FeatureState::Active)
         );
-        assert_eq!(back.snapshots.len(), 40);
+        for (drop_features, want) in [
+            (&[crate::spa::feature::DSL_DIRS][..], "records"),
+            (&[crate::spa::feature::DSL_RECORDS][..], "inline"),
+            (&[][..], "dirs"),
+        ] {
+            {
+                let mut st = lock(&p.st);
+                if drop_features.is_empty() {
+                    st.config.features = crate::spa::feature::default_set();
+                }
+                for f in drop_features {
+                    st.config.features.remove(*f);
+                }
+                st.config_dirty = true;
+            }
+            *lock(&p.dsl.dirty) = true;
+            p.sync().expect("sync");
+            check(&p, want);
+            p.close().expect("close");
+            drop(p);
+            (d, p) = reopen(&world, &d);
+            zdb_clean(&world, &d, want);
+            check(&p, want);
+            assert_eq!(p.snapshots().len(), 20);
+        }
         p.close().expect("close");
     }
 }

@@ -41,6 +41,9 @@ pub(crate) struct DslFrozen {
 pub(crate) struct DslFeatures {
     /// `com.uzfs:dsl_records`: records in their own objects.
     pub records: bool,
+    /// `com.uzfs:dsl_dirs`: directories apart from datasets, ZAPs of
+    /// children and snapshots.
+    pub dirs: bool,
     /// `com.delphix:async_destroy`: frees may stay queued across txgs.
     pub async_destroy: bool,
 }
@@ -187,7 +190,7 @@ impl Pool {
             }));
         self.free_queued(w, extra, &mut q, &mut budget)?;
         self.save_queue(w, extra, queue_obj, q)?;
-        self.sync_dsl_records(w, extra, dsl_obj, features.records)
+        self.sync_dsl_records(w, extra, dsl_obj, features.records, features.dirs)
     }
 
     /// The txg committed: each dataset's new tree goes live (the caller

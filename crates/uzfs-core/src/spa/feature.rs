@@ -27,6 +27,7 @@ pub const SNAPSHOTS: &str = "com.uzfs:snapshots";
 pub const ASYNC_DESTROY: &str = "com.delphix:async_destroy";
 pub const DSL_RECORDS: &str = "com.uzfs:dsl_records";
 pub const DEADLIST_KEYS: &str = "com.uzfs:deadlist_keys";
+pub const DSL_DIRS: &str = "com.uzfs:dsl_dirs";
 
 pub const FEATURES: &[FeatureInfo] = &[
     FeatureInfo {
@@ -78,6 +79,11 @@ pub const FEATURES: &[FeatureInfo] = &[
         name: DEADLIST_KEYS,
         read_only_compatible: true,
         description: "Dead lists split by birth txg: snapshot destroy frees whole sub-lists.",
+    },
+    FeatureInfo {
+        name: DSL_DIRS,
+        read_only_compatible: false,
+        description: "DSL directories apart from datasets; children and snapshots in ZAPs.",
     },
 ];
 

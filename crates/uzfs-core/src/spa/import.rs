@@ -361,7 +361,7 @@ impl Pool {
         }
         let root_bp = super::dataset_bp(&mos, dir.root_dataset)?;
         let root = Arc::new(Objset::open(&root_bp, io.clone(), gate.clone(), open_txg)?);
-        let (dsl, inline) = crate::dsl::records::read_dsl(&mos, dir.dsl)?;
+        let (dsl, layout) = crate::dsl::records::read_dsl(&mos, dir.dsl)?;
         let read = dsl.clone();
         let mut children = Vec::new();
         let mut root_phys = None;
@@ -427,7 +427,7 @@ impl Pool {
         let scan_obj = st.dir.scan;
         let pool = Pool::assemble(io, mos, root, st, open_txg, ub.txg, tun.clone());
         pool.ensure_dsl_record()?;
-        pool.note_records_read(&read, inline)?;
+        pool.note_records_read(&read, layout)?;
         pool.load_free_queue()?;
         {
             let mut list = pool.dsl.list.write().unwrap_or_else(|e| e.into_inner());

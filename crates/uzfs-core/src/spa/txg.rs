@@ -983,6 +983,7 @@ impl Pool {
                 };
                 let features = crate::dsl::sync::DslFeatures {
                     records: on(super::feature::DSL_RECORDS),
+                    dirs: on(super::feature::DSL_DIRS),
                     async_destroy: on(super::feature::ASYNC_DESTROY),
                 };
                 self.dsl_sync_mos(&mut w, &mut extra, &mut dsl, queue_obj, dsl_obj, features)?;

@@ -4,12 +4,12 @@
 //! and the locking rules.
 
 use super::acl;
-use super::zap::{self, Zap};
 use super::znode::Znode;
 use crate::dmu::changelog::OpScope;
 use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
 use crate::dmu::objset::Objset;
 use crate::dmu::tx;
+use crate::dmu::zap::{self, Zap};
 use crate::error::Error;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

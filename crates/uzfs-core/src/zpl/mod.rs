@@ -30,7 +30,6 @@ pub mod acl;
 pub mod diff;
 pub mod fs;
 pub mod verify;
-pub mod zap;
 pub mod znode;
 
 pub use fs::{Attr, DatasetCtx, SetAttr, SyncMode, Zpl, ZplProps};

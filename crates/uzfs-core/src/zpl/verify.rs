@@ -19,10 +19,10 @@
 //!
 //! Reads only: it runs on an object set opened at a committed txg.
 
-use super::zap::Zap;
 use super::znode::Znode;
 use crate::dmu::dnode::ot;
 use crate::dmu::objset::Objset;
+use crate::dmu::zap::Zap;
 use crate::error::Result;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

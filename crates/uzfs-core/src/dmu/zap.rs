@@ -1,5 +1,7 @@
-//! Name → (object, type) maps: the directories of the ZPL (OpenZFS: the
-//! fat ZAP), built as extendible hashing without a pointer table.
+//! Name → (object, type) maps (OpenZFS: the fat ZAP), built as extendible
+//! hashing without a pointer table: the directories of the ZPL, and in the
+//! MOS the children of each DSL directory and the snapshots of each
+//! dataset (`dsl/records.rs`).
 //!
 //! # Theory of operation
 //!
@@ -29,8 +31,10 @@
 //! ```
 
 use crate::dmu::dnode::{ObjProps, DNODE_SIZE};
-use crate::dmu::objset::Objset;
+use crate::dmu::objset::{Objset, TxgDirty};
 use crate::error::{Error, Result};
+use std::cell::RefCell;
+use std::sync::Arc;
 
 pub const ZAP_BLOCK: u32 = 4096;
 const HDR_MAGIC: u64 = 0x5041_5a55_7a66_7321; // "!sfzUZAP"
@@ -267,10 +271,87 @@ fn encode_leaf(entries: &[Entry], depth: u32) -> Vec<u8> {
     b
 }
 
-/// A map stored in object `obj` of `os`. Callers serialize mutations of one
-/// map (the ZPL holds the directory's lock).
-pub struct Zap<'a> {
+/// Where a map's blocks are read and written: an object set's open txg
+/// (the ZPL's directories), or a txg being synced ([`InSync`]: the DSL's
+/// maps in the MOS, changed by the sync itself).
+pub trait ZapStore {
+    /// Current contents of one block (`None`: a hole).
+    fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>>;
+    fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()>;
+    /// Edit one whole block in place (zeros for a hole).
+    fn modify_block<R>(&self, obj: u64, blkid: u64, f: impl FnOnce(&mut Vec<u8>) -> R)
+        -> Result<R>;
+    /// Punch blocks `[start, end)`.
+    fn free_range(&self, obj: u64, start: u64, end: u64) -> Result<()>;
+}
+
+impl ZapStore for Objset {
+    fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        Objset::read_block(self, obj, blkid)
+    }
+    fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        Objset::write(self, obj, offset, data).map(|_| ())
+    }
+    fn modify_block<R>(
+        &self,
+        obj: u64,
+        blkid: u64,
+        f: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Result<R> {
+        Objset::modify_block(self, obj, blkid, f)
+    }
+    fn free_range(&self, obj: u64, start: u64, end: u64) -> Result<()> {
+        Objset::free_range(self, obj, start, end)
+    }
+}
+
+/// A MOS map changed in sync context: reads see the synced tree under
+/// what this pass has written into `into`, writes go into `into`.
+pub struct InSync<'a, 'b> {
     pub os: &'a Objset,
+    pub into: RefCell<&'b mut TxgDirty>,
+}
+
+impl ZapStore for InSync<'_, '_> {
+    fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        self.os.read_in_sync(&self.into.borrow(), obj, blkid)
+    }
+    fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.os
+            .write_in_sync(&mut self.into.borrow_mut(), obj, offset, data)
+    }
+    fn modify_block<R>(
+        &self,
+        obj: u64,
+        blkid: u64,
+        f: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Result<R> {
+        let mut b = match self.read_block(obj, blkid)? {
+            Some(b) => b.to_vec(),
+            None => vec![0u8; ZAP_BLOCK as usize],
+        };
+        if b.len() != ZAP_BLOCK as usize {
+            return Err(Error::corrupt(
+                "map",
+                format!("object {obj}: block of {}", b.len()),
+            ));
+        }
+        let r = f(&mut b);
+        self.write(obj, blkid * ZAP_BLOCK as u64, &b)?;
+        Ok(r)
+    }
+    fn free_range(&self, obj: u64, start: u64, end: u64) -> Result<()> {
+        self.os
+            .free_range_in_sync(&mut self.into.borrow_mut(), obj, start, end);
+        Ok(())
+    }
+}
+
+/// A map stored in object `obj` of `os`. Callers serialize mutations of one
+/// map (the ZPL holds the directory's lock; the DSL changes its maps in
+/// the sync, alone).
+pub struct Zap<'a, S: ZapStore + ?Sized = Objset> {
+    pub os: &'a S,
     pub obj: u64,
 }
 
@@ -278,6 +359,17 @@ impl<'a> Zap<'a> {
     /// Create an empty map object of type `obj_type`.
     pub fn create(os: &'a Objset, obj_type: u8, props: &ObjProps, salt: u64) -> Result<Zap<'a>> {
         let obj = os.create_object(obj_type, ZAP_BLOCK, props)?;
+        Zap::init(os, obj, salt)
+    }
+
+    pub fn open(os: &'a Objset, obj: u64) -> Zap<'a> {
+        Zap { os, obj }
+    }
+}
+
+impl<'a, S: ZapStore + ?Sized> Zap<'a, S> {
+    /// Lay out an empty map in `obj`, a new object of `ZAP_BLOCK` blocks.
+    pub fn init(os: &'a S, obj: u64, salt: u64) -> Result<Zap<'a, S>> {
         let z = Zap { os, obj };
         z.put_header(&Header {
             salt,
@@ -288,7 +380,8 @@ impl<'a> Zap<'a> {
         Ok(z)
     }
 
-    pub fn open(os: &'a Objset, obj: u64) -> Zap<'a> {
+    /// The map in `obj` of any store ([`Zap::open`] for an object set).
+    pub fn at(os: &'a S, obj: u64) -> Zap<'a, S> {
         Zap { os, obj }
     }
 
@@ -300,8 +393,7 @@ impl<'a> Zap<'a> {
     }
 
     fn put_header(&self, h: &Header) -> Result<()> {
-        self.os.write(self.obj, 0, &encode_header(h))?;
-        Ok(())
+        self.os.write(self.obj, 0, &encode_header(h))
     }
 
     pub fn count(&self) -> Result<u64> {
@@ -321,8 +413,7 @@ impl<'a> Zap<'a> {
 
     fn write_leaf(&self, depth: u32, p: u64, entries: &[Entry]) -> Result<()> {
         let at = leaf_blkid(depth, p) * ZAP_BLOCK as u64;
-        self.os.write(self.obj, at, &encode_leaf(entries, depth))?;
-        Ok(())
+        self.os.write(self.obj, at, &encode_leaf(entries, depth))
     }
 
     pub fn lookup(&self, name: &[u8]) -> Result<Option<Entry>> {
