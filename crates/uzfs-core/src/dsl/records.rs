@@ -890,4 +890,39 @@ mod tests {
         }
         p.close().expect("close");
     }
+
+    /// A damaged tree is refused with the reason, never walked forever: a
+    /// child map that leads back to the root, and a snapshot filed under
+    /// another dataset's map.
+    #[test]
+    fn a_damaged_tree_is_refused() {
+        for damage in ["loop", "misfiled"] {
+            let world = SimWorld::new();
+            let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
+            p.format_root_fs().expect("format");
+            p.create_dataset("t/a", &[], false).expect("create");
+            p.create_snapshots(&["t@s".to_string(), "t/a@s".to_string()])
+                .expect("snapshot");
+            p.sync().expect("sync");
+            let (t, a) = (objs_of(&p, "t"), objs_of(&p, "t/a"));
+            let snap = p.snapshot("t@s").expect("snap").1.phys().id;
+            match damage {
+                "loop" => Zap::open(&p.mos, t.children).insert(b"back", t.dir, 0),
+                _ => Zap::open(&p.mos, a.snaps).insert(b"other", snap, 0),
+            }
+            .expect("insert");
+            p.sync().expect("sync");
+            p.close().expect("close");
+            drop(p);
+            let err = match sim_reimport(&world, &d, sim_tunables()) {
+                Ok(_) => panic!("{damage}: a damaged tree imported"),
+                Err(e) => e.to_string(),
+            };
+            let want = match damage {
+                "loop" => "reached twice",
+                _ => "filed as 'other'",
+            };
+            assert!(err.contains(want), "{damage}: {err}");
+        }
+    }
 }
