@@ -58,7 +58,7 @@
 //! `DEADLIST` object; they are read as they are and converted by the
 //! first sync of a writable import.
 
-use super::{rlock, wlock};
+use super::rlock;
 use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
@@ -326,13 +326,13 @@ impl Pool {
             |d| {
                 self.snapshots_of(d)
                     .iter()
-                    .map(|s| rlock(&s.phys).txg)
+                    .map(|s| s.phys.read().txg)
                     .collect()
             },
             |d| {
                 let h = rlock(&self.dsl.list).get(&d).cloned()?;
                 let o = self.origin_snap(&h)?;
-                let op = rlock(&o.phys);
+                let op = o.phys.read();
                 Some((op.ds, op.txg))
             },
             depth,
@@ -383,18 +383,18 @@ impl Pool {
             Ok(Some(new))
         };
         for h in heads {
-            let old = rlock(&h.phys).deadlist;
+            let old = h.phys.read().deadlist;
             if let Some(new) = convert(old, h.id())? {
-                wlock(&h.phys).deadlist = new;
+                h.phys.write().deadlist = new;
             }
         }
         for s in snaps {
             let (old, ds) = {
-                let p = rlock(&s.phys);
+                let p = s.phys.read();
                 (p.deadlist, p.ds)
             };
             if let Some(new) = convert(old, ds)? {
-                wlock(&s.phys).deadlist = new;
+                s.phys.write().deadlist = new;
             }
         }
         if !moved.is_empty() {
@@ -741,17 +741,17 @@ mod tests {
             new
         };
         for (_, s) in p.snapshots() {
-            let old = rlock(&s.phys).deadlist;
+            let old = s.phys.read().deadlist;
             if old != 0 {
-                wlock(&s.phys).deadlist = flatten(old);
+                s.phys.write().deadlist = flatten(old);
             }
         }
         let h = p.dataset("t").expect("dataset");
-        let old = rlock(&h.phys).deadlist;
-        wlock(&h.phys).deadlist = flatten(old);
+        let old = h.phys.read().deadlist;
+        h.phys.write().deadlist = flatten(old);
         *lock(&p.dsl.dirty) = true;
         p.sync().expect("sync");
-        assert!(read_header(&p.mos, rlock(&h.phys).deadlist)
+        assert!(read_header(&p.mos, h.phys.read().deadlist)
             .expect("header")
             .is_none());
         assert_eq!(figures(&p), want, "flat lists read differently");
@@ -763,7 +763,7 @@ mod tests {
         assert_eq!(figures(&p), want, "after import, before the first sync");
         p.sync().expect("sync");
         let h = p.dataset("t").expect("dataset");
-        let mut lists = vec![rlock(&h.phys).deadlist];
+        let mut lists = vec![h.phys.read().deadlist];
         lists.extend(p.snapshots().iter().map(|(_, s)| s.phys().deadlist));
         for l in lists.into_iter().filter(|l| *l != 0) {
             assert!(
@@ -830,7 +830,7 @@ mod tests {
         p.write(obj, 0, &vec![2u8; 64 << 10]).expect("overwrite");
         p.sync().expect("sync");
         let h = p.dataset("t").expect("dataset");
-        let dl = rlock(&h.phys).deadlist;
+        let dl = h.phys.read().deadlist;
         let mut subs = read_header(&p.mos, dl).expect("header").expect("keyed");
         assert!(!subs.is_empty());
         let damage = |subs: &[SubList]| {
@@ -866,7 +866,7 @@ mod tests {
         c.os.write(obj, 0, &vec![2u8; 256 << 10])
             .expect("overwrite");
         p.sync().expect("sync");
-        let dl = rlock(&c.phys).deadlist;
+        let dl = c.phys.read().deadlist;
         let subs = read_header(&p.mos, dl).expect("header").expect("keyed");
         assert!(!subs.is_empty(), "the clone's dead list is empty");
         p.destroy_dataset("t/c", false).expect("destroy");

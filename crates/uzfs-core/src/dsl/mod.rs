@@ -83,8 +83,69 @@ pub struct DslDirPhys {
     pub snapshots: Vec<snapshot::SnapPhys>,
 }
 
+/// A dataset's or snapshot's in-memory record, which remembers being
+/// changed: every write guard marks it as it is dropped (while the lock is
+/// still held), and the sync takes the mark ([`Record::take_changed`]), so
+/// a txg re-derives only the on-disk records of what changed
+/// (`records.rs`). A change made after the sync took the mark leaves it
+/// set for the next sync, whichever value the sync read.
+pub struct Record<T> {
+    lock: RwLock<T>,
+    changed: std::sync::atomic::AtomicBool,
+}
+
+impl<T> Record<T> {
+    /// A new record is a changed one.
+    pub fn new(v: T) -> Self {
+        Record {
+            lock: RwLock::new(v),
+            changed: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, T> {
+        rlock(&self.lock)
+    }
+    pub fn write(&self) -> RecordGuard<'_, T> {
+        RecordGuard {
+            guard: wlock(&self.lock),
+            changed: &self.changed,
+        }
+    }
+    /// Whether it changed since the last call.
+    pub fn take_changed(&self) -> bool {
+        self.changed
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+}
+
+/// A write guard of a [`Record`]: marks it changed when dropped.
+pub struct RecordGuard<'a, T> {
+    guard: std::sync::RwLockWriteGuard<'a, T>,
+    changed: &'a std::sync::atomic::AtomicBool,
+}
+
+impl<T> std::ops::Deref for RecordGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for RecordGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for RecordGuard<'_, T> {
+    fn drop(&mut self) {
+        self.changed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 pub struct Dataset {
-    pub phys: RwLock<DsPhys>,
+    pub phys: Record<DsPhys>,
     pub os: Arc<Objset>,
     /// The intent log (`zil/`); none on a read-only import.
     pub zil: std::sync::OnceLock<Arc<crate::zil::Zil>>,
@@ -92,14 +153,10 @@ pub struct Dataset {
 
 impl Dataset {
     pub fn id(&self) -> u64 {
-        self.phys.read().unwrap_or_else(|e| e.into_inner()).id
+        self.phys.read().id
     }
     pub fn rel(&self) -> String {
-        self.phys
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .rel
-            .clone()
+        self.phys.read().rel.clone()
     }
 }
 
@@ -117,8 +174,17 @@ pub struct Dsl {
     pub freeing: Mutex<async_destroy::FreeQueue>,
     /// The records as the last sync wrote them (`records.rs`).
     pub written: Mutex<records::Written>,
-    /// Snapshots of every dataset, by id (`dsl/snapshot.rs`).
+    /// Snapshots of every dataset, by id (`dsl/snapshot.rs`). Whoever
+    /// adds or removes one, or changes one's dataset or name, calls
+    /// [`Dsl::snaps_changed`] after.
     pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
+    /// Bumped by [`Dsl::snaps_changed`]: the index below is stale.
+    pub snap_gen: std::sync::atomic::AtomicU64,
+    /// Each dataset's snapshots in order, and by name, built on first use
+    /// after a change (`snapshot.rs`, `Pool::snap_index`): listing a
+    /// thousand snapshots looks each one's neighbours up, not the whole
+    /// pool's list each time.
+    pub snap_index: Mutex<snapshot::SnapIndex>,
     /// Snapshot creations and destructions for the next sync.
     pub tasks: Mutex<Vec<snapshot::SnapTask>>,
     /// Tasks the sync could not carry out, by task id, with why.
@@ -127,6 +193,14 @@ pub struct Dsl {
     /// Every dead list has keys (`deadlist.rs`): set by the first sync
     /// of an import, which converts the lists written before them.
     pub deadlists_keyed: std::sync::atomic::AtomicBool,
+}
+
+impl Dsl {
+    /// A snapshot came or went, or changed dataset or name.
+    pub fn snaps_changed(&self) {
+        self.snap_gen
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Where a property's value came from (the SOURCE column of `zfs get`).
@@ -219,7 +293,7 @@ impl Pool {
     }
 
     fn parent_of(&self, d: &Arc<Dataset>) -> Option<Arc<Dataset>> {
-        let p = rlock(&d.phys).parent;
+        let p = d.phys.read().parent;
         if p == 0 {
             return None;
         }
@@ -404,7 +478,7 @@ impl Pool {
             }
         };
         let ds = Arc::new(Dataset {
-            phys: RwLock::new(phys),
+            phys: Record::new(phys),
             os,
             zil: Default::default(),
         });
@@ -474,7 +548,7 @@ impl Pool {
             // Its dead list goes, sub-lists and all. What they still list
             // (a clone's entries born by its origin) is the origin's: the
             // blocks stay.
-            let dl = rlock(&x.phys).deadlist;
+            let dl = x.phys.read().deadlist;
             if dl != 0 {
                 if let Some(subs) = deadlist::read_header(&self.mos, dl)? {
                     for s in subs {
@@ -487,7 +561,7 @@ impl Pool {
             self.mos.free_object(id)?;
             // A clone frees only what it wrote: older blocks are its
             // origin's.
-            let min_txg = self.origin_snap(x).map_or(0, |o| rlock(&o.phys).txg);
+            let min_txg = self.origin_snap(x).map_or(0, |o| o.phys.read().txg);
             let bytes = self.dataset_unique(x);
             lock(&self.dsl.doomed).push((x.os.clone(), min_txg, bytes));
             // Its log blocks go back to the log class (a crash before the
@@ -501,7 +575,7 @@ impl Pool {
         let origins: Vec<u64> = kids
             .iter()
             .chain(std::iter::once(&d))
-            .map(|x| rlock(&x.phys).origin)
+            .map(|x| x.phys.read().origin)
             .filter(|o| *o != 0)
             .collect();
         drop(_g);
@@ -543,11 +617,11 @@ impl Pool {
         })?;
         let _g = self.sync_guard()?;
         for x in self.descendants(&d) {
-            let mut p = wlock(&x.phys);
+            let mut p = x.phys.write();
             p.rel = format!("{new}{}", &p.rel[old.len()..]);
         }
         {
-            let mut p = wlock(&d.phys);
+            let mut p = d.phys.write();
             p.rel = new;
             p.parent = parent.id();
         }
@@ -565,14 +639,14 @@ impl Pool {
         }
         let def =
             props::def(name).ok_or_else(|| Error::invalid(format!("invalid property '{name}'")))?;
-        if let Some(v) = rlock(&d.phys).props.get(name) {
+        if let Some(v) = d.phys.read().props.get(name) {
             return Ok((v.clone(), Source::Local));
         }
         if def.inherit {
             let mut cur = self.parent_of(d);
             let mut suffix = vec![d.rel().rsplit('/').next().unwrap_or("").to_string()];
             while let Some(p) = cur {
-                if let Some(v) = rlock(&p.phys).props.get(name) {
+                if let Some(v) = p.phys.read().props.get(name) {
                     let from = self.ds_name(&p.rel());
                     let v = if name == "mountpoint" && v != "none" && v != "legacy" {
                         suffix.reverse();
@@ -600,7 +674,7 @@ impl Pool {
                 self.check_reservation(d, name, r)?;
             }
         }
-        wlock(&d.phys).props.insert(name.to_string(), v);
+        d.phys.write().props.insert(name.to_string(), v);
         *lock(&self.dsl.dirty) = true;
         Ok(())
     }
@@ -608,12 +682,12 @@ impl Pool {
     /// A user property of `d`: local, inherited from the nearest ancestor
     /// that sets it, or "-" (source none).
     pub fn user_prop(&self, d: &Arc<Dataset>, name: &str) -> (String, Source) {
-        if let Some(v) = rlock(&d.phys).props.get(name) {
+        if let Some(v) = d.phys.read().props.get(name) {
             return (v.clone(), Source::Local);
         }
         let mut cur = self.parent_of(d);
         while let Some(p) = cur {
-            if let Some(v) = rlock(&p.phys).props.get(name) {
+            if let Some(v) = p.phys.read().props.get(name) {
                 return (v.clone(), Source::Inherited(self.ds_name(&p.rel())));
             }
             cur = self.parent_of(&p);
@@ -627,7 +701,8 @@ impl Pool {
         let mut cur = Some(d.clone());
         while let Some(x) = cur {
             names.extend(
-                rlock(&x.phys)
+                x.phys
+                    .read()
                     .props
                     .keys()
                     .filter(|k| props::is_user_prop(k))
@@ -651,7 +726,7 @@ impl Pool {
             )));
         }
         let _g = self.sync_guard()?;
-        wlock(&d.phys).props.remove(name);
+        d.phys.write().props.remove(name);
         *lock(&self.dsl.dirty) = true;
         Ok(())
     }
@@ -693,10 +768,10 @@ impl Pool {
     /// those of them the clone let go of).
     pub fn dataset_unique(&self, d: &Arc<Dataset>) -> u64 {
         let own = d.os.space().used;
-        let origin_dead = rlock(&d.phys).origin_dead;
+        let origin_dead = d.phys.read().origin_dead;
         match self.origin_snap(d) {
             Some(o) => {
-                let shared = rlock(&o.phys).referenced.saturating_sub(origin_dead);
+                let shared = o.phys.read().referenced.saturating_sub(origin_dead);
                 own.saturating_sub(shared)
             }
             None => own,
@@ -708,14 +783,14 @@ impl Pool {
     /// clone's entries that are its origin's.
     pub fn snap_space(&self, d: &Arc<Dataset>) -> u64 {
         let (dead, origin_dead) = {
-            let p = rlock(&d.phys);
+            let p = d.phys.read();
             (p.dead_bytes, p.origin_dead)
         };
         (dead
             + self
                 .snapshots_of(d.id())
                 .iter()
-                .map(|s| rlock(&s.phys).dead_bytes)
+                .map(|s| s.phys.read().dead_bytes)
                 .sum::<u64>())
         .saturating_sub(origin_dead)
     }
@@ -796,7 +871,7 @@ impl Pool {
         Some(match name {
             "name" => self.ds_name(&d.rel()),
             "type" => "filesystem".into(),
-            "creation" => rlock(&d.phys).creation.to_string(),
+            "creation" => d.phys.read().creation.to_string(),
             "used" => used.to_string(),
             "usedbydataset" => self.dataset_unique(d).to_string(),
             "usedbysnapshots" => self.snap_space(d).to_string(),
@@ -822,7 +897,7 @@ impl Pool {
                     format!("{}@{snap}", self.ds_name(&d.rel()))
                 };
                 let (_, s) = self.snapshot(&full).ok()?;
-                let sd = rlock(&s.phys).ds;
+                let sd = s.phys.read().ds;
                 let in_line =
                     sd == d.id() || self.origin_snap(d).is_some_and(|o| Arc::ptr_eq(&o, &s));
                 if !in_line {
@@ -888,16 +963,6 @@ impl Pool {
         Ok(())
     }
 
-    /// The DSL record to write in this txg, if it changed (sync context).
-    pub(crate) fn dsl_record(&self) -> Option<DslDirPhys> {
-        let mut dirty = lock(&self.dsl.dirty);
-        if !*dirty {
-            return None;
-        }
-        *dirty = false;
-        Some(self.dsl_record_now())
-    }
-
     /// Every dataset's and snapshot's record as they are now.
     pub(crate) fn dsl_record_now(&self) -> DslDirPhys {
         DslDirPhys {
@@ -907,11 +972,11 @@ impl Pool {
             datasets: self
                 .datasets()
                 .iter()
-                .map(|d| rlock(&d.phys).clone())
+                .map(|d| d.phys.read().clone())
                 .collect(),
             snapshots: rlock(&self.dsl.snaps)
                 .values()
-                .map(|s| rlock(&s.phys).clone())
+                .map(|s| s.phys.read().clone())
                 .collect(),
         }
     }

@@ -31,11 +31,15 @@
 //!
 //! In memory nothing changes: each dataset's [`DsPhys`] carries its whole
 //! name (`rel`), parent and properties, and the sync derives the records
-//! and map entries from them. It keeps what it last wrote ([`Written`]):
-//! the bytes of every record and the entries of every map, so a txg
-//! writes only the records whose bytes differ and the map entries that
-//! came, went or moved. The ZAPs are changed in sync context, through
-//! [`InSync`], in the same pass as the records that name them.
+//! and map entries from them. Every in-memory record remembers being
+//! written to ([`Record`](super::Record)), and the sync keeps what it
+//! last wrote ([`Written`]: the bytes of every record, where each dataset
+//! and snapshot is filed), so a txg looks only at what changed, came or
+//! went, writes only the records whose bytes differ, and changes only the
+//! map entries that came, went or moved: with a thousand snapshots, a
+//! snapshot costs the same work as with none. The ZAPs are changed in
+//! sync context, through [`InSync`], in the same pass as the records that
+//! name them.
 //!
 //! Import walks the tree from the root directory: each directory's record,
 //! its dataset's record, the snapshots its ZAP names, then its children.
@@ -50,8 +54,8 @@
 //! `com.uzfs:dsl_dirs` (`zpool upgrade`) is rewritten in this layout by
 //! its next sync that changes the layer.
 
-use super::snapshot::SnapPhys;
-use super::{DsPhys, DslDirPhys};
+use super::snapshot::{SnapPhys, Snapshot};
+use super::{rlock, Dataset, DsPhys, DslDirPhys};
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
 use crate::dmu::zap::{self, InSync, Zap, ZAP_BLOCK};
@@ -60,6 +64,7 @@ use crate::spa::{lock, Pool};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 /// Where a record starts in its object (after the object-set pointer).
 pub const RECORD_OFF: u64 = 128;
@@ -149,10 +154,7 @@ pub enum Layout {
     Records,
     /// Directories, datasets and ZAPs: each dataset's objects and the
     /// entries of every map.
-    Dirs {
-        dirs: HashMap<u64, DirObjs>,
-        maps: HashMap<u64, BTreeMap<String, u64>>,
-    },
+    Dirs { dirs: HashMap<u64, DirObjs> },
 }
 
 /// What the last sync wrote, so the next writes only what differs.
@@ -163,8 +165,12 @@ pub struct Written {
     index: Option<DslIndex>,
     /// Dirs layout: each dataset's directory and maps, by dataset id.
     dirs: HashMap<u64, DirObjs>,
-    /// Dirs layout: the entries of each map, by its object.
-    maps: HashMap<u64, BTreeMap<String, u64>>,
+    /// Dirs layout: where each dataset but the root is filed (its
+    /// parent dataset and its name there), by dataset id.
+    kids: HashMap<u64, (u64, String)>,
+    /// Dirs layout: where each snapshot is filed (its dataset and name),
+    /// by snapshot id.
+    snaps: HashMap<u64, (u64, String)>,
 }
 
 fn read_record<T: serde::de::DeserializeOwned>(mos: &Objset, id: u64, what: &str) -> Result<T> {
@@ -257,7 +263,6 @@ fn read_tree(mos: &Objset, root_dir: u64) -> Result<(DslDirPhys, Layout)> {
     let bad = |m: String| Error::corrupt("DSL directory", m);
     let mut out = DslDirPhys::default();
     let mut dirs = HashMap::new();
-    let mut maps = HashMap::new();
     let mut seen = HashSet::new();
     // (directory, name below the pool, parent directory, parent dataset)
     let mut queue = vec![(root_dir, String::new(), 0u64, 0u64)];
@@ -292,7 +297,6 @@ fn read_tree(mos: &Objset, root_dir: u64) -> Result<(DslDirPhys, Layout)> {
                 }
                 out.snapshots.push(sp);
             }
-            maps.insert(h.snapshots, m);
         }
         if dr.children != 0 {
             let m = read_map(mos, dr.children, "child map")?;
@@ -305,7 +309,6 @@ fn read_tree(mos: &Objset, root_dir: u64) -> Result<(DslDirPhys, Layout)> {
                 };
                 queue.push((child, child_rel, dir_obj, h.id));
             }
-            maps.insert(dr.children, m);
         }
         dirs.insert(
             h.id,
@@ -328,7 +331,7 @@ fn read_tree(mos: &Objset, root_dir: u64) -> Result<(DslDirPhys, Layout)> {
             origin_dead: h.origin_dead,
         });
     }
-    Ok((out, Layout::Dirs { dirs, maps }))
+    Ok((out, Layout::Dirs { dirs }))
 }
 
 fn json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
@@ -379,7 +382,7 @@ impl Pool {
     pub(crate) fn note_records_read(&self, dsl: &DslDirPhys, layout: Layout) -> Result<()> {
         let mut w = lock(&self.dsl.written);
         *w = Written::default();
-        let (dirs, maps) = match layout {
+        match layout {
             Layout::Inline => {
                 *lock(&self.dsl.dirty) = true;
                 return Ok(());
@@ -389,27 +392,30 @@ impl Pool {
                     w.records.insert(d.id, json(d)?);
                 }
                 w.index = Some(index_of(dsl));
-                (HashMap::new(), HashMap::new())
             }
-            Layout::Dirs { dirs, maps } => {
+            Layout::Dirs { dirs } => {
                 for d in &dsl.datasets {
                     let (o, dir, head) = dir_records(d, &dirs)?;
                     w.records.insert(o.dir, json(&dir)?);
                     w.records.insert(d.id, json(&head)?);
+                    if d.parent == 0 {
+                        w.index = Some(DslIndex {
+                            root_dir: o.dir,
+                            ..Default::default()
+                        });
+                    } else {
+                        w.kids.insert(d.id, (d.parent, component(d).to_string()));
+                    }
                 }
-                let root = dsl.datasets.iter().find(|d| d.parent == 0);
-                w.index = root.and_then(|r| dirs.get(&r.id)).map(|o| DslIndex {
-                    root_dir: o.dir,
-                    ..Default::default()
-                });
-                (dirs, maps)
+                for s in &dsl.snapshots {
+                    w.snaps.insert(s.id, (s.ds, s.name.clone()));
+                }
+                w.dirs = dirs;
             }
-        };
+        }
         for s in &dsl.snapshots {
             w.records.insert(s.id, json(s)?);
         }
-        w.dirs = dirs;
-        w.maps = maps;
         Ok(())
     }
 
@@ -425,19 +431,25 @@ impl Pool {
         records: bool,
         dirs: bool,
     ) -> Result<()> {
-        let Some(all) = self.dsl_record() else {
-            return Ok(());
-        };
+        {
+            let mut dirty = lock(&self.dsl.dirty);
+            if !*dirty {
+                return Ok(());
+            }
+            *dirty = false;
+        }
         let mut written = lock(&self.dsl.written);
         if dirs {
-            return self.sync_dirs(w, extra, dsl_obj, all, &mut written);
+            return self.sync_dirs(w, extra, dsl_obj, &mut written);
         }
+        let all = self.dsl_record_now();
         // A layout given up (only tests turn a feature off): its
         // directories and maps go.
         for o in std::mem::take(&mut written.dirs).into_values() {
             free_dir_objs(extra, &o);
         }
-        written.maps.clear();
+        written.kids.clear();
+        written.snaps.clear();
         if !records {
             let inline = DslIndex {
                 datasets: all.datasets,
@@ -472,157 +484,195 @@ impl Pool {
         Ok(())
     }
 
-    /// The dirs layout: directories made for new datasets and freed with
-    /// gone ones, map entries added and removed, records rewritten where
-    /// their bytes changed, the index where the root directory did.
+    /// The dirs layout, from what changed since the last sync: a dataset
+    /// or snapshot whose [`Record`](super::Record) was written, or that is
+    /// new or gone. Directories are made for new datasets and freed with
+    /// gone ones; the map entries of what came, went, moved or was renamed
+    /// are removed, then added (so two names may trade places in one txg);
+    /// the records of what changed are rewritten where their bytes differ,
+    /// and the index when the root directory is new. Nothing is cloned,
+    /// encoded or compared for what did not change.
     fn sync_dirs(
         &self,
         w: &mut dyn BlockWriter,
         extra: &mut TxgDirty,
         dsl_obj: u64,
-        all: DslDirPhys,
         written: &mut Written,
     ) -> Result<()> {
-        let mut objs = std::mem::take(&mut written.dirs);
-        let live: HashSet<u64> = all.datasets.iter().map(|d| d.id).collect();
-        for (_, o) in objs.extract_if(|id, _| !live.contains(id)) {
-            free_dir_objs(extra, &o);
-            written.maps.remove(&o.children);
-            written.maps.remove(&o.snaps);
-        }
-        for d in &all.datasets {
-            if let std::collections::hash_map::Entry::Vacant(e) = objs.entry(d.id) {
-                let dir = self
-                    .mos
-                    .create_in_sync(extra, ot::DSL_DIR, 4096, &ObjProps::METADATA)?;
-                e.insert(DirObjs {
-                    dir,
-                    ..Default::default()
-                });
-            }
-        }
-        // What each map must hold now.
-        let mut kids: HashMap<u64, BTreeMap<String, u64>> = HashMap::new();
-        for d in all.datasets.iter().filter(|d| d.parent != 0) {
-            let dir = objs[&d.id].dir;
-            kids.entry(d.parent)
-                .or_default()
-                .insert(component(d).to_string(), dir);
-        }
-        let mut snaps: HashMap<u64, BTreeMap<String, u64>> = HashMap::new();
-        for s in &all.snapshots {
-            if !live.contains(&s.ds) {
-                return Err(Error::invalid(format!(
-                    "snapshot {} of dataset {} that is gone",
-                    s.id, s.ds
-                )));
-            }
-            snaps.entry(s.ds).or_default().insert(s.name.clone(), s.id);
-        }
-        if let Some(p) = kids.keys().find(|p| !live.contains(p)) {
-            return Err(Error::invalid(format!("a dataset's parent {p} is gone")));
-        }
+        let datasets: HashMap<u64, Arc<Dataset>> = rlock(&self.dsl.list)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let snaps: Vec<Arc<Snapshot>> = rlock(&self.dsl.snaps).values().cloned().collect();
         let store = InSync {
             os: &self.mos,
             into: RefCell::new(extra),
         };
-        for d in &all.datasets {
-            let o = objs
-                .get_mut(&d.id)
-                .ok_or_else(|| Error::invalid("no directory"))?;
-            let want = kids.remove(&d.id).unwrap_or_default();
-            sync_map(
-                &store,
-                &mut o.children,
-                ot::DSL_DIR_CHILD_MAP,
-                want,
-                &mut written.maps,
-            )?;
-            let want = snaps.remove(&d.id).unwrap_or_default();
-            sync_map(
-                &store,
-                &mut o.snaps,
-                ot::DSL_DS_SNAP_MAP,
-                want,
-                &mut written.maps,
-            )?;
+        let Written {
+            records,
+            index,
+            dirs,
+            kids,
+            snaps: filed,
+        } = written;
+        // Gone: a dataset's directory and maps freed, its entry removed
+        // from a parent that stays; a snapshot's entry removed.
+        let gone: Vec<u64> = dirs
+            .keys()
+            .filter(|id| !datasets.contains_key(id))
+            .copied()
+            .collect();
+        let mut removals: Vec<(u64, String, bool)> = Vec::new();
+        for id in gone {
+            if let Some(o) = dirs.remove(&id) {
+                free_dir_objs(&mut store.into.borrow_mut(), &o);
+                records.remove(&o.dir);
+            }
+            records.remove(&id);
+            if let Some((parent, name)) = kids.remove(&id) {
+                removals.push((parent, name, true));
+            }
+        }
+        let live_snaps: HashSet<u64> = snaps.iter().map(|s| s.phys.read().id).collect();
+        filed.retain(|id, (ds, name)| {
+            let keep = live_snaps.contains(id);
+            if !keep {
+                records.remove(id);
+                removals.push((*ds, std::mem::take(name), false));
+            }
+            keep
+        });
+        // Changed: new ones get a directory.
+        let mut changed: Vec<DsPhys> = Vec::new();
+        for (id, d) in &datasets {
+            let new = !dirs.contains_key(id);
+            if d.phys.take_changed() || new {
+                if new {
+                    let dir = self.mos.create_in_sync(
+                        &mut store.into.borrow_mut(),
+                        ot::DSL_DIR,
+                        4096,
+                        &ObjProps::METADATA,
+                    )?;
+                    dirs.insert(
+                        *id,
+                        DirObjs {
+                            dir,
+                            ..Default::default()
+                        },
+                    );
+                }
+                changed.push(d.phys.read().clone());
+            }
+        }
+        let mut changed_snaps: Vec<SnapPhys> = Vec::new();
+        for s in &snaps {
+            let id = s.phys.read().id;
+            if s.phys.take_changed() || !filed.contains_key(&id) {
+                changed_snaps.push(s.phys.read().clone());
+            }
+        }
+        // Map entries: where each changed one was filed and is filed now.
+        let mut inserts: Vec<(u64, String, u64, bool)> = Vec::new();
+        for d in changed.iter().filter(|d| d.parent != 0) {
+            let now = (d.parent, component(d).to_string());
+            if kids.get(&d.id) != Some(&now) {
+                if let Some((p, n)) = kids.insert(d.id, now.clone()) {
+                    removals.push((p, n, true));
+                }
+                inserts.push((now.0, now.1, dirs[&d.id].dir, true));
+            }
+        }
+        for sp in &changed_snaps {
+            let now = (sp.ds, sp.name.clone());
+            if filed.get(&sp.id) != Some(&now) {
+                if let Some((ds, n)) = filed.insert(sp.id, now.clone()) {
+                    removals.push((ds, n, false));
+                }
+                inserts.push((now.0, now.1, sp.id, false));
+            }
+        }
+        for (owner, name, kid) in removals {
+            // An owner that is gone took its map with it.
+            let Some(o) = dirs.get(&owner) else { continue };
+            let map = if kid { o.children } else { o.snaps };
+            if map != 0 {
+                Zap::at(&store, map).remove(name.as_bytes())?;
+            }
+        }
+        let mut new_maps: HashSet<u64> = HashSet::new();
+        for (owner, name, value, kid) in inserts {
+            let o = dirs.get_mut(&owner).ok_or_else(|| {
+                Error::invalid(format!(
+                    "'{name}' is filed under dataset {owner}, which is gone"
+                ))
+            })?;
+            let (map, obj_type) = match kid {
+                true => (&mut o.children, ot::DSL_DIR_CHILD_MAP),
+                false => (&mut o.snaps, ot::DSL_DS_SNAP_MAP),
+            };
+            if *map == 0 {
+                *map = create_map(&store, obj_type)?;
+                new_maps.insert(owner);
+            }
+            Zap::at(&store, *map).insert(name.as_bytes(), value, 0)?;
         }
         let extra = store.into.into_inner();
-        let mut keep = HashMap::new();
-        let mut put = |obj: u64, off: u64, bytes: Vec<u8>| -> Result<()> {
-            if written.records.get(&obj) != Some(&bytes) {
-                self.mos.replace_in_sync(extra, obj, off, &bytes)?;
+        // Records: the changed ones, and those naming a map made now.
+        for id in new_maps {
+            if !changed.iter().any(|d| d.id == id) {
+                if let Some(d) = datasets.get(&id) {
+                    changed.push(d.phys.read().clone());
+                }
             }
-            keep.insert(obj, bytes);
+        }
+        let mut put = |obj: u64, off: u64, bytes: Vec<u8>| -> Result<()> {
+            if records.get(&obj) != Some(&bytes) {
+                self.mos.replace_in_sync(extra, obj, off, &bytes)?;
+                records.insert(obj, bytes);
+            }
             Ok(())
         };
-        let mut root_dir = 0;
-        for d in &all.datasets {
-            let (o, dir, head) = dir_records(d, &objs)?;
+        let mut root_dir = None;
+        for d in &changed {
+            let (o, dir, head) = dir_records(d, dirs)?;
             if d.parent == 0 {
-                root_dir = o.dir;
+                root_dir = Some(o.dir);
             }
             put(o.dir, 0, json(&dir)?)?;
             put(d.id, RECORD_OFF, json(&head)?)?;
         }
-        for s in &all.snapshots {
-            put(s.id, RECORD_OFF, json(s)?)?;
+        for sp in &changed_snaps {
+            put(sp.id, RECORD_OFF, json(sp)?)?;
         }
-        written.records = keep;
-        written.dirs = objs;
-        if root_dir == 0 {
-            return Err(Error::invalid("no root dataset"));
+        if let Some(root_dir) = root_dir {
+            let ix = DslIndex {
+                root_dir,
+                ..Default::default()
+            };
+            if index.as_ref() != Some(&ix) {
+                self.mos.replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
+                w.note_feature(crate::spa::feature::DSL_DIRS);
+                *index = Some(ix);
+            }
         }
-        let ix = DslIndex {
-            root_dir,
-            ..Default::default()
-        };
-        if written.index.as_ref() != Some(&ix) {
-            self.mos.replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
-            w.note_feature(crate::spa::feature::DSL_DIRS);
-            written.index = Some(ix);
+        if index.as_ref().is_none_or(|ix| ix.root_dir == 0) {
+            return Err(Error::invalid("the DSL index names no root directory"));
         }
         Ok(())
     }
 }
 
-/// Bring map `*obj` (created here if it must hold something) from what the
-/// last sync left in it to `want`: entries that went or changed removed,
-/// then the new ones inserted.
-fn sync_map(
-    store: &InSync<'_, '_>,
-    obj: &mut u64,
-    obj_type: u8,
-    want: BTreeMap<String, u64>,
-    maps: &mut HashMap<u64, BTreeMap<String, u64>>,
-) -> Result<()> {
-    if *obj == 0 {
-        if want.is_empty() {
-            return Ok(());
-        }
-        let o = store.os.create_in_sync(
-            &mut store.into.borrow_mut(),
-            obj_type,
-            ZAP_BLOCK,
-            &ObjProps::METADATA,
-        )?;
-        Zap::init(store, o, zap::new_salt(o))?;
-        *obj = o;
-    }
-    let have = maps.remove(obj).unwrap_or_default();
-    let z = Zap::at(store, *obj);
-    for (name, v) in &have {
-        if want.get(name) != Some(v) {
-            z.remove(name.as_bytes())?;
-        }
-    }
-    for (name, v) in &want {
-        if have.get(name) != Some(v) {
-            z.insert(name.as_bytes(), *v, 0)?;
-        }
-    }
-    maps.insert(*obj, want);
-    Ok(())
+/// A new, empty map in sync context.
+fn create_map(store: &InSync<'_, '_>, obj_type: u8) -> Result<u64> {
+    let o = store.os.create_in_sync(
+        &mut store.into.borrow_mut(),
+        obj_type,
+        ZAP_BLOCK,
+        &ObjProps::METADATA,
+    )?;
+    Zap::init(store, o, zap::new_salt(o))?;
+    Ok(o)
 }
 
 /// A gone dataset's directory and maps are freed with the txg.
@@ -698,7 +748,12 @@ mod tests {
         let w = lock(&p.dsl.written);
         let mut objs: Vec<u64> = vec![dsl_obj];
         objs.extend(w.records.keys());
-        objs.extend(w.maps.keys());
+        objs.extend(
+            w.dirs
+                .values()
+                .flat_map(|o| [o.children, o.snaps])
+                .filter(|o| *o != 0),
+        );
         objs.into_iter().map(|o| (o, written_in(p, o))).collect()
     }
 

@@ -76,9 +76,9 @@ use crate::dmu::objset::{BlockReader, BlockWriter, Objset, TxgDirty};
 use crate::error::{Error, Result};
 use crate::spa::{lock, Pool};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// One snapshot's record in the DSL directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,20 +117,31 @@ pub struct SnapPhys {
 
 /// A snapshot in memory.
 pub struct Snapshot {
-    pub phys: RwLock<SnapPhys>,
+    pub phys: super::Record<SnapPhys>,
     /// Its object set's block pointer (never changes).
     pub root: BlkPtr,
 }
 
 impl Snapshot {
     pub fn phys(&self) -> SnapPhys {
-        rlock(&self.phys).clone()
+        self.phys.read().clone()
     }
 
     /// Whether `b` is this snapshot's object-set block.
     pub fn is_root(&self, b: &BlkPtr) -> bool {
         b.dva[0] == self.root.dva[0] && b.birth == self.root.birth
     }
+}
+
+/// Each dataset's snapshots, oldest first, and every snapshot by dataset
+/// and name and by its place in its line (`Pool::snap_index`).
+#[derive(Default)]
+pub struct SnapIndex {
+    /// The generation it was built at (`Dsl::snap_gen`).
+    built: Option<u64>,
+    by_ds: HashMap<u64, Vec<Arc<Snapshot>>>,
+    by_name: HashMap<(u64, String), Arc<Snapshot>>,
+    pos: HashMap<u64, usize>,
 }
 
 /// A change the next sync carries out (`Dsl::tasks`).
@@ -220,7 +231,7 @@ pub fn split_name(name: &str) -> Result<(&str, &str)> {
 impl Pool {
     /// A clone's origin snapshot.
     pub fn origin_snap(&self, d: &Dataset) -> Option<Arc<Snapshot>> {
-        let origin = rlock(&d.phys).origin;
+        let origin = d.phys.read().origin;
         rlock(&self.dsl.snaps).get(&origin).cloned()
     }
 
@@ -229,7 +240,7 @@ impl Pool {
         rlock(&self.dsl.list)
             .get(&ds)
             .and_then(|h| self.origin_snap(h))
-            .map_or(0, |o| rlock(&o.phys).txg)
+            .map_or(0, |o| o.phys.read().txg)
     }
 
     /// A clone's origin snapshot, with its full name.
@@ -245,7 +256,7 @@ impl Pool {
         let mut v: Vec<Arc<Dataset>> = self
             .datasets()
             .into_iter()
-            .filter(|d| rlock(&d.phys).origin == id)
+            .filter(|d| d.phys.read().origin == id)
             .collect();
         v.sort_by_key(|d| d.rel());
         v
@@ -274,15 +285,46 @@ impl Pool {
         Ok(())
     }
 
+    /// The snapshot index, rebuilt if a snapshot came, went, moved or was
+    /// renamed since it was built. The generation is read before the
+    /// list, and changes bump it after changing the list, so an index
+    /// built beside a change is rebuilt on the next use.
+    fn snap_index(&self) -> std::sync::MutexGuard<'_, SnapIndex> {
+        let mut ix = lock(&self.dsl.snap_index);
+        let gen = self.dsl.snap_gen.load(Ordering::Acquire);
+        if ix.built != Some(gen) {
+            let mut by_ds: HashMap<u64, Vec<Arc<Snapshot>>> = HashMap::new();
+            for s in rlock(&self.dsl.snaps).values() {
+                let ds = s.phys.read().ds;
+                by_ds.entry(ds).or_default().push(s.clone());
+            }
+            let mut by_name = HashMap::new();
+            let mut pos = HashMap::new();
+            for line in by_ds.values_mut() {
+                line.sort_by_key(|s| s.phys.read().txg);
+                for (i, s) in line.iter().enumerate() {
+                    let p = s.phys.read();
+                    by_name.insert((p.ds, p.name.clone()), s.clone());
+                    pos.insert(p.id, i);
+                }
+            }
+            *ix = SnapIndex {
+                built: Some(gen),
+                by_ds,
+                by_name,
+                pos,
+            };
+        }
+        ix
+    }
+
     /// Snapshots of dataset `ds` (by id), oldest first.
     pub fn snapshots_of(&self, ds: u64) -> Vec<Arc<Snapshot>> {
-        let mut v: Vec<Arc<Snapshot>> = rlock(&self.dsl.snaps)
-            .values()
-            .filter(|s| rlock(&s.phys).ds == ds)
+        self.snap_index()
+            .by_ds
+            .get(&ds)
             .cloned()
-            .collect();
-        v.sort_by_key(|s| rlock(&s.phys).txg);
-        v
+            .unwrap_or_default()
     }
 
     /// Every snapshot, as (full name, snapshot), by dataset name then txg.
@@ -291,7 +333,7 @@ impl Pool {
         for d in self.datasets() {
             let ds = self.ds_name(&d.rel());
             for s in self.snapshots_of(d.id()) {
-                out.push((format!("{ds}@{}", rlock(&s.phys).name), s));
+                out.push((format!("{ds}@{}", s.phys.read().name), s));
             }
         }
         out
@@ -299,12 +341,9 @@ impl Pool {
 
     /// Dataset `ds`'s snapshot called `name` (the part after '@').
     fn snapshot_named(&self, ds: u64, name: &str) -> Option<Arc<Snapshot>> {
-        rlock(&self.dsl.snaps)
-            .values()
-            .find(|s| {
-                let p = rlock(&s.phys);
-                p.ds == ds && p.name == name
-            })
+        self.snap_index()
+            .by_name
+            .get(&(ds, name.to_string()))
             .cloned()
     }
 
@@ -319,7 +358,7 @@ impl Pool {
                 let ds = self.ds_name(&x.rel());
                 self.snapshots_of(x.id())
                     .into_iter()
-                    .map(move |s| format!("{ds}@{}", rlock(&s.phys).name))
+                    .map(move |s| format!("{ds}@{}", s.phys.read().name))
             })
             .collect()
     }
@@ -339,17 +378,25 @@ impl Pool {
     /// dataset is next), the dataset (none if it is gone), and the dead
     /// list of whichever is next (0: empty).
     fn neighbours(&self, sp: &SnapPhys) -> Neighbours {
-        let chain = self.snapshots_of(sp.ds);
-        let at = chain.iter().position(|x| rlock(&x.phys).id == sp.id);
+        let (prev, next) = {
+            let ix = self.snap_index();
+            let chain = ix.by_ds.get(&sp.ds).map_or(&[][..], |v| v.as_slice());
+            let at = ix
+                .pos
+                .get(&sp.id)
+                .copied()
+                .filter(|&i| chain.get(i).is_some_and(|x| x.phys.read().id == sp.id));
+            let prev = at
+                .and_then(|i| i.checked_sub(1))
+                .map(|i| chain[i].phys.read().txg);
+            (prev, at.and_then(|i| chain.get(i + 1)).cloned())
+        };
         let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
         // A clone's first snapshot follows its origin.
-        let prev_txg = at
-            .and_then(|i| i.checked_sub(1))
-            .map_or_else(|| self.origin_txg(sp.ds), |i| rlock(&chain[i].phys).txg);
-        let next = at.and_then(|i| chain.get(i + 1)).cloned();
+        let prev_txg = prev.unwrap_or_else(|| self.origin_txg(sp.ds));
         let next_dl = match (&next, &head) {
-            (Some(n), _) => rlock(&n.phys).deadlist,
-            (None, Some(h)) => rlock(&h.phys).deadlist,
+            (Some(n), _) => n.phys.read().deadlist,
+            (None, Some(h)) => h.phys.read().deadlist,
             (None, None) => 0,
         };
         Neighbours {
@@ -474,12 +521,12 @@ impl Pool {
         let task = {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
-            if !rlock(&s.phys).holds.is_empty() {
+            if !s.phys.read().holds.is_empty() {
                 return Err(Error::Busy(format!(
                     "cannot destroy snapshot {name}: dataset is busy (it has user holds: see 'zfs holds')"
                 )));
             }
-            let clones = self.clones_of(rlock(&s.phys).id);
+            let clones = self.clones_of(s.phys.read().id);
             if !clones.is_empty() {
                 return Err(Error::Busy(format!(
                     "cannot destroy '{name}': snapshot has dependent clones\n\
@@ -494,7 +541,7 @@ impl Pool {
             let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
             lock(&self.dsl.tasks).push(SnapTask::Destroy {
                 task,
-                snap: rlock(&s.phys).id,
+                snap: s.phys.read().id,
             });
             task
         };
@@ -568,11 +615,11 @@ impl Pool {
                 self.open_txg(),
             )?);
             os.rewrite_root();
-            let mut phys = rlock(&d.phys).clone();
+            let mut phys = d.phys.read().clone();
             phys.dead_bytes = 0;
             phys.prev_snap_txg = sp.txg;
             let head = Arc::new(Dataset {
-                phys: RwLock::new(phys),
+                phys: super::Record::new(phys),
                 os: os.clone(),
                 zil: Default::default(),
             });
@@ -603,9 +650,9 @@ impl Pool {
         {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
-            let id = rlock(&s.phys).id;
-            if !rlock(&s.phys).holds.is_empty() || !self.clones_of(id).is_empty() {
-                wlock(&s.phys).defer_destroy = true;
+            let id = s.phys.read().id;
+            if !s.phys.read().holds.is_empty() || !self.clones_of(id).is_empty() {
+                s.phys.write().defer_destroy = true;
                 *lock(&self.dsl.dirty) = true;
                 drop(_g);
                 self.sync()?;
@@ -625,7 +672,7 @@ impl Pool {
             let mut found = Vec::new();
             for n in names {
                 let (_, s) = self.snapshot(n)?;
-                if rlock(&s.phys).holds.contains_key(tag) {
+                if s.phys.read().holds.contains_key(tag) {
                     return Err(Error::invalid(format!(
                         "cannot hold snapshot '{n}': tag already exists on this dataset"
                     )));
@@ -634,7 +681,7 @@ impl Pool {
             }
             let now = crate::spa::scan::now_secs();
             for s in found {
-                wlock(&s.phys).holds.insert(tag.to_string(), now);
+                s.phys.write().holds.insert(tag.to_string(), now);
             }
             *lock(&self.dsl.dirty) = true;
         }
@@ -653,7 +700,7 @@ impl Pool {
             let mut found = Vec::new();
             for n in names {
                 let (_, s) = self.snapshot(n)?;
-                if !rlock(&s.phys).holds.contains_key(tag) {
+                if !s.phys.read().holds.contains_key(tag) {
                     return Err(Error::invalid(format!(
                         "cannot release hold from snapshot '{n}': no such tag on this dataset"
                     )));
@@ -661,7 +708,7 @@ impl Pool {
                 found.push((n.clone(), s));
             }
             for (n, s) in found {
-                let mut p = wlock(&s.phys);
+                let mut p = s.phys.write();
                 p.holds.remove(tag);
                 if p.defer_destroy && p.holds.is_empty() && self.clones_of(p.id).is_empty() {
                     doomed.push(n);
@@ -700,7 +747,7 @@ impl Pool {
         {
             let _g = self.sync_guard()?;
             let (_, s) = self.snapshot(snap)?;
-            let mut p = wlock(&s.phys);
+            let mut p = s.phys.write();
             match v {
                 Some(v) => p.props.insert(name.to_string(), v),
                 None => p.props.remove(name),
@@ -718,7 +765,7 @@ impl Pool {
         s: &Snapshot,
         name: &str,
     ) -> (String, super::Source) {
-        if let Some(v) = rlock(&s.phys).props.get(name) {
+        if let Some(v) = s.phys.read().props.get(name) {
             return (v.clone(), super::Source::Local);
         }
         match self.user_prop(d, name) {
@@ -745,7 +792,8 @@ impl Pool {
                     "cannot rename to '{to}': dataset already exists"
                 )));
             }
-            wlock(&s.phys).name = new.to_string();
+            s.phys.write().name = new.to_string();
+            self.dsl.snaps_changed();
             *lock(&self.dsl.dirty) = true;
         }
         self.sync()?;
@@ -783,7 +831,7 @@ impl Pool {
             let moving: Vec<Arc<Snapshot>> = self
                 .snapshots_of(o.id())
                 .into_iter()
-                .filter(|x| rlock(&x.phys).txg <= sp.txg)
+                .filter(|x| x.phys.read().txg <= sp.txg)
                 .collect();
             for m in &moving {
                 let n = m.phys().name;
@@ -797,16 +845,17 @@ impl Pool {
             let root = lock(&self.st).dir.root_dataset;
             let key = |id: u64| if id == root { 1 } else { id };
             self.scan_rewind(key(o.id()).min(key(c.id())))?;
-            let grand = rlock(&o.phys).origin;
+            let grand = o.phys.read().origin;
             for m in &moving {
-                wlock(&m.phys).ds = c.id();
+                m.phys.write().ds = c.id();
             }
-            wlock(&c.phys).origin = grand;
-            wlock(&o.phys).origin = sp.id;
+            self.dsl.snaps_changed();
+            c.phys.write().origin = grand;
+            o.phys.write().origin = sp.id;
             // Recount what each line holds of its (new) origin.
             let grand_txg = rlock(&self.dsl.snaps)
                 .get(&grand)
-                .map_or(0, |g| rlock(&g.phys).txg);
+                .map_or(0, |g| g.phys.read().txg);
             // (Object-set blocks count too: the origin's own is in the old
             // line's list until the promote task moves it out.)
             let c_dead = match grand {
@@ -814,8 +863,8 @@ impl Pool {
                 _ => self.dead_bytes(&self.line_lists(&c, 0), Born::By(grand_txg), true)?,
             };
             let o_dead = self.dead_bytes(&self.line_lists(&o, 0), Born::By(sp.txg), true)?;
-            wlock(&c.phys).origin_dead = c_dead;
-            wlock(&o.phys).origin_dead = o_dead;
+            c.phys.write().origin_dead = c_dead;
+            o.phys.write().origin_dead = o_dead;
             *lock(&self.dsl.dirty) = true;
             let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
             lock(&self.dsl.tasks).push(SnapTask::Promote {
@@ -846,7 +895,7 @@ impl Pool {
     pub fn snapshot_written(&self, s: &Snapshot) -> Result<u64> {
         let sp = s.phys();
         let chain = self.snapshots_of(sp.ds);
-        let at = chain.iter().position(|x| rlock(&x.phys).id == sp.id);
+        let at = chain.iter().position(|x| x.phys.read().id == sp.id);
         let prev = match at.and_then(|i| i.checked_sub(1)) {
             Some(i) => Some(chain[i].clone()),
             None => rlock(&self.dsl.list)
@@ -871,7 +920,7 @@ impl Pool {
             .filter(|x| x.txg > txg)
             .map(|x| x.deadlist)
             .collect();
-        lists.push(rlock(&d.phys).deadlist);
+        lists.push(d.phys.read().deadlist);
         lists
     }
 
@@ -904,7 +953,7 @@ impl Pool {
         let chain = self.snapshots_of(ds);
         let head_dl = rlock(&self.dsl.list)
             .get(&ds)
-            .map_or(0, |h| rlock(&h.phys).deadlist);
+            .map_or(0, |h| h.phys.read().deadlist);
         let origin_txg = self.origin_txg(ds);
         let mut total = 0;
         let mut i = 0;
@@ -1002,7 +1051,7 @@ impl Pool {
                         .write_in_sync(dls.extra(), id, 0, &root.to_bytes())?;
                     let new_dl = dls.create()?;
                     let space = d.os.synced_space();
-                    let mut p = wlock(&d.phys);
+                    let mut p = d.phys.write();
                     let snap = SnapPhys {
                         id,
                         ds,
@@ -1025,10 +1074,11 @@ impl Pool {
                     wlock(&self.dsl.snaps).insert(
                         id,
                         Arc::new(Snapshot {
-                            phys: RwLock::new(snap),
+                            phys: super::Record::new(snap),
                             root,
                         }),
                     );
+                    self.dsl.snaps_changed();
                     log::info!("pool '{}': snapshot '{full}' taken in txg {txg}", self.name);
                 }
                 SnapTask::Destroy { task, snap } => {
@@ -1064,12 +1114,12 @@ impl Pool {
                     };
                     match (&next, &head) {
                         (Some(n), _) => {
-                            let mut np = wlock(&n.phys);
+                            let mut np = n.phys.write();
                             let np = &mut *np;
                             set(&mut np.deadlist, &mut np.dead_bytes);
                         }
                         (None, Some(h)) => {
-                            let mut hp = wlock(&h.phys);
+                            let mut hp = h.phys.write();
                             let hp = &mut *hp;
                             set(&mut hp.deadlist, &mut hp.dead_bytes);
                             hp.prev_snap_txg = prev_txg;
@@ -1078,6 +1128,7 @@ impl Pool {
                     }
                     dls.free_object(sp.id);
                     wlock(&self.dsl.snaps).remove(&sp.id);
+                    self.dsl.snaps_changed();
                     log::info!(
                         "pool '{}': snapshot '{}@{}' destroyed in txg {txg}",
                         self.name,
@@ -1098,27 +1149,27 @@ impl Pool {
                     let old_next = self
                         .snapshots_of(from)
                         .into_iter()
-                        .find(|x| rlock(&x.phys).txg > sp.txg);
+                        .find(|x| x.phys.read().txg > sp.txg);
                     let old_head = rlock(&self.dsl.list).get(&from).cloned();
                     let old_dl = match (&old_next, &old_head) {
-                        (Some(n), _) => rlock(&n.phys).deadlist,
-                        (None, Some(h)) => rlock(&h.phys).deadlist,
+                        (Some(n), _) => n.phys.read().deadlist,
+                        (None, Some(h)) => h.phys.read().deadlist,
                         (None, None) => 0,
                     };
                     if dls.remove(old_dl, s.root.birth, |b| s.is_root(b))? {
                         match (&old_next, &old_head) {
                             (Some(n), _) => {
-                                let mut np = wlock(&n.phys);
+                                let mut np = n.phys.write();
                                 np.dead_bytes = np.dead_bytes.saturating_sub(dsize);
                             }
                             (None, Some(h)) => {
-                                let mut hp = wlock(&h.phys);
+                                let mut hp = h.phys.write();
                                 hp.dead_bytes = hp.dead_bytes.saturating_sub(dsize);
                             }
                             (None, None) => {}
                         }
                         if let Some(h) = &old_head {
-                            let mut hp = wlock(&h.phys);
+                            let mut hp = h.phys.write();
                             hp.origin_dead = hp.origin_dead.saturating_sub(dsize);
                         }
                     }
@@ -1134,12 +1185,12 @@ impl Pool {
                     dls.append(new_dl, key, s.root)?;
                     match (&n.next, &n.head) {
                         (Some(x), _) => {
-                            let mut xp = wlock(&x.phys);
+                            let mut xp = x.phys.write();
                             xp.deadlist = new_dl;
                             xp.dead_bytes += dsize;
                         }
                         (None, Some(h)) => {
-                            let mut hp = wlock(&h.phys);
+                            let mut hp = h.phys.write();
                             hp.deadlist = new_dl;
                             hp.dead_bytes += dsize;
                         }
@@ -1162,12 +1213,12 @@ impl Pool {
                     // What the list held, the head holds again (it is the
                     // snapshot's tree); this txg's entries are the new
                     // head's first kills (the snapshot's object-set block).
-                    let dl = rlock(&h.phys).deadlist;
+                    let dl = h.phys.read().deadlist;
                     // A clone's entries that were its origin's leave its
                     // charge with them.
                     if let Some(o) = self.origin_snap(&h) {
                         let gone = dls.bytes(dl, Born::By(o.phys().txg))?;
-                        let mut hp = wlock(&h.phys);
+                        let mut hp = h.phys.write();
                         hp.origin_dead = hp.origin_dead.saturating_sub(gone);
                     }
                     dls.clear(dl)?;
@@ -1295,7 +1346,7 @@ impl Pool {
     pub fn live_snapshot(&self, id: u64, guid: u64) -> Option<Arc<Snapshot>> {
         rlock(&self.dsl.snaps)
             .get(&id)
-            .filter(|s| rlock(&s.phys).guid == guid)
+            .filter(|s| s.phys.read().guid == guid)
             .cloned()
     }
 }

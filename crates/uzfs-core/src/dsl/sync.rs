@@ -98,7 +98,7 @@ impl Pool {
         let mut data_bytes = 0;
         for (d, old, dirty) in &sets {
             let (snap_txg, deadlist) = {
-                let p = d.phys.read().unwrap_or_else(|e| e.into_inner());
+                let p = d.phys.read();
                 (p.prev_snap_txg, p.deadlist)
             };
             w.dead = (snap_txg > 0).then(|| (snap_txg, Vec::new()));
@@ -120,7 +120,7 @@ impl Pool {
                         .sum();
                 }
                 let bytes: u64 = dead.iter().map(|b| w.alloc.dsize(b)).sum();
-                let mut p = d.phys.write().unwrap_or_else(|e| e.into_inner());
+                let mut p = d.phys.write();
                 p.dead_bytes += bytes;
                 p.origin_dead += origin_dead;
                 drop(p);

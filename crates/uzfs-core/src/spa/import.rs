@@ -377,7 +377,7 @@ impl Pool {
             let bp = super::dataset_bp(&mos, d.id)?;
             let os = Arc::new(Objset::open(&bp, io.clone(), gate.clone(), open_txg)?);
             children.push(Arc::new(crate::dsl::Dataset {
-                phys: std::sync::RwLock::new(d),
+                phys: crate::dsl::Record::new(d),
                 os,
                 zil: Default::default(),
             }));
@@ -389,7 +389,7 @@ impl Pool {
             }
             let root = super::dataset_bp(&mos, sp.id)?;
             snaps.push(Arc::new(crate::dsl::snapshot::Snapshot {
-                phys: std::sync::RwLock::new(sp),
+                phys: crate::dsl::Record::new(sp),
                 root,
             }));
         }
@@ -432,7 +432,7 @@ impl Pool {
         {
             let mut list = pool.dsl.list.write().unwrap_or_else(|e| e.into_inner());
             if let (Some(p), Some(root)) = (root_phys, list.get(&root_id)) {
-                *root.phys.write().unwrap_or_else(|e| e.into_inner()) = p;
+                *root.phys.write() = p;
             }
             for c in children {
                 list.insert(c.id(), c);
@@ -442,6 +442,8 @@ impl Pool {
                 let id = s.phys().id;
                 snap_list.insert(id, s);
             }
+            drop(snap_list);
+            pool.dsl.snaps_changed();
         }
         pool.io.suspension.set_mode(lock(&pool.st).props.failmode);
         // Before anything is allocated or served (zil/mod.rs).

@@ -454,7 +454,7 @@ impl Pool {
     ) -> Arc<Pool> {
         st.alloc.fence = io.reuse_fence.clone();
         let root_ds = Arc::new(crate::dsl::Dataset {
-            phys: std::sync::RwLock::new(crate::dsl::DsPhys {
+            phys: crate::dsl::Record::new(crate::dsl::DsPhys {
                 id: st.dir.root_dataset,
                 ..Default::default()
             }),
