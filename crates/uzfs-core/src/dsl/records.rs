@@ -171,6 +171,9 @@ pub struct Written {
     /// Dirs layout: where each snapshot is filed (its dataset and name),
     /// by snapshot id.
     snaps: HashMap<u64, (u64, String)>,
+    /// Datasets and snapshots whose records the last sync derived (what
+    /// changed, came or moved), for the tests.
+    derived: usize,
 }
 
 fn read_record<T: serde::de::DeserializeOwned>(mos: &Objset, id: u64, what: &str) -> Result<T> {
@@ -514,6 +517,7 @@ impl Pool {
             dirs,
             kids,
             snaps: filed,
+            derived,
         } = written;
         // Gone: a dataset's directory and maps freed, its entry removed
         // from a parent that stays; a snapshot's entry removed.
@@ -633,6 +637,7 @@ impl Pool {
             }
             Ok(())
         };
+        *derived = changed.len() + changed_snaps.len();
         let mut root_dir = None;
         for d in &changed {
             let (o, dir, head) = dir_records(d, dirs)?;
@@ -803,6 +808,9 @@ mod tests {
         p.write(obj, 0, &vec![0x77; 64 << 10]).expect("overwrite");
         let txg = p.sync().expect("sync");
         assert_eq!(rewritten(&before, &p, txg), vec![root]);
+        // ... and only its record was derived, of 4 datasets and 41
+        // snapshots.
+        assert_eq!(lock(&p.dsl.written).derived, 1);
 
         // A snapshot: its record, its dataset's record and map.
         let before = layer_objects(&p);
@@ -814,6 +822,11 @@ mod tests {
         let mut want = vec![root, t.snaps, snap];
         want.sort_unstable();
         assert_eq!(rewritten(&before, &p, txg), want);
+        assert_eq!(
+            lock(&p.dsl.written).derived,
+            2,
+            "the dataset and its snapshot"
+        );
         assert!(written_in(&p, dsl_obj) < txg, "the index was rewritten");
 
         // Renamed in place: t's child map alone.
