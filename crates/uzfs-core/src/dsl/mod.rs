@@ -113,8 +113,11 @@ impl<T> Record<T> {
     }
     /// Whether it changed since the last call.
     pub fn take_changed(&self) -> bool {
-        self.changed
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        // Most records of a sync did not change: read before writing.
+        self.changed.load(std::sync::atomic::Ordering::Acquire)
+            && self
+                .changed
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 }
 
@@ -174,9 +177,10 @@ pub struct Dsl {
     pub freeing: Mutex<async_destroy::FreeQueue>,
     /// The records as the last sync wrote them (`records.rs`).
     pub written: Mutex<records::Written>,
-    /// Snapshots of every dataset, by id (`dsl/snapshot.rs`). Whoever
-    /// adds or removes one, or changes one's dataset or name, calls
-    /// [`Dsl::snaps_changed`] after.
+    /// Snapshots of every dataset, by id (`dsl/snapshot.rs`). A snapshot
+    /// taken or destroyed goes through `Pool::snap_add`/`snap_remove`,
+    /// which keep the index; whoever else adds or removes one, or changes
+    /// one's dataset or name, calls [`Dsl::snaps_changed`] after.
     pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
     /// Bumped by [`Dsl::snaps_changed`]: the index below is stale.
     pub snap_gen: std::sync::atomic::AtomicU64,
@@ -537,7 +541,7 @@ impl Pool {
         }
         let _g = self.sync_guard()?;
         for x in kids.iter().chain(std::iter::once(&d)) {
-            if !self.snapshots_of(x.id()).is_empty() {
+            if self.snapshots_count(x.id()) > 0 {
                 return Err(Error::invalid(format!(
                     "cannot destroy '{name}': a snapshot was taken meanwhile"
                 )));

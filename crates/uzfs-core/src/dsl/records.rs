@@ -54,7 +54,7 @@
 //! `com.uzfs:dsl_dirs` (`zpool upgrade`) is rewritten in this layout by
 //! its next sync that changes the layer.
 
-use super::snapshot::{SnapPhys, Snapshot};
+use super::snapshot::SnapPhys;
 use super::{rlock, Dataset, DsPhys, DslDirPhys};
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
@@ -506,7 +506,7 @@ impl Pool {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
-        let snaps: Vec<Arc<Snapshot>> = rlock(&self.dsl.snaps).values().cloned().collect();
+        let snaps = rlock(&self.dsl.snaps);
         let store = InSync {
             os: &self.mos,
             into: RefCell::new(extra),
@@ -537,20 +537,14 @@ impl Pool {
                 removals.push((parent, name, true));
             }
         }
-        let live_snaps: HashSet<u64> = snaps.iter().map(|s| s.phys.read().id).collect();
-        filed.retain(|id, (ds, name)| {
-            let keep = live_snaps.contains(id);
-            if !keep {
-                records.remove(id);
-                removals.push((*ds, std::mem::take(name), false));
-            }
-            keep
-        });
-        // Changed: new ones get a directory.
+        // Changed: new ones get a directory. The first sync in this layout
+        // files everything (records whose marks an earlier layout's syncs
+        // left alone or took).
         let mut changed: Vec<DsPhys> = Vec::new();
+        let all = index.as_ref().is_none_or(|ix| ix.root_dir == 0);
         for (id, d) in &datasets {
             let new = !dirs.contains_key(id);
-            if d.phys.take_changed() || new {
+            if d.phys.take_changed() || new || all {
                 if new {
                     let dir = self.mos.create_in_sync(
                         &mut store.into.borrow_mut(),
@@ -570,12 +564,28 @@ impl Pool {
             }
         }
         let mut changed_snaps: Vec<SnapPhys> = Vec::new();
-        for s in &snaps {
-            let id = s.phys.read().id;
-            if s.phys.take_changed() || !filed.contains_key(&id) {
+        for s in snaps.values() {
+            if s.phys.take_changed() || all {
                 changed_snaps.push(s.phys.read().clone());
             }
         }
+        // Snapshots gone: what is filed and no longer listed (looked for
+        // only when the counts say some are; new ones are in both).
+        let fresh = changed_snaps
+            .iter()
+            .filter(|sp| !filed.contains_key(&sp.id))
+            .count();
+        if filed.len() + fresh > snaps.len() {
+            filed.retain(|id, (ds, name)| {
+                let keep = snaps.contains_key(id);
+                if !keep {
+                    records.remove(id);
+                    removals.push((*ds, std::mem::take(name), false));
+                }
+                keep
+            });
+        }
+        drop(snaps);
         // Map entries: where each changed one was filed and is filed now.
         let mut inserts: Vec<(u64, String, u64, bool)> = Vec::new();
         for d in changed.iter().filter(|d| d.parent != 0) {

@@ -318,6 +318,58 @@ impl Pool {
         ix
     }
 
+    /// A snapshot is taken: into the list, and into the index in place
+    /// if the index is current (both under the index's lock, so no reader
+    /// sees one without the other).
+    fn snap_add(&self, s: Arc<Snapshot>) {
+        let mut ix = lock(&self.dsl.snap_index);
+        let p = s.phys();
+        wlock(&self.dsl.snaps).insert(p.id, s.clone());
+        if ix.built != Some(self.dsl.snap_gen.load(Ordering::Acquire)) {
+            return;
+        }
+        let SnapIndex {
+            by_ds,
+            by_name,
+            pos,
+            ..
+        } = &mut *ix;
+        let line = by_ds.entry(p.ds).or_default();
+        let at = line.partition_point(|x| x.phys.read().txg <= p.txg);
+        line.insert(at, s.clone());
+        for (i, x) in line.iter().enumerate().skip(at) {
+            pos.insert(x.phys.read().id, i);
+        }
+        by_name.insert((p.ds, p.name), s);
+    }
+
+    /// A snapshot is destroyed: out of the list and the index.
+    fn snap_remove(&self, sp: &SnapPhys) {
+        let mut ix = lock(&self.dsl.snap_index);
+        wlock(&self.dsl.snaps).remove(&sp.id);
+        if ix.built != Some(self.dsl.snap_gen.load(Ordering::Acquire)) {
+            return;
+        }
+        let SnapIndex {
+            by_ds,
+            by_name,
+            pos,
+            ..
+        } = &mut *ix;
+        let Some(line) = by_ds.get_mut(&sp.ds) else {
+            return;
+        };
+        let Some(at) = line.iter().position(|x| x.phys.read().id == sp.id) else {
+            return;
+        };
+        line.remove(at);
+        pos.remove(&sp.id);
+        for (i, x) in line.iter().enumerate().skip(at) {
+            pos.insert(x.phys.read().id, i);
+        }
+        by_name.remove(&(sp.ds, sp.name.clone()));
+    }
+
     /// Snapshots of dataset `ds` (by id), oldest first.
     pub fn snapshots_of(&self, ds: u64) -> Vec<Arc<Snapshot>> {
         self.snap_index()
@@ -325,6 +377,11 @@ impl Pool {
             .get(&ds)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// How many snapshots dataset `ds` has.
+    pub fn snapshots_count(&self, ds: u64) -> usize {
+        self.snap_index().by_ds.get(&ds).map_or(0, |v| v.len())
     }
 
     /// Every snapshot, as (full name, snapshot), by dataset name then txg.
@@ -422,7 +479,7 @@ impl Pool {
     pub fn snapshot_count(&self, d: &Arc<Dataset>) -> u64 {
         std::iter::once(d.clone())
             .chain(self.descendants(d))
-            .map(|x| self.snapshots_of(x.id()).len() as u64)
+            .map(|x| self.snapshots_count(x.id()) as u64)
             .sum()
     }
 
@@ -1071,14 +1128,10 @@ impl Pool {
                     p.prev_snap_txg = txg;
                     drop(p);
                     w.note_feature(crate::spa::feature::SNAPSHOTS);
-                    wlock(&self.dsl.snaps).insert(
-                        id,
-                        Arc::new(Snapshot {
-                            phys: super::Record::new(snap),
-                            root,
-                        }),
-                    );
-                    self.dsl.snaps_changed();
+                    self.snap_add(Arc::new(Snapshot {
+                        phys: super::Record::new(snap),
+                        root,
+                    }));
                     log::info!("pool '{}': snapshot '{full}' taken in txg {txg}", self.name);
                 }
                 SnapTask::Destroy { task, snap } => {
@@ -1127,8 +1180,7 @@ impl Pool {
                         (None, None) => {}
                     }
                     dls.free_object(sp.id);
-                    wlock(&self.dsl.snaps).remove(&sp.id);
-                    self.dsl.snaps_changed();
+                    self.snap_remove(&sp);
                     log::info!(
                         "pool '{}': snapshot '{}@{}' destroyed in txg {txg}",
                         self.name,
