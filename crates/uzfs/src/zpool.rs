@@ -402,7 +402,7 @@ pub fn run(d: &Daemon, args: &[String], cwd: &Path) -> Response {
         "remove" => crate::vdevs::remove(d, rest, &full),
         "wait" => crate::vdevs::wait(d, rest),
         "iostat" => crate::iostat::snapshot_cmd(d, rest),
-        "upgrade" => upgrade(rest),
+        "upgrade" => upgrade(d, rest),
         "help" | "-?" | "--help" => Response::ok(USAGE.into()),
         "checkpoint" | "trim" | "initialize" | "split" | "reguid" | "reopen" | "events"
         | "resilver" | "prefetch" | "ddtprune" | "discard-checkpoint" => {
@@ -1627,14 +1627,18 @@ fn labelclear(d: &Daemon, args: &[String], cwd: &Path) -> Response {
     }
 }
 
-fn upgrade(args: &[String]) -> Response {
-    let (o, _rest) = match getopt(args, "V:!va") {
+/// `zpool upgrade`: `-v` lists the features this build knows; no
+/// argument lists the imported pools that miss some (made by an earlier
+/// build); `-a` or `POOL...` enables them.
+fn upgrade(d: &Daemon, args: &[String]) -> Response {
+    let (o, rest) = match getopt(args, "V:!va") {
         Ok(x) => x,
         Err(e) => return usage_err(&e),
     };
+    const HEAD: &str = "This system supports ZFS pool feature flags.\n\n";
     if has(&o, 'v') {
-        let mut out = String::from(
-            "This system supports ZFS pool feature flags.\n\nThe following features are supported:\n\nFEAT DESCRIPTION\n-------------------------------------------------------------\n",
+        let mut out = format!(
+            "{HEAD}The following features are supported:\n\nFEAT DESCRIPTION\n-------------------------------------------------------------\n"
         );
         for f in feature::FEATURES {
             out.push_str(&format!(
@@ -1651,7 +1655,64 @@ fn upgrade(args: &[String]) -> Response {
         out.push_str("\nThe following legacy versions are also supported: none (uzfs pools always use feature flags).\n");
         return Response::ok(out);
     }
-    Response::ok("This system supports ZFS pool feature flags.\n\nAll pools are formatted using feature flags.\n\nEvery feature flags pool has all supported and requested features enabled.\n".into())
+    let all = has(&o, 'a');
+    if all && !rest.is_empty() {
+        return usage_err("-a cannot be combined with pool names");
+    }
+    let pools = match (all || !rest.is_empty(), pools_or_all(d, &rest)) {
+        (_, Err(r)) => return r,
+        (_, Ok(mut ps)) => {
+            ps.sort_by(|a, b| a.name.cmp(&b.name));
+            ps
+        }
+    };
+    let mut out = String::from(HEAD);
+    if !all && rest.is_empty() {
+        out.push_str("All pools are formatted using feature flags.\n\n");
+        let behind: Vec<(String, Vec<&str>)> = pools
+            .iter()
+            .map(|p| (p.name.clone(), p.missing_features()))
+            .filter(|(_, m)| !m.is_empty())
+            .collect();
+        if behind.is_empty() {
+            out.push_str(
+                "Every feature flags pool has all supported and requested features enabled.\n",
+            );
+            return Response::ok(out);
+        }
+        out.push_str(
+            "Some supported features are not enabled on the following pools. Once a\n\
+             feature is enabled the pool may become incompatible with software\n\
+             that does not support the feature. See zpool-features(7) for details.\n\n\
+             POOL  FEATURE\n---------------\n",
+        );
+        for (name, missing) in behind {
+            out.push_str(&format!("{name}\n"));
+            for f in missing {
+                out.push_str(&format!("      {}\n", feature::short(f)));
+            }
+        }
+        return Response::ok(out);
+    }
+    for p in pools {
+        match p.enable_features() {
+            Ok(added) if added.is_empty() => out.push_str(&format!(
+                "Pool '{}' already has all supported and requested features enabled.\n",
+                p.name
+            )),
+            Ok(added) => {
+                out.push_str(&format!(
+                    "Enabled the following features on '{}':\n",
+                    p.name
+                ));
+                for f in added {
+                    out.push_str(&format!("  {}\n", feature::short(f)));
+                }
+            }
+            Err(e) => return err(format!("cannot upgrade '{}': {e}", p.name)),
+        }
+    }
+    Response::ok(out)
 }
 
 /// `uzfs object put|get|write POOL ...`: direct access to the root

@@ -226,6 +226,26 @@ fn multicall_links_and_upgrade() {
     );
     let a = e.disk("a", 128);
     assert!(zpool(&["create", "viaLink", &a]).status.success());
+    // A pool made by this build lacks nothing: listed as such, and an
+    // upgrade of it or of all says so (a pool made before a feature gets
+    // it enabled: `dsl/records.rs`, every_layout_reads_and_converts).
+    let text = |o: std::process::Output| {
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = text(zpool(&["upgrade"]));
+    assert!(out.contains("Every feature flags pool has all"), "{out}");
+    for args in [&["upgrade", "viaLink"][..], &["upgrade", "-a"][..]] {
+        let out = text(zpool(args));
+        assert!(
+            out.contains("Pool 'viaLink' already has all supported"),
+            "{out}"
+        );
+    }
+    let o = zpool(&["upgrade", "-a", "viaLink"]);
+    assert!(!o.status.success());
+    let o = zpool(&["upgrade", "nosuch"]);
+    assert!(!o.status.success());
     let zdb = Command::new(bin.join("zdb"))
         .args(["-l", &a])
         .output()

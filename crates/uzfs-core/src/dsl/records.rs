@@ -888,8 +888,9 @@ mod tests {
     /// Every layout reads and converts: a pool with the records inline
     /// (the first layout) imports, and its first sync writes the dirs
     /// layout with nothing lost; without `dsl_dirs` the records layout is
-    /// written, without `dsl_records` too the inline one; enabled again,
-    /// the dirs layout, and each reads back after export.
+    /// written, without `dsl_records` too the inline one; enabled again
+    /// (`zpool upgrade`), the dirs layout, and each reads back after
+    /// export.
     #[test]
     fn every_layout_reads_and_converts() {
         let world = SimWorld::new();
@@ -946,11 +947,22 @@ mod tests {
             (&[crate::spa::feature::DSL_RECORDS][..], "inline"),
             (&[][..], "dirs"),
         ] {
-            {
+            if drop_features.is_empty() {
+                // `zpool upgrade`: what the pool lacks is enabled, and the
+                // layer is rewritten in the layout that allows.
+                let missing = p.missing_features();
+                assert_eq!(
+                    missing,
+                    vec![
+                        crate::spa::feature::DSL_RECORDS,
+                        crate::spa::feature::DSL_DIRS
+                    ]
+                );
+                assert_eq!(p.enable_features().expect("upgrade"), missing);
+                assert!(p.missing_features().is_empty());
+                assert!(p.enable_features().expect("again").is_empty());
+            } else {
                 let mut st = lock(&p.st);
-                if drop_features.is_empty() {
-                    st.config.features = crate::spa::feature::default_set();
-                }
                 for f in drop_features {
                     st.config.features.remove(*f);
                 }

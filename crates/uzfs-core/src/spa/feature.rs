@@ -118,6 +118,52 @@ pub fn default_set() -> BTreeMap<String, FeatureEntry> {
         .collect()
 }
 
+impl super::Pool {
+    /// The features this build knows that the pool does not list: it was
+    /// made by a build before them (`zpool upgrade` lists such pools).
+    pub fn missing_features(&self) -> Vec<&'static str> {
+        let have = self.config().features;
+        FEATURES
+            .iter()
+            .map(|f| f.name)
+            .filter(|n| !have.contains_key(*n))
+            .collect()
+    }
+
+    /// `zpool upgrade POOL`: every feature this build knows and the pool
+    /// does not list becomes enabled, in the config of the next txg (what
+    /// uses one on disk activates it then). Returns them, once on disk.
+    pub fn enable_features(&self) -> Result<Vec<&'static str>> {
+        self.check_rw()?;
+        let added: Vec<&'static str> = {
+            let mut st = super::lock(&self.st);
+            let mut added = Vec::new();
+            for f in FEATURES {
+                if !st.config.features.contains_key(f.name) {
+                    st.config.features.insert(
+                        f.name.to_string(),
+                        FeatureEntry {
+                            state: FeatureState::Enabled,
+                            read_only_compatible: f.read_only_compatible,
+                        },
+                    );
+                    added.push(f.name);
+                }
+            }
+            if !added.is_empty() {
+                st.config_dirty = true;
+            }
+            added
+        };
+        if !added.is_empty() {
+            // The layer is rewritten in a layout a new feature allows.
+            *super::lock(&self.dsl.dirty) = true;
+            self.sync()?;
+        }
+        Ok(added)
+    }
+}
+
 /// Refuse a pool that depends on a feature this build does not implement.
 pub fn check_importable(pool: &str, features: &BTreeMap<String, FeatureEntry>) -> Result<()> {
     let unknown: Vec<String> = features
