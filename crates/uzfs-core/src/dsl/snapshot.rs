@@ -144,6 +144,19 @@ pub struct SnapIndex {
     pos: HashMap<u64, usize>,
 }
 
+impl SnapIndex {
+    /// The places of dataset `ds`'s snapshots from `at` on, after one
+    /// came or went there.
+    fn renumber(&mut self, ds: u64, at: usize) {
+        let Some(line) = self.by_ds.get(&ds) else {
+            return;
+        };
+        for (i, x) in line.iter().enumerate().skip(at) {
+            self.pos.insert(x.phys.read().id, i);
+        }
+    }
+}
+
 /// A change the next sync carries out (`Dsl::tasks`).
 pub enum SnapTask {
     Create {
@@ -325,49 +338,39 @@ impl Pool {
         let mut ix = lock(&self.dsl.snap_index);
         let p = s.phys();
         wlock(&self.dsl.snaps).insert(p.id, s.clone());
-        if ix.built != Some(self.dsl.snap_gen.load(Ordering::Acquire)) {
+        if !self.index_current(&ix) {
             return;
         }
-        let SnapIndex {
-            by_ds,
-            by_name,
-            pos,
-            ..
-        } = &mut *ix;
-        let line = by_ds.entry(p.ds).or_default();
+        let line = ix.by_ds.entry(p.ds).or_default();
         let at = line.partition_point(|x| x.phys.read().txg <= p.txg);
         line.insert(at, s.clone());
-        for (i, x) in line.iter().enumerate().skip(at) {
-            pos.insert(x.phys.read().id, i);
-        }
-        by_name.insert((p.ds, p.name), s);
+        ix.renumber(p.ds, at);
+        ix.by_name.insert((p.ds, p.name), s);
     }
 
     /// A snapshot is destroyed: out of the list and the index.
     fn snap_remove(&self, sp: &SnapPhys) {
         let mut ix = lock(&self.dsl.snap_index);
         wlock(&self.dsl.snaps).remove(&sp.id);
-        if ix.built != Some(self.dsl.snap_gen.load(Ordering::Acquire)) {
+        if !self.index_current(&ix) {
             return;
         }
-        let SnapIndex {
-            by_ds,
-            by_name,
-            pos,
-            ..
-        } = &mut *ix;
-        let Some(line) = by_ds.get_mut(&sp.ds) else {
+        let Some(line) = ix.by_ds.get_mut(&sp.ds) else {
             return;
         };
         let Some(at) = line.iter().position(|x| x.phys.read().id == sp.id) else {
             return;
         };
         line.remove(at);
-        pos.remove(&sp.id);
-        for (i, x) in line.iter().enumerate().skip(at) {
-            pos.insert(x.phys.read().id, i);
-        }
-        by_name.remove(&(sp.ds, sp.name.clone()));
+        ix.pos.remove(&sp.id);
+        ix.renumber(sp.ds, at);
+        ix.by_name.remove(&(sp.ds, sp.name.clone()));
+    }
+
+    /// Whether the index was built at the current generation (a stale one
+    /// is rebuilt whole on its next use, so changes skip it).
+    fn index_current(&self, ix: &SnapIndex) -> bool {
+        ix.built == Some(self.dsl.snap_gen.load(Ordering::Acquire))
     }
 
     /// Snapshots of dataset `ds` (by id), oldest first.
