@@ -43,7 +43,7 @@ where 'command' is one of the following:
 \timport [-d dir | -c cachefile] [-D] [-f] [-N] [-o property=value] ... [-R root]
 \t    <pool | id> [newpool]
 \texport [-f] [-a | <pool> ...]
-\tupgrade [-v]
+\tupgrade [-v] | [-a | pool...]
 
 \thistory [-i] [pool] ...
 \tsync [pool] ...
