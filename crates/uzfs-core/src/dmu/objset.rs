@@ -258,6 +258,18 @@ impl TxgDirty {
     pub fn is_empty(&self) -> bool {
         self.objs.is_empty()
     }
+
+    /// Sync context: object `obj` is freed in this txg (whatever was
+    /// changed in it here is dropped).
+    pub fn free_object(&mut self, obj: u64) {
+        self.objs.insert(
+            obj,
+            DirtyObj {
+                freed: true,
+                ..Default::default()
+            },
+        );
+    }
 }
 
 struct OsState {

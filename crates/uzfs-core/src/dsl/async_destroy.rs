@@ -36,7 +36,7 @@
 
 use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
 use crate::dmu::dnode::{ot, ObjProps};
-use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
+use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
 use crate::dmu::traverse::{self, At, Next, Position, Visitor};
 use crate::error::{Error, Result};
 use crate::spa::{lock, Pool};
@@ -341,13 +341,7 @@ impl Pool {
                         budget.blocks -= n;
                     }
                     if *next >= *count {
-                        extra.objs.insert(
-                            *obj,
-                            DirtyObj {
-                                freed: true,
-                                ..Default::default()
-                            },
-                        );
+                        extra.free_object(*obj);
                         true
                     } else {
                         false

@@ -61,7 +61,7 @@
 use super::rlock;
 use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
 use crate::dmu::dnode::{ot, ObjProps};
-use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
+use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
 use crate::error::{Error, Result};
 use crate::spa::{lock, Pool};
 use std::collections::BTreeMap;
@@ -667,13 +667,7 @@ impl<'a> DlSync<'a> {
             }
         }
         for obj in &self.freed {
-            self.extra.objs.insert(
-                *obj,
-                DirtyObj {
-                    freed: true,
-                    ..Default::default()
-                },
-            );
+            self.extra.free_object(*obj);
         }
         Ok(std::mem::take(&mut self.freed))
     }

@@ -57,7 +57,7 @@
 use super::snapshot::SnapPhys;
 use super::{rlock, Dataset, DsPhys, DslDirPhys};
 use crate::dmu::dnode::{ot, ObjProps};
-use crate::dmu::objset::{BlockWriter, DirtyObj, Objset, TxgDirty};
+use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
 use crate::dmu::zap::{self, InSync, Zap, ZAP_BLOCK};
 use crate::error::{Error, Result};
 use crate::spa::{lock, Pool};
@@ -694,13 +694,7 @@ fn create_map(store: &InSync<'_, '_>, obj_type: u8) -> Result<u64> {
 fn free_dir_objs(extra: &mut TxgDirty, o: &DirObjs) {
     for obj in [o.dir, o.children, o.snaps] {
         if obj != 0 {
-            extra.objs.insert(
-                obj,
-                DirtyObj {
-                    freed: true,
-                    ..Default::default()
-                },
-            );
+            extra.free_object(obj);
         }
     }
 }

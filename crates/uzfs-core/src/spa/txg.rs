@@ -1179,13 +1179,7 @@ impl Pool {
                     self.mos
                         .write_in_sync(extra, new_sm, 0, &space_map::encode(&entries))?;
                 }
-                extra.objs.insert(
-                    ms.sm_obj,
-                    crate::dmu::objset::DirtyObj {
-                        freed: true,
-                        ..Default::default()
-                    },
-                );
+                extra.free_object(ms.sm_obj);
                 self.mos
                     .write_in_sync(extra, tc.ms_array, i as u64 * 8, &new_sm.to_le_bytes())?;
                 ms.sm_obj = new_sm;
