@@ -1722,8 +1722,10 @@ impl Objset {
                 .get(&obj)
                 .and_then(|o| o.blocks.get(&blkid))
                 .cloned();
+            // A write that covers the block whole needs nothing of it.
             let mut block = match have {
                 Some(b) => b,
+                None if n == bs as usize => Arc::new(vec![0u8; bs as usize]),
                 None => match read_tree_block(&*self.reader, &dn, blkid)? {
                     Some(b) => b,
                     None => Arc::new(vec![0u8; bs as usize]),
