@@ -1659,13 +1659,11 @@ fn upgrade(d: &Daemon, args: &[String]) -> Response {
     if all && !rest.is_empty() {
         return usage_err("-a cannot be combined with pool names");
     }
-    let pools = match (all || !rest.is_empty(), pools_or_all(d, &rest)) {
-        (_, Err(r)) => return r,
-        (_, Ok(mut ps)) => {
-            ps.sort_by(|a, b| a.name.cmp(&b.name));
-            ps
-        }
+    let mut pools = match pools_or_all(d, &rest) {
+        Ok(ps) => ps,
+        Err(r) => return r,
     };
+    pools.sort_by(|a, b| a.name.cmp(&b.name));
     let mut out = String::from(HEAD);
     if !all && rest.is_empty() {
         out.push_str("All pools are formatted using feature flags.\n\n");

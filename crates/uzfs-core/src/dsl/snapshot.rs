@@ -306,27 +306,22 @@ impl Pool {
         let mut ix = lock(&self.dsl.snap_index);
         let gen = self.dsl.snap_gen.load(Ordering::Acquire);
         if ix.built != Some(gen) {
-            let mut by_ds: HashMap<u64, Vec<Arc<Snapshot>>> = HashMap::new();
-            for s in rlock(&self.dsl.snaps).values() {
-                let ds = s.phys.read().ds;
-                by_ds.entry(ds).or_default().push(s.clone());
-            }
-            let mut by_name = HashMap::new();
-            let mut pos = HashMap::new();
-            for line in by_ds.values_mut() {
-                line.sort_by_key(|s| s.phys.read().txg);
-                for (i, s) in line.iter().enumerate() {
-                    let p = s.phys.read();
-                    by_name.insert((p.ds, p.name.clone()), s.clone());
-                    pos.insert(p.id, i);
-                }
-            }
             *ix = SnapIndex {
                 built: Some(gen),
-                by_ds,
-                by_name,
-                pos,
+                ..Default::default()
             };
+            for s in rlock(&self.dsl.snaps).values() {
+                let p = s.phys.read();
+                ix.by_ds.entry(p.ds).or_default().push(s.clone());
+                ix.by_name.insert((p.ds, p.name.clone()), s.clone());
+            }
+            let lines: Vec<u64> = ix.by_ds.keys().copied().collect();
+            for ds in lines {
+                if let Some(line) = ix.by_ds.get_mut(&ds) {
+                    line.sort_by_key(|s| s.phys.read().txg);
+                }
+                ix.renumber(ds, 0);
+            }
         }
         ix
     }
