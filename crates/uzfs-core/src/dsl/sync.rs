@@ -1,20 +1,33 @@
 //! The dataset layer's part of a txg sync (OpenZFS `dsl_pool_sync`): the
-//! SPA's sync (`spa/txg.rs`) freezes the layer, writes it in its first
-//! pass, and hands it the MOS in its second; everything about datasets,
-//! snapshots, dead lists, background frees and DSL records happens here.
+//! SPA freezes the layer while it closes the txg, then syncs it through
+//! one call, [`Pool::dsl_pool_sync`], and tells it when the txg
+//! committed. Everything about datasets, snapshots, dead lists, background
+//! frees and DSL records happens here; the SPA adds only its own objects
+//! (config, space maps, history) to the MOS passes that follow.
 //!
-//! 1. [`Pool::dsl_freeze`] (with writers quiesced): every dataset's open
-//!    txg closes, and the destroyed datasets and snapshot tasks queued
-//!    for this txg are taken.
-//! 2. [`Pool::dsl_sync_datasets`] (pass 1): each dataset's object set is
-//!    written; what a dataset with snapshots lets go of that its latest
-//!    snapshot still holds (born at or before it) is collected for its
-//!    dead list instead of freed (`SyncWriter::dead`).
-//! 3. [`Pool::dsl_sync_mos`] (pass 2): new object-set pointers into the
-//!    datasets' MOS objects; destroyed sets queued and a budget of queued
-//!    frees done (`async_destroy.rs`); snapshots taken and destroyed and
-//!    dead lists grown (`snapshot.rs`); the free queue and the records
-//!    that changed written (`records.rs`).
+//! 1. [`Pool::dsl_freeze`] (with writers quiesced, OpenZFS's quiesce):
+//!    every dataset's open txg closes, and the destroyed datasets and
+//!    snapshot tasks queued for this txg are taken.
+//! 2. [`Pool::dsl_pool_sync`], in three steps:
+//!    - pass 1, the data: each dataset's object set is written; what a
+//!      dataset with snapshots lets go of that its latest snapshot still
+//!      holds (born at or before it) is collected for its dead list
+//!      instead of freed (`SyncWriter::dead`);
+//!    - pass 1, the MOS: what open context changed in it (new objects,
+//!      ZPL-created datasets' objects), as OpenZFS's `dsl_pool_sync_mos`;
+//!    - the MOS changes of pass 2, which need the objects of pass 1: new
+//!      object-set pointers into the datasets' MOS objects; destroyed
+//!      sets queued and a budget of queued frees done
+//!      (`async_destroy.rs`); snapshots taken and destroyed and dead lists
+//!      grown (`snapshot.rs`); the free queue and the records that changed
+//!      written (`records.rs`). They are handed back to the SPA, which
+//!      adds its own and writes the MOS until nothing changes.
+//! 3. [`Pool::dsl_sync_done`]: the txg committed, the new trees go live.
+//!
+//! Why the MOS's first pass sits between the data and the layer's own
+//! changes: a change made in sync context reads the synced MOS
+//! (`Objset::write_in_sync`), where an object created in open context
+//! this txg exists only once pass 1 wrote it.
 
 use super::async_destroy::{Budget, FreeEntry};
 use super::snapshot::SnapSync;
@@ -48,16 +61,39 @@ pub(crate) struct DslFeatures {
     pub async_destroy: bool,
 }
 
-/// What the data pass leaves for the MOS pass (steps 2 to 3).
-pub(crate) struct DslSync {
+/// What the SPA hands the layer's sync: the MOS's open-context changes
+/// and where the layer's own MOS objects are.
+pub(crate) struct DslSyncArgs<'a> {
+    pub mos_dirty: &'a TxgDirty,
+    /// The free queue's object (`async_destroy.rs`).
+    pub queue_obj: u64,
+    /// The DSL index object (`records.rs`).
+    pub dsl_obj: u64,
+    pub features: DslFeatures,
+}
+
+/// What the layer's sync hands back (step 2 to 3).
+pub(crate) struct DslSynced {
     /// The datasets this txg wrote (their new trees go live at its end).
+    datasets: Vec<Arc<Dataset>>,
+    /// The MOS root after its first pass.
+    pub mos_bp: BlkPtr,
+    /// The layer's MOS changes for pass 2 (the SPA adds its own).
+    pub extra: TxgDirty,
+    /// Dirty data bytes the datasets wrote, and how long that took (the
+    /// sync's log line).
+    pub data_bytes: u64,
+    pub t_data: Duration,
+}
+
+/// What the data pass leaves for the layer's MOS changes.
+struct DataSynced {
     datasets: Vec<Arc<Dataset>>,
     snap: SnapSync,
     doomed: Vec<(Arc<Objset>, u64, u64)>,
     /// Datasets whose object-set pointer changed.
     new_bps: Vec<(u64, BlkPtr)>,
-    /// Dirty data bytes the datasets wrote (the sync's log line).
-    pub data_bytes: u64,
+    data_bytes: u64,
 }
 
 impl Pool {
@@ -83,12 +119,41 @@ impl Pool {
         }
     }
 
-    /// Step 2: write every dataset's object set.
-    pub(crate) fn dsl_sync_datasets(
+    /// Step 2, the layer's whole sync (OpenZFS `dsl_pool_sync`): the
+    /// datasets, the MOS's first pass, and the layer's changes for the
+    /// second (module comment).
+    pub(crate) fn dsl_pool_sync(
         &self,
         w: &mut SyncWriter<'_>,
         frozen: DslFrozen,
-    ) -> Result<DslSync> {
+        args: DslSyncArgs<'_>,
+    ) -> Result<DslSynced> {
+        debug_assert_eq!(w.pass, 1);
+        let t_start = Instant::now();
+        let mut data = self.sync_datasets(w, frozen)?;
+        let t_data = t_start.elapsed();
+        let mos_bp = self.mos.sync_pass(w, args.mos_dirty)?;
+        w.pass = 2;
+        let mut extra = TxgDirty::new(w.txg);
+        self.sync_dsl_mos(
+            w,
+            &mut extra,
+            &mut data,
+            args.queue_obj,
+            args.dsl_obj,
+            args.features,
+        )?;
+        Ok(DslSynced {
+            datasets: data.datasets,
+            mos_bp,
+            extra,
+            data_bytes: data.data_bytes,
+            t_data,
+        })
+    }
+
+    /// Pass 1: write every dataset's object set.
+    fn sync_datasets(&self, w: &mut SyncWriter<'_>, frozen: DslFrozen) -> Result<DataSynced> {
         let DslFrozen {
             sets,
             doomed,
@@ -138,7 +203,7 @@ impl Pool {
                 new_bps.push((d.id(), bp));
             }
         }
-        Ok(DslSync {
+        Ok(DataSynced {
             datasets: sets.into_iter().map(|(d, _, _)| d).collect(),
             snap,
             doomed,
@@ -147,12 +212,13 @@ impl Pool {
         })
     }
 
-    /// Step 3, in the sync's second pass (`extra` is what it writes).
-    pub(crate) fn dsl_sync_mos(
+    /// The layer's MOS changes, for the sync's second pass (`extra` is
+    /// what it writes).
+    fn sync_dsl_mos(
         &self,
         w: &mut SyncWriter<'_>,
         extra: &mut TxgDirty,
-        s: &mut DslSync,
+        s: &mut DataSynced,
         queue_obj: u64,
         dsl_obj: u64,
         features: DslFeatures,
@@ -193,9 +259,9 @@ impl Pool {
         self.sync_dsl_records(w, extra, dsl_obj, features.records, features.dirs)
     }
 
-    /// The txg committed: each dataset's new tree goes live (the caller
-    /// holds the gate shut).
-    pub(crate) fn dsl_sync_done(&self, s: &DslSync) {
+    /// Step 3. The txg committed: each dataset's new tree goes live (the
+    /// caller holds the gate shut).
+    pub(crate) fn dsl_sync_done(&self, s: &DslSynced) {
         for d in &s.datasets {
             d.os.sync_done();
         }

@@ -956,10 +956,27 @@ impl Pool {
             dead: None,
         };
         let t_start = Instant::now();
-        let mut dsl = self.dsl_sync_datasets(&mut w, frozen)?;
-        let data_bytes = dsl.data_bytes;
-        let t_data = t_start.elapsed();
-        let mut mos_bp = self.mos.sync_pass(&mut w, &mos_dirty)?;
+        // The dataset layer: the datasets, the MOS's first pass and the
+        // layer's changes for the second (dsl/sync.rs).
+        let on = |f: &str| {
+            st.config
+                .features
+                .get(f)
+                .is_some_and(|e| e.state != FeatureState::Disabled)
+        };
+        let args = crate::dsl::sync::DslSyncArgs {
+            mos_dirty: &mos_dirty,
+            queue_obj: st.dir.freeing,
+            dsl_obj: st.dir.dsl,
+            features: crate::dsl::sync::DslFeatures {
+                records: on(super::feature::DSL_RECORDS),
+                dirs: on(super::feature::DSL_DIRS),
+                async_destroy: on(super::feature::ASYNC_DESTROY),
+            },
+        };
+        let mut dsl = self.dsl_pool_sync(&mut w, frozen, args)?;
+        let (data_bytes, t_data) = (dsl.data_bytes, dsl.t_data);
+        let mut mos_bp = dsl.mos_bp;
         // Features first used by this txg become active in its config.
         st.config_dirty |= activate(&mut st.config, std::mem::take(&mut w.used));
         let config_dirty = st.config_dirty;
@@ -974,19 +991,7 @@ impl Pool {
             w.pass = pass;
             let mut extra = TxgDirty::new(txg);
             if pass == 2 {
-                let (queue_obj, dsl_obj) = (st.dir.freeing, st.dir.dsl);
-                let on = |f: &str| {
-                    st.config
-                        .features
-                        .get(f)
-                        .is_some_and(|e| e.state != FeatureState::Disabled)
-                };
-                let features = crate::dsl::sync::DslFeatures {
-                    records: on(super::feature::DSL_RECORDS),
-                    dirs: on(super::feature::DSL_DIRS),
-                    async_destroy: on(super::feature::ASYNC_DESTROY),
-                };
-                self.dsl_sync_mos(&mut w, &mut extra, &mut dsl, queue_obj, dsl_obj, features)?;
+                extra = std::mem::replace(&mut dsl.extra, TxgDirty::new(txg));
                 if config_dirty {
                     let bytes = serde_json::to_vec(&st.config)
                         .map_err(|e| Error::invalid(e.to_string()))?;
