@@ -31,8 +31,10 @@ fn file(fs: &uzfs_core::zpl::Zpl, name: &[u8], data: &[u8]) -> u64 {
 fn compressed_file_data_is_held_compressed_and_read_right() {
     let world = SimWorld::new();
     let (_disks, p) = one_disk_fs(&world, 11);
-    let ds = p.dataset("tank").expect("dataset");
-    p.set_prop(&ds, "compression", "lz4").expect("compression");
+    let ds = p.dsl_pool().dataset("tank").expect("dataset");
+    p.dsl_pool()
+        .set_prop(&ds, "compression", "lz4")
+        .expect("compression");
     let fs = mount_fs(&p, "tank");
     // 3 MiB of text and 1 MiB that does not compress, in a cache of 4 MiB.
     let data = text(3 << 20);
@@ -196,7 +198,7 @@ fn recycled_record_buffers_never_leak_into_another_write() {
         o,
     )
     .expect("create");
-    p.format_root_fs().expect("format");
+    p.dsl_pool().format_root_fs().expect("format");
     let fs = std::sync::Arc::new(mount_fs(&p, "tank"));
     let size = 2 << 20;
     std::thread::scope(|s| {

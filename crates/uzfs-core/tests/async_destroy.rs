@@ -50,7 +50,7 @@ fn mirror_with(world: &SimWorld, seed: u64, tunables: Tunables) -> (Vec<SimDevic
         ..Default::default()
     };
     let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     pool.sync().expect("sync");
     (disks, pool)
 }
@@ -64,9 +64,10 @@ fn reopen(images: Vec<(String, Vec<u8>)>, what: &str) -> (Vec<SimDevice>, Arc<Po
 
 /// `files` files of `len` bytes in a new filesystem `name`.
 fn fill(pool: &Arc<Pool>, name: &str, files: u64, len: usize, seed: u64) -> Zpl {
-    pool.create_dataset(name, &[], false)
+    pool.dsl_pool()
+        .create_dataset(name, &[], false)
         .expect("create dataset");
-    let ds = pool.dataset(name).expect("dataset");
+    let ds = pool.dsl_pool().dataset(name).expect("dataset");
     let fs = Zpl::mount(ds.os.clone(), DsCtx::new(pool.clone(), ds.clone())).expect("mount");
     for i in 0..files {
         let ino = create_file(&fs, format!("f{i}").as_bytes());
@@ -85,7 +86,8 @@ fn a_large_destroy_frees_across_txgs_and_resumes_after_export() {
     drop(fill(&pool, "z/big", 24, 300_000, 1));
     // A snapshot that alone holds the old contents of every file.
     let fs = fill(&pool, "z/snapped", 16, 300_000, 2);
-    pool.create_snapshots(&["z/snapped@old".to_string()])
+    pool.dsl_pool()
+        .create_snapshots(&["z/snapped@old".to_string()])
         .expect("snapshot");
     for i in 0..16u64 {
         let e = fs
@@ -99,33 +101,37 @@ fn a_large_destroy_frees_across_txgs_and_resumes_after_export() {
     let (_, full, _) = pool.space();
     assert!(full > empty + 15 * MIB, "{full} vs {empty}");
 
-    pool.destroy_dataset("z/big", false).expect("destroy");
-    pool.destroy_snapshot("z/snapped@old")
+    pool.dsl_pool()
+        .destroy_dataset("z/big", false)
+        .expect("destroy");
+    pool.dsl_pool()
+        .destroy_snapshot("z/snapped@old")
         .expect("destroy snapshot");
     pool.sync().expect("sync");
-    let left = pool.freeing();
+    let left = pool.dsl_pool().freeing();
     assert!(left > 4 * MIB, "freeing {left} after the destroys' txg");
     // An export part way: zdb finds what the queue holds referenced, not
     // leaked; the import resumes with the same work left.
     pool.sync().expect("sync");
-    assert!(pool.freeing() < left, "no progress");
+    assert!(pool.dsl_pool().freeing() < left, "no progress");
     pool.export().expect("export");
-    let before = pool.freeing();
+    let before = pool.dsl_pool().freeing();
     assert!(before > 0, "freed by the export");
     assert_zdb_clean(&disks, "exported while freeing");
     let (disks, pool) = reopen(images(&disks), "part way");
-    assert_eq!(pool.freeing(), before, "the queue after import");
+    assert_eq!(pool.dsl_pool().freeing(), before, "the queue after import");
     let mut txgs = 0;
-    while pool.freeing() > 0 {
+    while pool.dsl_pool().freeing() > 0 {
         pool.sync().expect("sync");
         txgs += 1;
         assert!(txgs < 1000, "freeing never ends");
     }
     assert!(txgs >= 3, "freed in {txgs} txgs: the budget did not hold");
-    pool.wait_freed().expect("wait");
-    pool.destroy_dataset("z/snapped", false)
+    pool.dsl_pool().wait_freed().expect("wait");
+    pool.dsl_pool()
+        .destroy_dataset("z/snapped", false)
         .expect("destroy the rest");
-    pool.wait_freed().expect("wait");
+    pool.dsl_pool().wait_freed().expect("wait");
     let (_, after, _) = pool.space();
     assert!(
         after < empty + MIB,
@@ -180,8 +186,9 @@ fn a_power_cut_during_background_freeing_resumes_and_leaks_nothing() {
                 });
             }
             let r = pool
+                .dsl_pool()
                 .destroy_dataset("z/big", false)
-                .and_then(|_| pool.wait_freed());
+                .and_then(|_| pool.dsl_pool().wait_freed());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             r
         });
@@ -190,11 +197,12 @@ fn a_power_cut_during_background_freeing_resumes_and_leaks_nothing() {
         let images = world.crash(&mut SimRng::new(seed));
         drop(pool);
         let (disks, pool) = reopen(images, &format!("seed {seed}"));
-        let exists = pool.dataset("z/big").is_ok();
-        if !exists && pool.freeing() > 0 {
+        let exists = pool.dsl_pool().dataset("z/big").is_ok();
+        if !exists && pool.dsl_pool().freeing() > 0 {
             resumed += 1;
         }
-        pool.wait_freed()
+        pool.dsl_pool()
+            .wait_freed()
             .unwrap_or_else(|e| panic!("seed {seed}: freeing after import: {e}"));
         pool.export().expect("export");
         assert_zdb_clean(&disks, &format!("seed {seed}: after the crash"));

@@ -239,7 +239,7 @@ fn second_crash(images: Vec<(String, Vec<u8>)>, rng: &mut SimRng) -> Vec<(String
     w.cut_power_after(rng.below(400));
     if let Ok(pool) = Pool::import(&found, None, live_tunables()) {
         for name in ["cc", "cc/two"] {
-            if let Ok(ds) = pool.dataset(name) {
+            if let Ok(ds) = pool.dsl_pool().dataset(name) {
                 if let Ok(fs) = Zpl::mount(ds.os.clone(), DsCtx::new(pool.clone(), ds)) {
                     let _ = fs.mknod(fs.root, b"x", libc::S_IFREG | 0o644, 0, 0, 0, None);
                     let _ = fs.fsync(fs.root);
@@ -261,19 +261,20 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
     o.tunables = live_tunables();
     let pool =
         Pool::create("cc", vec![top], o).unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     // logbias=throughput: its whole 16 KiB blocks are logged by pointer
     // (written early and adopted by the txg), the other dataset's large
     // blocks too, its small ones copied.
-    pool.create_dataset(
-        "cc/two",
-        &[
-            ("recordsize".into(), "16K".into()),
-            ("logbias".into(), "throughput".into()),
-        ],
-        false,
-    )
-    .expect("dataset");
+    pool.dsl_pool()
+        .create_dataset(
+            "cc/two",
+            &[
+                ("recordsize".into(), "16K".into()),
+                ("logbias".into(), "throughput".into()),
+            ],
+            false,
+        )
+        .expect("dataset");
     let names = ["cc", "cc/two"];
     let fss: Arc<Vec<Zpl>> = Arc::new(names.iter().map(|n| mount(&pool, n)).collect());
     for fs in fss.iter() {
@@ -500,9 +501,9 @@ fn a_tiny_dnode_cache_stays_bounded_and_right() {
     let mut o = opts(7);
     o.tunables = live_tunables();
     let pool = Pool::create("dc", vec![top], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = Arc::new(mount(&pool, "dc"));
-    let (ds, ino_count) = (pool.dataset("dc").expect("dataset"), 60u64);
+    let (ds, ino_count) = (pool.dsl_pool().dataset("dc").expect("dataset"), 60u64);
     let _limit = DNODE_LIMIT.lock().unwrap_or_else(|e| e.into_inner());
     uzfs_core::dmu::objset::set_dnode_cache_max(8);
     let handles: Vec<_> = (0..3u64)

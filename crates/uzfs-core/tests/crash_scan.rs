@@ -73,7 +73,8 @@ fn run_seed(seed: u64) -> Outcome {
     let snapped = rng.chance(1, 2);
     let mut new = Vec::new();
     if snapped {
-        pool.create_snapshots(&["cs@old".to_string()])
+        pool.dsl_pool()
+            .create_snapshots(&["cs@old".to_string()])
             .expect("snapshot");
         for (obj, data) in &objs {
             let d2: Vec<u8> = data.iter().map(|b| b ^ 0xa5).collect();
@@ -185,8 +186,11 @@ fn run_seed(seed: u64) -> Outcome {
         );
     }
     if let Some(old) = old {
-        let (_, s) = pool.snapshot("cs@old").expect("snapshot");
-        let os = pool.snapshot_objset(&s).expect("snapshot objset");
+        let (_, s) = pool.dsl_pool().snapshot("cs@old").expect("snapshot");
+        let os = pool
+            .dsl_pool()
+            .snapshot_objset(&s)
+            .expect("snapshot objset");
         for (obj, data) in old {
             let mut buf = vec![0u8; data.len()];
             os.read(*obj, 0, &mut buf)

@@ -279,23 +279,25 @@ fn run_seed(seed: u64) -> (usize, bool, bool) {
     let (_disks, top) = disk_or_mirror(&world, &mut rng);
     let pool = Pool::create("crash", vec![top], opts(seed))
         .unwrap_or_else(|e| panic!("seed {seed}: create: {e}"));
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     // logbias=throughput: its whole 16 KiB blocks are logged by pointer
     // (written early and adopted by the txg), the other dataset's large
     // blocks too, its small ones copied.
-    pool.create_dataset(
-        "crash/fs2",
-        &[
-            ("recordsize".into(), "16K".into()),
-            ("logbias".into(), "throughput".into()),
-        ],
-        false,
-    )
-    .expect("dataset");
+    pool.dsl_pool()
+        .create_dataset(
+            "crash/fs2",
+            &[
+                ("recordsize".into(), "16K".into()),
+                ("logbias".into(), "throughput".into()),
+            ],
+            false,
+        )
+        .expect("dataset");
     // sync=disabled: fsync acknowledges nothing, so any state of it from
     // the start is allowed after the crash (consistent, the tail lost),
     // but only whole operations.
-    pool.create_dataset("crash/fs3", &[("sync".into(), "disabled".into())], false)
+    pool.dsl_pool()
+        .create_dataset("crash/fs3", &[("sync".into(), "disabled".into())], false)
         .expect("dataset");
     pool.sync().expect("sync");
     let names = ["crash", "crash/fs2", "crash/fs3"];

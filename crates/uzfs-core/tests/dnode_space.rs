@@ -18,7 +18,7 @@ fn emptied_dnode_blocks_are_freed() {
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", DISK)];
     let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(3)).expect("create");
-    p.format_root_fs().expect("format");
+    p.dsl_pool().format_root_fs().expect("format");
     let fs = mount_fs(&p, "tank");
     p.txg_wait_synced().expect("sync");
     let base = p.root().space().used;

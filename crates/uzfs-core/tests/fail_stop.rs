@@ -16,7 +16,7 @@ fn a_panic_under_a_hold_suspends_the_pool_before_the_half_change_commits() {
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", DISK)];
     let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], opts(5)).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = std::sync::Arc::new(mount_fs(&pool, "fs"));
     let f = fs
         .mknod(fs.root, b"f", libc::S_IFREG | 0o644, 0, 0, 0, None)
@@ -89,7 +89,7 @@ fn resume_case(case: &str) {
     o.tunables.sync_thread = true;
     let pool = Pool::create("fs", vec![spec(kind, &disks)], o).expect("create");
     pool.set_failmode(FailMode::Continue).expect("failmode");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = mount_fs(&pool, "fs");
     let mk = |name: &[u8]| {
         fs.mknod(fs.root, name, libc::S_IFREG | 0o644, 0, 0, 0, None)
@@ -181,7 +181,7 @@ fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
     let mut o = opts(7);
     o.tunables.sync_thread = true;
     let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = std::sync::Arc::new(mount_fs(&pool, "fs"));
     let a = fs
         .mknod(fs.root, b"a", libc::S_IFREG | 0o644, 0, 0, 0, None)
@@ -200,8 +200,8 @@ fn export_of_a_parked_pool_gives_up_the_stuck_txg() {
     };
     wait_parked(&pool);
     // DSL and vdev changes are refused, not stuck behind the parked sync.
-    let root = pool.dataset("fs").expect("root dataset");
-    assert!(pool.set_prop(&root, "atime", "off").is_err());
+    let root = pool.dsl_pool().dataset("fs").expect("root dataset");
+    assert!(pool.dsl_pool().set_prop(&root, "atime", "off").is_err());
     pool.close().expect("close gives up");
     assert_eq!(fsync.join().expect("join"), Err(libc::EIO));
     drop(fs);
@@ -228,7 +228,7 @@ fn failmode_wait_holds_writers_until_zpool_clear() {
     o.tunables.sync_thread = true;
     let pool = Pool::create("fs", vec![spec(TopKind::Disk, &disks)], o).expect("create");
     assert_eq!(pool.props().failmode, FailMode::Wait);
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = std::sync::Arc::new(mount_fs(&pool, "fs"));
     let a = fs
         .mknod(fs.root, b"a", libc::S_IFREG | 0o644, 0, 0, 0, None)

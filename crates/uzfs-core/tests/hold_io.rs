@@ -230,7 +230,7 @@ fn holds_never_wait_on_device_reads() {
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", 160 << 20), world.disk("d1", 160 << 20)];
     let pool = Pool::create("hold", vec![spec(TopKind::Mirror, &disks)], opts(7)).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     {
         let fs = mount(&pool);
         build(&fs);

@@ -16,7 +16,7 @@ use uzfs_core::zpl::{Znode, Zpl};
 fn setup(world: &SimWorld) -> (Arc<Pool>, Vec<SimDevice>, Zpl) {
     let disks = vec![world.disk("d0", DISK)];
     let pool = Pool::create("ns", vec![spec(TopKind::Disk, &disks)], opts(3)).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = mount_fs(&pool, "ns");
     let reg = libc::S_IFREG | 0o644;
     let d = fs

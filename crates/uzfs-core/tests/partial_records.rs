@@ -364,7 +364,7 @@ fn a_failed_read_of_a_partial_record_parks_the_sync_until_clear() {
         o.tunables.sync_thread = true;
         let p = Pool::create("tank", vec![spec(kind, &disks)], o).expect("create");
         p.set_failmode(FailMode::Continue).expect("failmode");
-        p.format_root_fs().expect("format");
+        p.dsl_pool().format_root_fs().expect("format");
         let fs = mount_fs(&p, "tank");
         let (ino, mut model) = laid_out(&fs, &p, b"f", 7, 4 * REC);
         // Indirect blocks stay cached; the records do not.

@@ -41,7 +41,7 @@ fn new_pool(world: &SimWorld, size: u64, seed: u64, tun: Tunables) -> (Arc<Pool>
     let mut o = opts(seed);
     o.tunables = tun;
     let pool = Pool::create("full", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     (pool, disks)
 }
 

@@ -26,7 +26,7 @@ fn a_repair_never_lands_on_space_reused_during_the_read() {
     let disks = vec![world.disk("d0", DISK), world.disk("d1", DISK)];
     let p = uzfs_core::spa::Pool::create("tank", vec![spec(TopKind::Mirror, &disks)], opts(41))
         .expect("create");
-    p.format_root_fs().expect("format");
+    p.dsl_pool().format_root_fs().expect("format");
     let fs = Arc::new(mount_fs(&p, "tank"));
     let f = fs
         .mknod(fs.root, b"old", REG, 0, 0, 0, None)

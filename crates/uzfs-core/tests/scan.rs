@@ -456,7 +456,8 @@ fn an_endless_resilver_chain_stops_and_says_why() {
 /// snapshotted as `scan@old`, then overwritten and synced.
 fn snapshot_only(pool: &Arc<Pool>) -> Vec<(u64, Vec<u8>)> {
     let objs = write_objs(pool, 9, 6, 600_000);
-    pool.create_snapshots(&["scan@old".to_string()])
+    pool.dsl_pool()
+        .create_snapshots(&["scan@old".to_string()])
         .expect("snapshot");
     for (obj, data) in &objs {
         let new: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
@@ -467,8 +468,11 @@ fn snapshot_only(pool: &Arc<Pool>) -> Vec<(u64, Vec<u8>)> {
 }
 
 fn check_snapshot(pool: &Arc<Pool>, objs: &[(u64, Vec<u8>)]) {
-    let (_, s) = pool.snapshot("scan@old").expect("snapshot");
-    let os = pool.snapshot_objset(&s).expect("snapshot objset");
+    let (_, s) = pool.dsl_pool().snapshot("scan@old").expect("snapshot");
+    let os = pool
+        .dsl_pool()
+        .snapshot_objset(&s)
+        .expect("snapshot objset");
     for (obj, data) in objs {
         let mut buf = vec![0u8; data.len()];
         os.read(*obj, 0, &mut buf).expect("read snapshot");
@@ -482,7 +486,7 @@ fn check_snapshot(pool: &Arc<Pool>, objs: &[(u64, Vec<u8>)]) {
 fn scrub_repairs_blocks_only_a_snapshot_holds() {
     let world = SimWorld::new();
     let (disks, pool) = make(&world, TopKind::Mirror, 2, false);
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let objs = snapshot_only(&pool);
     let mut rng = SimRng::new(7);
     disks[0].corrupt(
@@ -505,7 +509,7 @@ fn scrub_repairs_blocks_only_a_snapshot_holds() {
 fn resilver_copies_blocks_only_a_snapshot_holds() {
     let world = SimWorld::new();
     let (mut disks, pool) = make(&world, TopKind::Mirror, 2, false);
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let objs = snapshot_only(&pool);
     let fresh = replace_dead(&world, &pool, &disks[1], "new1");
     let s = run_to_end(&pool);

@@ -37,7 +37,7 @@ fn a_scrub_stopped_by_a_suspension_is_not_finished_and_resumes() {
         ..tunables()
     };
     let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = mount_fs(&pool, "s");
     for i in 0..16u64 {
         let f = fs

@@ -33,7 +33,7 @@ fn mirror_pool(
         .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
         .collect();
     let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     pool.sync().expect("sync");
     (disks, pool)
 }
@@ -43,7 +43,7 @@ fn mount(pool: &Arc<Pool>) -> Zpl {
 }
 
 fn mount_ds(pool: &Arc<Pool>, name: &str) -> Zpl {
-    let ds = pool.dataset(name).expect("dataset");
+    let ds = pool.dsl_pool().dataset(name).expect("dataset");
     let ctx = DsCtx::new(pool.clone(), ds.clone());
     Zpl::mount(ds.os.clone(), ctx).expect("mount")
 }
@@ -125,9 +125,13 @@ fn step(fs: &Zpl, model: &mut Model, rng: &mut SimRng, seed: u64, i: u64) {
 
 /// Snapshots of `z` taken after `name`'s, oldest first.
 fn later_than(pool: &Pool, name: &str) -> Vec<String> {
-    let (d, s) = pool.snapshot(&format!("z@{name}")).expect("snapshot");
+    let (d, s) = pool
+        .dsl_pool()
+        .snapshot(&format!("z@{name}"))
+        .expect("snapshot");
     let txg = s.phys().txg;
-    pool.snapshots_of(d.id())
+    pool.dsl_pool()
+        .snapshots_of(d.id())
         .iter()
         .map(|x| x.phys())
         .filter(|p| p.txg > txg)
@@ -140,9 +144,9 @@ fn later_than(pool: &Pool, name: &str) -> Vec<String> {
 fn rollback_r(pool: &Arc<Pool>, fs: Zpl, name: &str) -> uzfs_core::Result<Zpl> {
     drop(fs);
     for l in later_than(pool, name) {
-        pool.destroy_snapshot(&format!("z@{l}"))?;
+        pool.dsl_pool().destroy_snapshot(&format!("z@{l}"))?;
     }
-    pool.rollback(&format!("z@{name}"))?;
+    pool.dsl_pool().rollback(&format!("z@{name}"))?;
     Ok(mount(pool))
 }
 
@@ -182,7 +186,10 @@ fn born_after(os: &uzfs_core::dmu::objset::Objset, txg: u64) -> u64 {
 /// modified (or removed and created again); nothing is renamed; the root
 /// is modified when names came or went.
 fn check_diff(pool: &Arc<Pool>, name: &str, old: &Model, new: &Model, what: &str) {
-    let d = pool.diff(&format!("z@{name}"), None).expect("diff");
+    let d = pool
+        .dsl_pool()
+        .diff(&format!("z@{name}"), None)
+        .expect("diff");
     let has = |c: char, n: &str| d.iter().any(|e| e.change == c && e.path == format!("/{n}"));
     for n in old.keys().filter(|n| !new.contains_key(*n)) {
         assert!(has('-', n), "{what}: diff @{name}: {n} removed: {d:?}");
@@ -215,8 +222,9 @@ fn check_diff(pool: &Arc<Pool>, name: &str, old: &Model, new: &Model, what: &str
 }
 
 fn usedbysnapshots(pool: &Pool) -> u64 {
-    let d = pool.dataset("z").expect("ds");
-    pool.get_prop(&d, "usedbysnapshots")
+    let d = pool.dsl_pool().dataset("z").expect("ds");
+    pool.dsl_pool()
+        .get_prop(&d, "usedbysnapshots")
         .expect("prop")
         .0
         .parse()
@@ -226,13 +234,19 @@ fn usedbysnapshots(pool: &Pool) -> u64 {
 /// Every snapshot reads back as the model had it, and the dataset's
 /// space figures add up.
 fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str) {
-    let listed: Vec<String> = pool.snapshots().into_iter().map(|(n, _)| n).collect();
+    let listed: Vec<String> = pool
+        .dsl_pool()
+        .snapshots()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     let want: Vec<String> = snaps.keys().map(|n| format!("z@{n}")).collect();
     let mut sorted = listed.clone();
     sorted.sort();
     assert_eq!(sorted, want, "{what}: snapshots listed");
     for (name, model) in snaps {
         let fs = pool
+            .dsl_pool()
             .mount_snapshot(&format!("z@{name}"))
             .unwrap_or_else(|e| panic!("{what}: mount z@{name}: {e}"));
         assert!(
@@ -244,20 +258,23 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
             .mknod(fs.root, b"new", libc::S_IFREG | 0o644, 0, 0, 0, None)
             .is_err());
     }
-    let d = pool.dataset("z").expect("ds");
+    let d = pool.dsl_pool().dataset("z").expect("ds");
     let by_snaps: u64 = pool
+        .dsl_pool()
         .get_prop(&d, "usedbysnapshots")
         .expect("prop")
         .0
         .parse()
         .expect("number");
     let used: u64 = pool
+        .dsl_pool()
         .get_prop(&d, "used")
         .expect("prop")
         .0
         .parse()
         .expect("n");
     let refd: u64 = pool
+        .dsl_pool()
         .get_prop(&d, "referenced")
         .expect("prop")
         .0
@@ -265,9 +282,10 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
         .expect("n");
     // Children: the clones, each charged only what is its own.
     let mut children = 0;
-    for c in pool.descendants(&d) {
+    for c in pool.dsl_pool().descendants(&d) {
         let n = |p: &str| -> u64 {
-            pool.get_prop(&c, p)
+            pool.dsl_pool()
+                .get_prop(&c, p)
                 .expect("prop")
                 .0
                 .parse()
@@ -286,17 +304,19 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
     );
     // What each snapshot alone holds is part of what snapshots hold.
     let unique: u64 = pool
+        .dsl_pool()
         .snapshots()
         .iter()
-        .map(|(_, s)| pool.snapshot_unique(s).expect("unique"))
+        .map(|(_, s)| pool.dsl_pool().snapshot_unique(s).expect("unique"))
         .sum();
     assert!(unique <= by_snaps, "{what}: unique {unique} > {by_snaps}");
     // `written` and `written@S`, against walks of the trees: the bytes
     // born after the snapshot (or the one before it).
-    let chain = pool.snapshots_of(d.id());
+    let chain = pool.dsl_pool().snapshots_of(d.id());
     for (i, s) in chain.iter().enumerate() {
         let sp = s.phys();
         let w: u64 = pool
+            .dsl_pool()
             .get_prop(&d, &format!("written@{}", sp.name))
             .expect("written@")
             .0
@@ -304,15 +324,16 @@ fn check_snapshots(pool: &Arc<Pool>, snaps: &BTreeMap<String, Model>, what: &str
             .expect("n");
         assert_eq!(w, born_after(&d.os, sp.txg), "{what}: written@{}", sp.name);
         let prev = i.checked_sub(1).map_or(0, |p| chain[p].phys().txg);
-        let os = pool.snapshot_objset(s).expect("objset");
+        let os = pool.dsl_pool().snapshot_objset(s).expect("objset");
         assert_eq!(
-            pool.snapshot_written(s).expect("written"),
+            pool.dsl_pool().snapshot_written(s).expect("written"),
             born_after(&os, prev),
             "{what}: written of @{}",
             sp.name
         );
     }
     let w: u64 = pool
+        .dsl_pool()
         .get_prop(&d, "written")
         .expect("written")
         .0
@@ -339,7 +360,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
             o.tunables.free_max_blocks = 6;
         }
         let (mut disks, mut pool) = mirror_pool(&world, o);
-        let empty_used = pool.dataset("z").expect("ds").os.space().used;
+        let empty_used = pool.dsl_pool().dataset("z").expect("ds").os.space().used;
         let mut fs = mount(&pool);
         let mut rng = SimRng::new(seed);
         let mut model = Model::new();
@@ -351,14 +372,15 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         // Snapshots `destroy -d` marked, kept by a clone.
         let mut deferred = std::collections::BTreeSet::new();
         for i in 0..120u64 {
-            queued += u64::from(pool.freeing() > 0);
+            queued += u64::from(pool.dsl_pool().freeing() > 0);
             step(&fs, &mut model, &mut rng, seed, i);
             match rng.below(12) {
                 // No sync first: every write that returned is in it.
                 0 | 1 => {
                     let name = format!("s{next}");
                     next += 1;
-                    pool.create_snapshots(&[format!("z@{name}")])
+                    pool.dsl_pool()
+                        .create_snapshots(&[format!("z@{name}")])
                         .expect("snapshot");
                     snaps.insert(name, model.clone());
                 }
@@ -366,7 +388,8 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     let names: Vec<String> = snaps.keys().cloned().collect();
                     let name = names[rng.below(names.len() as u64) as usize].clone();
                     if !clones.values().any(|c| c.2 == name) {
-                        pool.destroy_snapshot(&format!("z@{name}"))
+                        pool.dsl_pool()
+                            .destroy_snapshot(&format!("z@{name}"))
                             .expect("destroy");
                         snaps.remove(&name);
                     }
@@ -379,7 +402,8 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     let name = names[rng.below(names.len() as u64) as usize].clone();
                     let cname = format!("z/c{next_clone}");
                     next_clone += 1;
-                    pool.clone_snapshot(&format!("z@{name}"), &cname, &[], false)
+                    pool.dsl_pool()
+                        .clone_snapshot(&format!("z@{name}"), &cname, &[], false)
                         .expect("clone");
                     let cfs = mount_ds(&pool, &cname);
                     assert_eq!(
@@ -387,13 +411,14 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                         snaps[&name],
                         "seed {seed}: {cname} of {name}"
                     );
-                    let o = pool.dataset(&cname).expect("clone");
+                    let o = pool.dsl_pool().dataset(&cname).expect("clone");
                     assert_eq!(
-                        pool.get_prop(&o, "origin").expect("origin").0,
+                        pool.dsl_pool().get_prop(&o, "origin").expect("origin").0,
                         format!("z@{name}")
                     );
                     // Nothing of its own yet but metadata.
                     let unique: u64 = pool
+                        .dsl_pool()
                         .get_prop(&o, "usedbydataset")
                         .expect("prop")
                         .0
@@ -402,6 +427,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     assert!(unique < 64 << 10, "seed {seed}: new clone uses {unique}");
                     // Its origin is busy now.
                     let err = pool
+                        .dsl_pool()
                         .destroy_snapshot(&format!("z@{name}"))
                         .expect_err("origin of a clone");
                     assert!(err.to_string().contains("dependent clones"), "{err}");
@@ -413,7 +439,8 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     let old = names[rng.below(names.len() as u64) as usize].clone();
                     let new = format!("r{next}");
                     next += 1;
-                    pool.rename_snapshot(&format!("z@{old}"), &format!("z@{new}"))
+                    pool.dsl_pool()
+                        .rename_snapshot(&format!("z@{old}"), &format!("z@{new}"))
                         .expect("rename");
                     let m = snaps.remove(&old).expect("model");
                     snaps.insert(new.clone(), m);
@@ -429,8 +456,9 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                 8 if snaps.len() >= 2 => {
                     // A range of consecutive snapshots, none an origin:
                     // destroying it frees exactly what was predicted.
-                    let d = pool.dataset("z").expect("ds");
+                    let d = pool.dsl_pool().dataset("z").expect("ds");
                     let chain: Vec<String> = pool
+                        .dsl_pool()
                         .snapshots_of(d.id())
                         .iter()
                         .map(|s| s.phys().name)
@@ -442,9 +470,14 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     if !clones.values().any(|c| run.contains(&c.2)) {
                         pool.sync().expect("sync");
                         let before = usedbysnapshots(&pool);
-                        let would = pool.snapshots_wouldfree(d.id(), &run).expect("wouldfree");
+                        let would = pool
+                            .dsl_pool()
+                            .snapshots_wouldfree(d.id(), &run)
+                            .expect("wouldfree");
                         for n in &run {
-                            pool.destroy_snapshot(&format!("z@{n}")).expect("destroy");
+                            pool.dsl_pool()
+                                .destroy_snapshot(&format!("z@{n}"))
+                                .expect("destroy");
                             snaps.remove(n);
                         }
                         pool.sync().expect("sync");
@@ -461,24 +494,40 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     let names: Vec<String> = snaps.keys().cloned().collect();
                     let name = names[rng.below(names.len() as u64) as usize].clone();
                     let full = vec![format!("z@{name}")];
-                    pool.hold("keep", &full).expect("hold");
-                    assert!(pool.hold("keep", &full).is_err(), "a tag twice");
-                    let err = pool.destroy_snapshot(&full[0]).expect_err("held");
+                    pool.dsl_pool().hold("keep", &full).expect("hold");
+                    assert!(pool.dsl_pool().hold("keep", &full).is_err(), "a tag twice");
+                    let err = pool
+                        .dsl_pool()
+                        .destroy_snapshot(&full[0])
+                        .expect_err("held");
                     assert!(matches!(err, uzfs_core::Error::Busy(_)), "{err}");
                     if rng.below(2) == 0 {
-                        assert!(!pool.destroy_snapshot_deferred(&full[0]).expect("-d"));
-                        assert!(pool.snapshot(&full[0]).is_ok(), "deferred, still there");
-                        pool.release("keep", &full).expect("release");
+                        assert!(!pool
+                            .dsl_pool()
+                            .destroy_snapshot_deferred(&full[0])
+                            .expect("-d"));
+                        assert!(
+                            pool.dsl_pool().snapshot(&full[0]).is_ok(),
+                            "deferred, still there"
+                        );
+                        pool.dsl_pool().release("keep", &full).expect("release");
                         let cloned = clones.values().any(|c| c.2 == name);
-                        assert_eq!(pool.snapshot(&full[0]).is_ok(), cloned, "released");
+                        assert_eq!(
+                            pool.dsl_pool().snapshot(&full[0]).is_ok(),
+                            cloned,
+                            "released"
+                        );
                         if cloned {
                             deferred.insert(name.clone());
                         } else {
                             snaps.remove(&name);
                         }
                     } else {
-                        pool.release("keep", &full).expect("release");
-                        assert!(pool.release("keep", &full).is_err(), "no such tag");
+                        pool.dsl_pool().release("keep", &full).expect("release");
+                        assert!(
+                            pool.dsl_pool().release("keep", &full).is_err(),
+                            "no such tag"
+                        );
                     }
                 }
                 6 if !clones.is_empty() => {
@@ -488,10 +537,15 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     if rng.below(4) == 0 {
                         let (cfs, _, origin) = clones.remove(&cname).expect("clone");
                         drop(cfs);
-                        pool.destroy_dataset(&cname, true).expect("destroy clone");
+                        pool.dsl_pool()
+                            .destroy_dataset(&cname, true)
+                            .expect("destroy clone");
                         // A deferred origin goes with its last clone.
                         if deferred.contains(&origin) && !clones.values().any(|c| c.2 == origin) {
-                            assert!(pool.snapshot(&format!("z@{origin}")).is_err(), "deferred");
+                            assert!(
+                                pool.dsl_pool().snapshot(&format!("z@{origin}")).is_err(),
+                                "deferred"
+                            );
                             deferred.remove(&origin);
                             snaps.remove(&origin);
                         }
@@ -512,6 +566,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     if !later.iter().any(|l| clones.values().any(|c| &c.2 == l)) {
                         if !later.is_empty() {
                             let err = pool
+                                .dsl_pool()
                                 .rollback(&format!("z@{name}"))
                                 .expect_err("later snapshots exist");
                             assert!(err.to_string().contains("more recent"), "{err}");
@@ -547,7 +602,7 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
                     drop(cfs);
                     kept.insert(cname, (cmodel, origin));
                 }
-                let sets = 1 + pool.snapshots().len() + kept.len();
+                let sets = 1 + pool.dsl_pool().snapshots().len() + kept.len();
                 pool.export().expect("export");
                 assert_zdb_clean(&disks, &format!("seed {seed} step {i}"));
                 // zdb checked every snapshot's and dataset's `referenced`
@@ -572,25 +627,37 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         // A name taken, a snapshot that is not there, a bad name: refused,
         // nothing changes.
         if let Some(name) = snaps.keys().next() {
-            assert!(pool.create_snapshots(&[format!("z@{name}")]).is_err());
+            assert!(pool
+                .dsl_pool()
+                .create_snapshots(&[format!("z@{name}")])
+                .is_err());
         }
-        assert!(pool.destroy_snapshot("z@nothere").is_err());
-        assert!(pool.create_snapshots(&["z@a/b".to_string()]).is_err());
-        assert!(pool.create_snapshots(&["z".to_string()]).is_err());
+        assert!(pool.dsl_pool().destroy_snapshot("z@nothere").is_err());
+        assert!(pool
+            .dsl_pool()
+            .create_snapshots(&["z@a/b".to_string()])
+            .is_err());
+        assert!(pool
+            .dsl_pool()
+            .create_snapshots(&["z".to_string()])
+            .is_err());
         // Destroy everything: the dataset holds what an empty one does.
         for (cname, (cfs, _, _)) in std::mem::take(&mut clones) {
             drop(cfs);
-            pool.destroy_dataset(&cname, true).expect("destroy clone");
+            pool.dsl_pool()
+                .destroy_dataset(&cname, true)
+                .expect("destroy clone");
         }
         for name in &deferred {
             assert!(
-                pool.snapshot(&format!("z@{name}")).is_err(),
+                pool.dsl_pool().snapshot(&format!("z@{name}")).is_err(),
                 "deferred {name}"
             );
             snaps.remove(name);
         }
         for name in snaps.keys() {
-            pool.destroy_snapshot(&format!("z@{name}"))
+            pool.dsl_pool()
+                .destroy_snapshot(&format!("z@{name}"))
                 .expect("destroy");
         }
         for name in model.keys() {
@@ -598,8 +665,14 @@ fn snapshots_read_back_as_taken_and_destroying_them_frees_what_only_they_held() 
         }
         pool.sync().expect("sync");
         pool.sync().expect("sync");
-        let d = pool.dataset("z").expect("ds");
-        assert_eq!(pool.get_prop(&d, "usedbysnapshots").expect("p").0, "0");
+        let d = pool.dsl_pool().dataset("z").expect("ds");
+        assert_eq!(
+            pool.dsl_pool()
+                .get_prop(&d, "usedbysnapshots")
+                .expect("p")
+                .0,
+            "0"
+        );
         assert_eq!(
             d.os.space().used,
             empty_used,
@@ -621,7 +694,9 @@ fn snapshots_of_several_datasets_land_in_one_txg() {
     let world = SimWorld::new();
     let (disks, pool) = mirror_pool(&world, opts(7));
     for n in ["z/a", "z/a/b", "z/c"] {
-        pool.create_dataset(n, &[], false).expect("create");
+        pool.dsl_pool()
+            .create_dataset(n, &[], false)
+            .expect("create");
     }
     pool.sync().expect("sync");
     let names: Vec<String> = ["z", "z/a", "z/a/b", "z/c"]
@@ -630,8 +705,15 @@ fn snapshots_of_several_datasets_land_in_one_txg() {
         .collect();
     // `-o module:name=value`: born with the property, in the same txg.
     let note = [("com.example:note".to_string(), "v1".to_string())];
-    pool.create_snapshots_with(&names, &note).expect("snapshot");
-    let txgs: Vec<u64> = pool.snapshots().iter().map(|(_, s)| s.phys().txg).collect();
+    pool.dsl_pool()
+        .create_snapshots_with(&names, &note)
+        .expect("snapshot");
+    let txgs: Vec<u64> = pool
+        .dsl_pool()
+        .snapshots()
+        .iter()
+        .map(|(_, s)| s.phys().txg)
+        .collect();
     assert_eq!(txgs.len(), 4);
     assert!(txgs.iter().all(|t| *t == txgs[0]), "txgs {txgs:?}");
     assert_eq!(
@@ -639,7 +721,7 @@ fn snapshots_of_several_datasets_land_in_one_txg() {
         txgs[0],
         "the property took a txg of its own"
     );
-    for (_, s) in pool.snapshots() {
+    for (_, s) in pool.dsl_pool().snapshots() {
         let props = s.phys().props;
         assert_eq!(
             props.get("com.example:note").map(String::as_str),
@@ -647,23 +729,29 @@ fn snapshots_of_several_datasets_land_in_one_txg() {
         );
     }
     assert!(pool
+        .dsl_pool()
         .create_snapshots_with(&["z@x".to_string()], &[("atime".into(), "off".into())])
         .is_err());
     // One bad name: none is taken.
     let bad = vec!["z@later".to_string(), "z/nothere@later".to_string()];
-    assert!(pool.create_snapshots(&bad).is_err());
-    assert!(pool.snapshot("z@later").is_err());
+    assert!(pool.dsl_pool().create_snapshots(&bad).is_err());
+    assert!(pool.dsl_pool().snapshot("z@later").is_err());
     let err = pool
+        .dsl_pool()
         .destroy_dataset("z/a", false)
         .expect_err("has children and snapshots");
     assert!(err.to_string().contains("children"), "{err}");
     let err = pool
+        .dsl_pool()
         .destroy_dataset("z/c", false)
         .expect_err("has snapshots");
     assert!(err.to_string().contains("snapshots"), "{err}");
-    let gone = pool.destroy_dataset("z/a", true).expect("destroy -r");
+    let gone = pool
+        .dsl_pool()
+        .destroy_dataset("z/a", true)
+        .expect("destroy -r");
     assert!(gone.contains(&"z/a/b@now".to_string()), "{gone:?}");
-    assert!(pool.snapshot("z/a@now").is_err());
+    assert!(pool.dsl_pool().snapshot("z/a@now").is_err());
     pool.sync().expect("sync");
     pool.export().expect("export");
     assert_zdb_clean(&disks, "after destroy -r");
@@ -696,7 +784,7 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
             let r = match rng.below(6) {
                 0 => {
                     let name = format!("s{i}");
-                    let r = pool.create_snapshots(&[format!("z@{name}")]);
+                    let r = pool.dsl_pool().create_snapshots(&[format!("z@{name}")]);
                     if r.is_ok() {
                         taken.insert(name, model.clone());
                     }
@@ -706,7 +794,7 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
                     let names: Vec<String> = taken.keys().cloned().collect();
                     let name = &names[rng.below(names.len() as u64) as usize];
                     doomed.insert(name.clone());
-                    match pool.destroy_snapshot(&format!("z@{name}")) {
+                    match pool.dsl_pool().destroy_snapshot(&format!("z@{name}")) {
                         // The origin of a clone: refused, stays.
                         Err(uzfs_core::Error::Busy(_)) => {
                             doomed.remove(name);
@@ -720,9 +808,10 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
                     let names: Vec<String> = taken.keys().cloned().collect();
                     let name = &names[rng.below(names.len() as u64) as usize];
                     let cname = format!("z/c{i}");
-                    pool.clone_snapshot(&format!("z@{name}"), &cname, &[], false)
+                    pool.dsl_pool()
+                        .clone_snapshot(&format!("z@{name}"), &cname, &[], false)
                         .and_then(|_| {
-                            let ds = pool.dataset(&cname)?;
+                            let ds = pool.dsl_pool().dataset(&cname)?;
                             let ctx = DsCtx::new(pool.clone(), ds.clone());
                             let cfs = Zpl::mount(ds.os.clone(), ctx)?;
                             if world.power_lost() {
@@ -732,17 +821,17 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
                             step(&cfs, &mut cm, &mut rng, seed + 7, i);
                             drop(cfs);
                             if rng.below(2) == 0 {
-                                pool.destroy_dataset(&cname, true).map(|_| ())
+                                pool.dsl_pool().destroy_dataset(&cname, true).map(|_| ())
                             } else {
                                 pool.sync().map(|_| ())
                             }
                         })
                 }
                 2 if !taken.is_empty() => {
-                    let latest = pool
-                        .snapshots()
-                        .last()
-                        .map(|(n, _)| n.split_once('@').map_or(String::new(), |x| x.1.to_string()));
+                    let latest =
+                        pool.dsl_pool().snapshots().last().map(|(n, _)| {
+                            n.split_once('@').map_or(String::new(), |x| x.1.to_string())
+                        });
                     match latest {
                         Some(name) if taken.contains_key(&name) => {
                             match rollback_r(&pool, fs, &name) {
@@ -775,18 +864,21 @@ fn a_power_cut_during_snapshots_leaves_a_committed_state() {
         // destroy was asked for.
         for name in taken.keys().filter(|n| !doomed.contains(*n)) {
             assert!(
-                pool.snapshot(&format!("z@{name}")).is_ok(),
+                pool.dsl_pool().snapshot(&format!("z@{name}")).is_ok(),
                 "seed {seed}: z@{name} was taken and is gone"
             );
         }
-        for (name, s) in pool.snapshots() {
+        for (name, s) in pool.dsl_pool().snapshots() {
             let short = name.split_once('@').map(|x| x.1).unwrap_or("").to_string();
             let Some(want) = taken.get(&short) else {
                 // Taken in the txg the power cut: its command never
                 // returned, and the txg committed anyway.
                 continue;
             };
-            let fs = pool.mount_snapshot(&name).expect("mount snapshot");
+            let fs = pool
+                .dsl_pool()
+                .mount_snapshot(&name)
+                .expect("mount snapshot");
             assert!(
                 contents(&fs) == *want,
                 "seed {seed}: {name} after the crash"
@@ -812,14 +904,16 @@ fn a_clone_reads_its_origins_blocks_from_the_cache() {
     let mut o = opts(3);
     o.tunables.cache_bytes = 64 << 20;
     let pool = Pool::create("z", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = mount(&pool);
     let data = pattern(1, 8 << 20);
     let ino = create_file(&fs, b"big");
     fs.write(ino, 0, &data).expect("write");
-    pool.create_snapshots(&["z@s".to_string()])
+    pool.dsl_pool()
+        .create_snapshots(&["z@s".to_string()])
         .expect("snapshot");
-    pool.clone_snapshot("z@s", "z/c", &[], false)
+    pool.dsl_pool()
+        .clone_snapshot("z@s", "z/c", &[], false)
         .expect("clone");
     let clone = mount_ds(&pool, "z/c");
     pool.io.cache.clear();
@@ -845,8 +939,9 @@ fn a_clone_reads_its_origins_blocks_from_the_cache() {
 }
 
 fn used_of(pool: &Pool, name: &str, prop: &str) -> u64 {
-    let d = pool.dataset(name).expect("dataset");
-    pool.get_prop(&d, prop)
+    let d = pool.dsl_pool().dataset(name).expect("dataset");
+    pool.dsl_pool()
+        .get_prop(&d, prop)
         .expect("prop")
         .0
         .parse()
@@ -855,8 +950,9 @@ fn used_of(pool: &Pool, name: &str, prop: &str) -> u64 {
 
 /// Every snapshot of `owner` in `want` reads back as its model.
 fn check_line(pool: &Arc<Pool>, owner: &str, want: &BTreeMap<String, Model>, what: &str) {
-    let d = pool.dataset(owner).expect("dataset");
+    let d = pool.dsl_pool().dataset(owner).expect("dataset");
     let mut have: Vec<String> = pool
+        .dsl_pool()
         .snapshots_of(d.id())
         .iter()
         .map(|s| s.phys().name)
@@ -866,6 +962,7 @@ fn check_line(pool: &Arc<Pool>, owner: &str, want: &BTreeMap<String, Model>, wha
     assert_eq!(have, names, "{what}: snapshots of {owner}");
     for (n, m) in want {
         let fs = pool
+            .dsl_pool()
             .mount_snapshot(&format!("{owner}@{n}"))
             .unwrap_or_else(|e| panic!("{what}: {owner}@{n}: {e}"));
         assert!(contents(&fs) == *m, "{what}: {owner}@{n} reads back");
@@ -888,7 +985,9 @@ fn promote_moves_snapshots_and_their_space_and_back() {
         let world = SimWorld::new();
         let (mut disks, mut pool) = mirror_pool(&world, opts(seed));
         let empty = used_of(&pool, "z", "used");
-        pool.create_dataset("z/o", &[], false).expect("create");
+        pool.dsl_pool()
+            .create_dataset("z/o", &[], false)
+            .expect("create");
         let mut rng = SimRng::new(seed ^ 0x9e0);
         let mut om = Model::new();
         let mut o_snaps: BTreeMap<String, Model> = BTreeMap::new();
@@ -898,7 +997,9 @@ fn promote_moves_snapshots_and_their_space_and_back() {
                 for j in 0..4 {
                     step(&o, &mut om, &mut rng, seed, k * 10 + j);
                 }
-                pool.create_snapshots(&[format!("z/o@s{k}")]).expect("snap");
+                pool.dsl_pool()
+                    .create_snapshots(&[format!("z/o@s{k}")])
+                    .expect("snap");
                 o_snaps.insert(format!("s{k}"), om.clone());
             }
             step(&o, &mut om, &mut rng, seed, 99);
@@ -911,7 +1012,8 @@ fn promote_moves_snapshots_and_their_space_and_back() {
         }
         let k = rng.below(5);
         let origin = format!("s{k}");
-        pool.clone_snapshot(&format!("z/o@{origin}"), "z/c", &[], false)
+        pool.dsl_pool()
+            .clone_snapshot(&format!("z/o@{origin}"), "z/c", &[], false)
             .expect("clone");
         let mut cm = o_snaps[&origin].clone();
         let mut c_snaps: BTreeMap<String, Model> = BTreeMap::new();
@@ -921,7 +1023,9 @@ fn promote_moves_snapshots_and_their_space_and_back() {
                 for x in 0..4 {
                     step(&c, &mut cm, &mut rng, seed + 50, j * 10 + x);
                 }
-                pool.create_snapshots(&[format!("z/c@c{j}")]).expect("snap");
+                pool.dsl_pool()
+                    .create_snapshots(&[format!("z/c@c{j}")])
+                    .expect("snap");
                 c_snaps.insert(format!("c{j}"), cm.clone());
             }
             step(&c, &mut cm, &mut rng, seed + 50, 77);
@@ -932,8 +1036,8 @@ fn promote_moves_snapshots_and_their_space_and_back() {
         check_line(&pool, "z/o", &o_snaps, &what);
         check_line(&pool, "z/c", &c_snaps, &what);
 
-        pool.promote("z/c").expect("promote");
-        assert!(pool.promote("z/c").is_err(), "no longer a clone");
+        pool.dsl_pool().promote("z/c").expect("promote");
+        assert!(pool.dsl_pool().promote("z/c").is_err(), "no longer a clone");
         // The snapshots up to the origin moved.
         let (moved, stayed): (BTreeMap<_, _>, BTreeMap<_, _>) = o_snaps
             .clone()
@@ -943,13 +1047,13 @@ fn promote_moves_snapshots_and_their_space_and_back() {
         c_all.extend(moved.clone());
         check_line(&pool, "z/c", &c_all, &format!("{what}: promoted"));
         check_line(&pool, "z/o", &stayed, &format!("{what}: promoted"));
-        let o = pool.dataset("z/o").expect("o");
+        let o = pool.dsl_pool().dataset("z/o").expect("o");
         assert_eq!(
-            pool.get_prop(&o, "origin").expect("p").0,
+            pool.dsl_pool().get_prop(&o, "origin").expect("p").0,
             format!("z/c@{origin}")
         );
-        let c = pool.dataset("z/c").expect("c");
-        assert_eq!(pool.get_prop(&c, "origin").expect("p").0, "-");
+        let c = pool.dsl_pool().dataset("z/c").expect("c");
+        assert_eq!(pool.dsl_pool().get_prop(&c, "origin").expect("p").0, "-");
         pool.sync().expect("sync");
         assert_eq!(
             used_of(&pool, "z", "used"),
@@ -967,7 +1071,7 @@ fn promote_moves_snapshots_and_their_space_and_back() {
         // the total to keep is the one now).
         pool.sync().expect("sync");
         let total = used_of(&pool, "z", "used");
-        pool.promote("z/o").expect("promote back");
+        pool.dsl_pool().promote("z/o").expect("promote back");
         check_line(&pool, "z/o", &o_snaps, &format!("{what}: back"));
         check_line(&pool, "z/c", &c_snaps, &format!("{what}: back"));
         pool.sync().expect("sync");
@@ -976,14 +1080,18 @@ fn promote_moves_snapshots_and_their_space_and_back() {
             total,
             "{what}: back, same space"
         );
-        let c = pool.dataset("z/c").expect("c");
+        let c = pool.dsl_pool().dataset("z/c").expect("c");
         assert_eq!(
-            pool.get_prop(&c, "origin").expect("p").0,
+            pool.dsl_pool().get_prop(&c, "origin").expect("p").0,
             format!("z/o@{origin}")
         );
         // Everything goes: the clone first, then its origin's dataset.
-        pool.destroy_dataset("z/c", true).expect("destroy clone");
-        pool.destroy_dataset("z/o", true).expect("destroy");
+        pool.dsl_pool()
+            .destroy_dataset("z/c", true)
+            .expect("destroy clone");
+        pool.dsl_pool()
+            .destroy_dataset("z/o", true)
+            .expect("destroy");
         pool.sync().expect("sync");
         pool.sync().expect("sync");
         assert_eq!(used_of(&pool, "z", "used"), empty, "{what}: nothing leaked");
@@ -1000,7 +1108,9 @@ fn a_power_cut_during_promote_leaves_a_committed_state() {
     for seed in 0..seeds {
         let world = SimWorld::new();
         let (_disks, pool) = mirror_pool(&world, opts(seed));
-        pool.create_dataset("z/o", &[], false).expect("create");
+        pool.dsl_pool()
+            .create_dataset("z/o", &[], false)
+            .expect("create");
         let mut rng = SimRng::new(seed ^ 0xc0);
         let mut om = Model::new();
         {
@@ -1009,10 +1119,13 @@ fn a_power_cut_during_promote_leaves_a_committed_state() {
                 for j in 0..3 {
                     step(&o, &mut om, &mut rng, seed, k * 10 + j);
                 }
-                pool.create_snapshots(&[format!("z/o@s{k}")]).expect("snap");
+                pool.dsl_pool()
+                    .create_snapshots(&[format!("z/o@s{k}")])
+                    .expect("snap");
             }
         }
-        pool.clone_snapshot("z/o@s1", "z/c", &[], false)
+        pool.dsl_pool()
+            .clone_snapshot("z/o@s1", "z/c", &[], false)
             .expect("clone");
         {
             let c = mount_ds(&pool, "z/c");
@@ -1023,7 +1136,7 @@ fn a_power_cut_during_promote_leaves_a_committed_state() {
         }
         world.cut_power_after(1 + rng.below(200));
         for who in ["z/c", "z/o", "z/c"] {
-            if pool.promote(who).is_err() {
+            if pool.dsl_pool().promote(who).is_err() {
                 cut += 1;
                 break;
             }
@@ -1034,9 +1147,10 @@ fn a_power_cut_during_promote_leaves_a_committed_state() {
         // Whichever side holds s1 now, both read back and zdb is clean.
         let owner = ["z/o", "z/c"]
             .into_iter()
-            .find(|o| pool.snapshot(&format!("{o}@s1")).is_ok())
+            .find(|o| pool.dsl_pool().snapshot(&format!("{o}@s1")).is_ok())
             .expect("s1 survives");
-        pool.mount_snapshot(&format!("{owner}@s1"))
+        pool.dsl_pool()
+            .mount_snapshot(&format!("{owner}@s1"))
             .expect("mount s1");
         pool.export().expect("export");
         assert_zdb_clean(&disks, &format!("seed {seed}: promote crash"));

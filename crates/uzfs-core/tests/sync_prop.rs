@@ -29,8 +29,8 @@ fn sync_disabled_acknowledges_fsync_without_committing() {
         let disks = vec![world.disk("d0", 96 * MIB)];
         let pool =
             Pool::create("s", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        let root = pool.dataset("s").expect("root");
+        pool.dsl_pool().format_root_fs().expect("format");
+        let root = pool.dsl_pool().dataset("s").expect("root");
 
         // standard: fsync commits the txg holding the write.
         let fs = mount_fs(&pool, "s");
@@ -40,7 +40,9 @@ fn sync_disabled_acknowledges_fsync_without_committing() {
         assert!(pool.last_txg() > t0, "standard: fsync committed nothing");
 
         // disabled: fsync returns with nothing committed.
-        pool.set_prop(&root, "sync", "disabled").expect("set");
+        pool.dsl_pool()
+            .set_prop(&root, "sync", "disabled")
+            .expect("set");
         pool.txg_wait_synced().expect("sync");
         drop(fs);
         let fs = mount_fs(&pool, "s");
@@ -76,29 +78,36 @@ fn sync_is_inherited_validated_and_shown_with_its_source() {
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", 96 * MIB)];
     let pool = Pool::create("s", vec![spec(TopKind::Disk, &disks)], opts(1)).expect("create");
-    pool.format_root_fs().expect("format");
-    pool.create_dataset("s/c", &[], false).expect("child");
-    let root = pool.dataset("s").expect("root");
-    let child = pool.dataset("s/c").expect("child");
+    pool.dsl_pool().format_root_fs().expect("format");
+    pool.dsl_pool()
+        .create_dataset("s/c", &[], false)
+        .expect("child");
+    let root = pool.dsl_pool().dataset("s").expect("root");
+    let child = pool.dsl_pool().dataset("s/c").expect("child");
     assert_eq!(
-        pool.get_prop(&child, "sync").expect("get"),
+        pool.dsl_pool().get_prop(&child, "sync").expect("get"),
         ("standard".to_string(), Source::Default)
     );
-    pool.set_prop(&root, "sync", "always").expect("set");
+    pool.dsl_pool()
+        .set_prop(&root, "sync", "always")
+        .expect("set");
     assert_eq!(
-        pool.get_prop(&child, "sync").expect("get"),
+        pool.dsl_pool().get_prop(&child, "sync").expect("get"),
         ("always".to_string(), Source::Inherited("s".into()))
     );
     assert_eq!(
-        pool.zpl_props(&child).sync,
+        pool.dsl_pool().zpl_props(&child).sync,
         uzfs_core::zpl::SyncMode::Always
     );
-    pool.set_prop(&child, "sync", "disabled").expect("set");
+    pool.dsl_pool()
+        .set_prop(&child, "sync", "disabled")
+        .expect("set");
     assert_eq!(
-        pool.get_prop(&child, "sync").expect("get"),
+        pool.dsl_pool().get_prop(&child, "sync").expect("get"),
         ("disabled".to_string(), Source::Local)
     );
     let e = pool
+        .dsl_pool()
         .set_prop(&child, "sync", "sometimes")
         .expect_err("a bad value");
     assert!(

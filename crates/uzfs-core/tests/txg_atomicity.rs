@@ -42,7 +42,7 @@ fn rename_is_never_split_across_txgs() {
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", DISK)];
     let pool = Pool::create("tx", vec![spec(TopKind::Disk, &disks)], opts(1)).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = Arc::new(mount(&pool, "tx"));
     let a = fs
         .mknod(fs.root, b"a", libc::S_IFDIR | 0o755, 0, 0, 0, None)

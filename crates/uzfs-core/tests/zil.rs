@@ -16,7 +16,7 @@ use uzfs_core::zpl::Zpl;
 const MIB: u64 = 1 << 20;
 
 fn mount_with(pool: &Arc<Pool>, name: &str) -> (Zpl, Arc<DsCtx>) {
-    let ds = pool.dataset(name).expect("dataset");
+    let ds = pool.dsl_pool().dataset(name).expect("dataset");
     let ctx = DsCtx::new(pool.clone(), ds.clone());
     (Zpl::mount(ds.os.clone(), ctx.clone()).expect("mount"), ctx)
 }
@@ -48,7 +48,7 @@ fn pool_with_a_chain(
         .map(|i| world.disk(&format!("d{i}"), 128 * MIB))
         .collect();
     let pool = Pool::create("z", vec![spec(kind, &disks)], opts(seed)).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let (fs, ctx, zil) = start_chain(&pool);
     (disks, pool, fs, ctx, zil)
 }
@@ -61,6 +61,7 @@ fn start_chain(pool: &Arc<Pool>) -> (Zpl, Arc<DsCtx>, Arc<uzfs_core::zil::Zil>) 
     fs.fsync(f).expect("fsync");
     pool.sync().expect("sync");
     let zil = pool
+        .dsl_pool()
         .dataset("z")
         .expect("ds")
         .zil
@@ -251,20 +252,25 @@ fn logbias_is_inherited_and_throughput_logs_every_whole_block_by_pointer() {
     let world = SimWorld::new();
     let disks = vec![world.disk("d0", 96 * MIB)];
     let pool = Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(1)).expect("create");
-    pool.format_root_fs().expect("format");
-    pool.create_dataset("z/c", &[], false).expect("child");
-    let root = pool.dataset("z").expect("root");
-    let child = pool.dataset("z/c").expect("child");
+    pool.dsl_pool().format_root_fs().expect("format");
+    pool.dsl_pool()
+        .create_dataset("z/c", &[], false)
+        .expect("child");
+    let root = pool.dsl_pool().dataset("z").expect("root");
+    let child = pool.dsl_pool().dataset("z/c").expect("child");
     assert_eq!(
-        pool.get_prop(&child, "logbias").expect("get"),
+        pool.dsl_pool().get_prop(&child, "logbias").expect("get"),
         ("latency".to_string(), Source::Default)
     );
-    pool.set_prop(&root, "logbias", "throughput").expect("set");
+    pool.dsl_pool()
+        .set_prop(&root, "logbias", "throughput")
+        .expect("set");
     assert_eq!(
-        pool.get_prop(&child, "logbias").expect("get"),
+        pool.dsl_pool().get_prop(&child, "logbias").expect("get"),
         ("throughput".to_string(), Source::Inherited("z".into()))
     );
     let e = pool
+        .dsl_pool()
         .set_prop(&child, "logbias", "fast")
         .expect_err("a bad value");
     assert!(e.to_string().contains("'latency' or 'throughput'"), "{e}");
@@ -288,7 +294,9 @@ fn logbias_is_inherited_and_throughput_logs_every_whole_block_by_pointer() {
     fs.fsync(g).expect("fsync");
     assert_eq!(zil.stats.indirect.load(Ordering::Relaxed), 3);
     // latency: the same 16 KiB block is copied into the log.
-    pool.set_prop(&root, "logbias", "latency").expect("set");
+    pool.dsl_pool()
+        .set_prop(&root, "logbias", "latency")
+        .expect("set");
     _ctx.refresh();
     let h = create_file(&fs, b"lat");
     fs.write(h, 0, &pattern(10, 16384)).expect("write");
@@ -309,17 +317,21 @@ fn logging_switched_back_on_mid_txg_waits_for_that_txg() {
         let disks = vec![world.disk("d0", 96 * MIB)];
         let pool =
             Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
-        let root = pool.dataset("z").expect("root");
+        pool.dsl_pool().format_root_fs().expect("format");
+        let root = pool.dsl_pool().dataset("z").expect("root");
         let (fs, ctx) = mount_with(&pool, "z");
         // A chain on disk already, so later commits could use it.
         let f = create_file(&fs, b"warm");
         fs.fsync(f).expect("fsync");
         pool.sync().expect("sync");
-        pool.set_prop(&root, "sync", "disabled").expect("set");
+        pool.dsl_pool()
+            .set_prop(&root, "sync", "disabled")
+            .expect("set");
         ctx.refresh();
         let a = create_file(&fs, b"made-while-off");
-        pool.set_prop(&root, "sync", "standard").expect("set");
+        pool.dsl_pool()
+            .set_prop(&root, "sync", "standard")
+            .expect("set");
         ctx.refresh();
         let data = pattern(seed, 30_000);
         fs.write(a, 0, &data).expect("write");
@@ -350,7 +362,7 @@ fn fsync_on_a_full_pool_never_fails_or_loses_what_it_acknowledged() {
         let disks = vec![world.disk("d0", 64 * MIB)];
         let pool =
             Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
+        pool.dsl_pool().format_root_fs().expect("format");
         let (fs, _ctx) = mount_with(&pool, "z");
         let mut acked = Vec::new();
         let mut full = false;
@@ -434,7 +446,7 @@ fn a_separate_log_device_takes_the_log_and_its_loss_loses_nothing() {
         );
         assert!(raidz.is_err(), "a raidz log device was taken");
         assert_eq!(pool.log_vdevs(), vec![1]);
-        pool.format_root_fs().expect("format");
+        pool.dsl_pool().format_root_fs().expect("format");
         let (fs, _ctx) = mount_with(&pool, "z");
         let f = create_file(&fs, b"first");
         fs.fsync(f).expect("fsync");
@@ -551,7 +563,7 @@ fn pool_on_files(dir: &std::path::Path) -> Arc<Pool> {
         leaves,
     };
     let pool = Pool::create("z", vec![spec], opts(1)).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     pool
 }
 
@@ -758,7 +770,7 @@ fn an_early_write_that_lands_late_never_overwrites_reused_space() {
         let disks = vec![world.disk("d0", 64 * MIB)];
         let pool =
             Pool::create("z", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
-        pool.format_root_fs().expect("format");
+        pool.dsl_pool().format_root_fs().expect("format");
         let (fs, _ctx, zil) = start_chain(&pool);
         // The gate: (armed, a write is held, released).
         let gate = Arc::new((Mutex::new((false, false, false)), Condvar::new()));

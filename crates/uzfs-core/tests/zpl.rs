@@ -15,7 +15,7 @@ use uzfs_core::zpl::{SetAttr, Zpl};
 fn pool(world: &SimWorld, size: u64) -> (Vec<uzfs_core::vdev::sim::SimDevice>, Arc<Pool>) {
     let disks = vec![world.disk("d0", size)];
     let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(7)).expect("create");
-    p.format_root_fs().expect("format");
+    p.dsl_pool().format_root_fs().expect("format");
     (disks, p)
 }
 
@@ -278,28 +278,33 @@ fn big_directory_lists_every_name_once() {
 fn datasets_properties_quota_and_destroy() {
     let world = SimWorld::new();
     let (disks, p) = pool(&world, 256 << 20);
-    p.create_dataset("tank/a/b", &[], false)
+    p.dsl_pool()
+        .create_dataset("tank/a/b", &[], false)
         .expect_err("parent missing");
-    p.create_dataset("tank/a/b", &[("compression".into(), "off".into())], true)
+    p.dsl_pool()
+        .create_dataset("tank/a/b", &[("compression".into(), "off".into())], true)
         .expect("create -p");
-    let a = p.dataset("tank/a").expect("a");
-    let b = p.dataset("tank/a/b").expect("b");
-    p.set_prop(&a, "recordsize", "16K").expect("set");
-    p.set_prop(&a, "mountpoint", "/mnt/x").expect("set");
-    let (v, src) = p.get_prop(&b, "recordsize").expect("get");
+    let a = p.dsl_pool().dataset("tank/a").expect("a");
+    let b = p.dsl_pool().dataset("tank/a/b").expect("b");
+    p.dsl_pool().set_prop(&a, "recordsize", "16K").expect("set");
+    p.dsl_pool()
+        .set_prop(&a, "mountpoint", "/mnt/x")
+        .expect("set");
+    let (v, src) = p.dsl_pool().get_prop(&b, "recordsize").expect("get");
     assert_eq!(
         (v.as_str(), src.to_string().as_str()),
         ("16K", "inherited from tank/a")
     );
-    let (v, _) = p.get_prop(&b, "mountpoint").expect("get");
+    let (v, _) = p.dsl_pool().get_prop(&b, "mountpoint").expect("get");
     assert_eq!(v, "/mnt/x/b");
-    let (v, src) = p.get_prop(&b, "compression").expect("get");
+    let (v, src) = p.dsl_pool().get_prop(&b, "compression").expect("get");
     assert_eq!((v.as_str(), src.to_string().as_str()), ("off", "local"));
-    assert!(p.set_prop(&b, "used", "1").is_err());
-    assert!(p.set_prop(&b, "recordsize", "3000").is_err());
-    p.set_prop(&b, "quota", "2M").expect("quota");
-    let root = p.dataset("tank").expect("root");
-    p.set_prop(&root, "mountpoint", "/srv/tank")
+    assert!(p.dsl_pool().set_prop(&b, "used", "1").is_err());
+    assert!(p.dsl_pool().set_prop(&b, "recordsize", "3000").is_err());
+    p.dsl_pool().set_prop(&b, "quota", "2M").expect("quota");
+    let root = p.dsl_pool().dataset("tank").expect("root");
+    p.dsl_pool()
+        .set_prop(&root, "mountpoint", "/srv/tank")
         .expect("root prop");
     let fs = mount(&p, "tank/a/b");
     let f = fs.mknod(fs.root, b"f", REG, 0, 0, 0, None).expect("f");
@@ -322,19 +327,21 @@ fn datasets_properties_quota_and_destroy() {
     // Recordsize 16K applies to new files.
     assert_eq!(fs.getattr(f.ino).expect("attr").blksize, 16 << 10);
     drop(fs);
-    p.rename_dataset("tank/a/b", "tank/c").expect("rename");
-    assert!(p.dataset("tank/c").is_ok());
+    p.dsl_pool()
+        .rename_dataset("tank/a/b", "tank/c")
+        .expect("rename");
+    assert!(p.dsl_pool().dataset("tank/c").is_ok());
     p.close().expect("close");
     drop(p);
     let p = reimport(&world, images(&disks)).expect("import");
-    let c = p.dataset("tank/c").expect("c after import");
+    let c = p.dsl_pool().dataset("tank/c").expect("c after import");
     assert_eq!(
-        p.get_prop(&c, "quota").expect("q").0,
+        p.dsl_pool().get_prop(&c, "quota").expect("q").0,
         (2u64 << 20).to_string()
     );
-    let root = p.dataset("tank").expect("root");
+    let root = p.dsl_pool().dataset("tank").expect("root");
     assert_eq!(
-        p.get_prop(&root, "mountpoint").expect("mp"),
+        p.dsl_pool().get_prop(&root, "mountpoint").expect("mp"),
         ("/srv/tank".to_string(), uzfs_core::dsl::Source::Local),
         "the root dataset's properties survive import"
     );
@@ -342,8 +349,12 @@ fn datasets_properties_quota_and_destroy() {
     assert!(fs.lookup(fs.root, b"f").is_ok());
     drop(fs);
     let used_before = p.space().1;
-    p.destroy_dataset("tank", false).expect_err("root dataset");
-    p.destroy_dataset("tank/c", false).expect("destroy");
+    p.dsl_pool()
+        .destroy_dataset("tank", false)
+        .expect_err("root dataset");
+    p.dsl_pool()
+        .destroy_dataset("tank/c", false)
+        .expect("destroy");
     p.sync().expect("sync");
     p.sync().expect("sync");
     p.sync().expect("sync");
@@ -369,7 +380,7 @@ fn hostile_master_node_and_xattr_object_are_errors() {
     let xobj = fs.getattr(f.ino).expect("attr").z.xattr;
     assert_ne!(xobj, 0);
     p.sync().expect("sync");
-    let os = p.dataset("tank").expect("dataset").os.clone();
+    let os = p.dsl_pool().dataset("tank").expect("dataset").os.clone();
     let mut good = [0u8; 32];
     os.read(1, 0, &mut good).expect("master node");
     let word = |i: usize| u64::from_le_bytes(good[i * 8..i * 8 + 8].try_into().unwrap_or_default());
@@ -398,7 +409,7 @@ fn hostile_master_node_and_xattr_object_are_errors() {
     for (what, bytes) in cases {
         os.write(1, 0, &bytes).expect("write master node");
         p.sync().expect("sync");
-        let ds = p.dataset("tank").expect("dataset");
+        let ds = p.dsl_pool().dataset("tank").expect("dataset");
         assert!(
             Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds)).is_err(),
             "{what}: mounted"
@@ -437,7 +448,8 @@ fn hostile_master_node_and_xattr_object_are_errors() {
 fn space_freed_by_unlink_is_waited_for_not_refused() {
     let world = SimWorld::new();
     let (disks, p) = pool(&world, 256 << 20);
-    p.create_dataset("tank/q", &[("quota".into(), "4M".into())], false)
+    p.dsl_pool()
+        .create_dataset("tank/q", &[("quota".into(), "4M".into())], false)
         .expect("create");
     let fs = mount(&p, "tank/q");
     let big = fs.mknod(fs.root, b"big", REG, 0, 0, 0, None).expect("big");

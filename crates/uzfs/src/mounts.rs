@@ -65,7 +65,10 @@ pub fn altroot(d: &Daemon, name: &str) -> Option<String> {
 
 /// Where `ds` mounts (altroot applied), or why it does not.
 pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathBuf, String> {
-    let (mp, _) = pool.get_prop(ds, "mountpoint").map_err(|e| e.to_string())?;
+    let (mp, _) = pool
+        .dsl_pool()
+        .get_prop(ds, "mountpoint")
+        .map_err(|e| e.to_string())?;
     if mp == "none" || mp == "legacy" {
         return Err(format!("mountpoint is '{mp}'"));
     }
@@ -84,11 +87,14 @@ pub fn mount(
     ds: &Arc<Dataset>,
     temp_ro: Option<bool>,
 ) -> Result<(), String> {
-    let name = pool.ds_name(&ds.rel());
+    let name = pool.dsl_pool().ds_name(&ds.rel());
     if lock(d).by_name.contains_key(&name) {
         return Err(format!("cannot mount '{name}': filesystem already mounted"));
     }
-    let (canmount, _) = pool.get_prop(ds, "canmount").map_err(|e| e.to_string())?;
+    let (canmount, _) = pool
+        .dsl_pool()
+        .get_prop(ds, "canmount")
+        .map_err(|e| e.to_string())?;
     if canmount == "off" {
         return Err(format!(
             "cannot mount '{name}': 'canmount' property is set to 'off'"
@@ -109,6 +115,7 @@ pub fn mount(
     );
     let readonly = uzfs_core::zpl::DatasetCtx::props(&*ctx).readonly;
     let posix_acl = pool
+        .dsl_pool()
         .get_prop(ds, "acltype")
         .map(|(v, _)| v == "posix")
         .unwrap_or(false);
@@ -149,10 +156,12 @@ pub fn mount(
 pub fn mount_all(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     let mut errs = Vec::new();
     let mut dss: Vec<(PathBuf, Arc<Dataset>)> = pool
+        .dsl_pool()
         .datasets()
         .into_iter()
         .filter(|ds| {
-            pool.get_prop(ds, "canmount")
+            pool.dsl_pool()
+                .get_prop(ds, "canmount")
                 .map(|(v, _)| v == "on")
                 .unwrap_or(false)
         })
@@ -160,7 +169,10 @@ pub fn mount_all(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
         .collect();
     dss.sort_by_key(|(p, _)| p.as_os_str().len());
     for (_, ds) in dss {
-        if lock(d).by_name.contains_key(&pool.ds_name(&ds.rel())) {
+        if lock(d)
+            .by_name
+            .contains_key(&pool.dsl_pool().ds_name(&ds.rel()))
+        {
             continue;
         }
         if ds.rel().is_empty() && !ds.os.exists(1).unwrap_or(false) {
@@ -251,10 +263,11 @@ pub fn mounted_in_pool(d: &Daemon, pool: &str) -> Vec<String> {
 /// Mounted datasets among `ds` and its descendants, deepest mount first.
 pub fn mounted_under(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Vec<String> {
     let mut names: Vec<String> = pool
+        .dsl_pool()
         .descendants(ds)
         .iter()
         .chain(std::iter::once(ds))
-        .map(|x| pool.ds_name(&x.rel()))
+        .map(|x| pool.dsl_pool().ds_name(&x.rel()))
         .collect();
     let g = lock(d);
     names.retain(|n| g.by_name.contains_key(n));
@@ -274,6 +287,7 @@ pub fn remount(d: &Daemon, pool: &Arc<Pool>, names: &[String]) -> Vec<String> {
             continue;
         }
         let r = pool
+            .dsl_pool()
             .dataset(n)
             .map_err(|e| format!("cannot mount '{n}': {e}"))
             .and_then(|ds| mount(d, pool, &ds, None));
@@ -304,9 +318,10 @@ pub fn refresh(d: &Daemon, pool: &str) {
 /// kernel until it is next mounted; the returned notes say which.
 pub fn acl_changed(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     let mut notes = Vec::new();
-    for ds in pool.datasets() {
-        let name = pool.ds_name(&ds.rel());
+    for ds in pool.dsl_pool().datasets() {
+        let name = pool.dsl_pool().ds_name(&ds.rel());
         let want = pool
+            .dsl_pool()
             .get_prop(&ds, "acltype")
             .map(|(v, _)| v == "posix")
             .unwrap_or(false);
@@ -420,8 +435,11 @@ pub fn rollback_mounted(
     else {
         return Err(cannot(&"not mounted"));
     };
-    let (ds, s) = pool.snapshot(snap).map_err(|e| cannot(&e))?;
-    let snap_zpl = pool.mount_snapshot_of(&ds, &s).map_err(|e| cannot(&e))?;
+    let (ds, s) = pool.dsl_pool().snapshot(snap).map_err(|e| cannot(&e))?;
+    let snap_zpl = pool
+        .dsl_pool()
+        .mount_snapshot_of(&ds, &s)
+        .map_err(|e| cannot(&e))?;
     let old = fs.zpl();
     let moved: Vec<String> = list(d)
         .into_iter()
@@ -452,9 +470,9 @@ pub fn rollback_mounted(
             .sync()
             .and_then(|_| uzfs_core::zpl::diff::turnover(held.zpl(), &snap_zpl, s.phys().txg))
             .map_err(|e| cannot(&e))?;
-        pool.rollback(snap).map_err(|e| cannot(&e))?;
+        pool.dsl_pool().rollback(snap).map_err(|e| cannot(&e))?;
         // Rolled back: from here the old tree must not be served.
-        let mounted = pool.dataset(ds_name).and_then(|nds| {
+        let mounted = pool.dsl_pool().dataset(ds_name).and_then(|nds| {
             let ctx = DsCtx::new(pool.clone(), nds.clone());
             ctx.set_temp_readonly(temp_ro);
             let mut opens = held.zpl().opens();

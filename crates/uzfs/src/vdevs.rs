@@ -280,7 +280,7 @@ pub fn wait(d: &Daemon, args: &[String]) -> Response {
         p.wait_scan();
     }
     if want_free {
-        if let Err(e) = p.wait_freed() {
+        if let Err(e) = p.dsl_pool().wait_freed() {
             return err(format!("cannot wait for '{}': {e}", p.name));
         }
     }

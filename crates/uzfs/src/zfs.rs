@@ -54,7 +54,7 @@ fn lookup(d: &Daemon, name: &str) -> Result<(Arc<Pool>, Arc<Dataset>), Response>
     let pool = pools(d).into_iter().find(|p| p.name == pool_name);
     let missing = || err(format!("cannot open '{name}': dataset does not exist"));
     let pool = pool.ok_or_else(missing)?;
-    let ds = pool.dataset(name).map_err(|_| missing())?;
+    let ds = pool.dsl_pool().dataset(name).map_err(|_| missing())?;
     Ok((pool, ds))
 }
 
@@ -139,7 +139,10 @@ fn create(d: &Daemon, args: &[String]) -> Response {
     };
     // What would be (or is) created: -v says it, -P in machine form; -n
     // only says it.
-    let (plan, local) = match pool.plan_create_dataset(name, &props, has(&o, 'p')) {
+    let (plan, local) = match pool
+        .dsl_pool()
+        .plan_create_dataset(name, &props, has(&o, 'p'))
+    {
         Ok(x) => x,
         Err(e) => return err(format!("cannot create '{name}': {e}")),
     };
@@ -151,7 +154,7 @@ fn create(d: &Daemon, args: &[String]) -> Response {
             "create"
         };
         for rel in &plan {
-            let full = pool.ds_name(rel);
+            let full = pool.dsl_pool().ds_name(rel);
             out.push_str(&if has(&o, 'P') {
                 format!("create\t{full}\n")
             } else {
@@ -169,7 +172,7 @@ fn create(d: &Daemon, args: &[String]) -> Response {
     if has(&o, 'n') {
         return Response::ok(out);
     }
-    if let Err(e) = pool.create_dataset(name, &props, has(&o, 'p')) {
+    if let Err(e) = pool.dsl_pool().create_dataset(name, &props, has(&o, 'p')) {
         return err(format!("cannot create '{name}': {e}"));
     }
     pool.log_history(&format!("zfs create {}", args.join(" ")));
@@ -211,9 +214,9 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
         Err(r) => return r,
     };
     let recursive = has(&o, 'r') || has(&o, 'R');
-    let kids = pool.descendants(&ds);
+    let kids = pool.dsl_pool().descendants(&ds);
     // Snapshots count as children (OpenZFS's message lists them too).
-    let snaps = pool.snapshot_names_under(&ds);
+    let snaps = pool.dsl_pool().snapshot_names_under(&ds);
     if (!kids.is_empty() || !snaps.is_empty()) && !recursive {
         let what = if kids.is_empty() {
             "has snapshots"
@@ -224,7 +227,7 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
             "cannot destroy '{name}': filesystem {what}\nuse '-r' to destroy the following datasets:\n"
         );
         for k in kids.iter().rev() {
-            m.push_str(&pool.ds_name(&k.rel()));
+            m.push_str(&pool.dsl_pool().ds_name(&k.rel()));
             m.push('\n');
         }
         for sn in &snaps {
@@ -233,13 +236,20 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
         }
         return err(m);
     }
-    let mut names: Vec<String> = kids.iter().map(|k| pool.ds_name(&k.rel())).collect();
+    let mut names: Vec<String> = kids
+        .iter()
+        .map(|k| pool.dsl_pool().ds_name(&k.rel()))
+        .collect();
     names.push(name.clone());
     // What goes (children first, the order they are destroyed in) and what
     // it frees: OpenZFS's `-v` lines, `-p` their machine form. `-n` only
     // says it ("would"), changing nothing.
     let out = if has(&o, 'v') || has(&o, 'p') {
-        destroy_report(&o, snaps.iter().chain(&names), pool.ds_space(&ds).1)
+        destroy_report(
+            &o,
+            snaps.iter().chain(&names),
+            pool.dsl_pool().ds_space(&ds).1,
+        )
     } else {
         String::new()
     };
@@ -256,7 +266,7 @@ fn destroy(d: &Daemon, args: &[String]) -> Response {
             }
         }
     }
-    match pool.destroy_dataset(name, recursive) {
+    match pool.dsl_pool().destroy_dataset(name, recursive) {
         Ok(_) => {
             pool.log_history(&format!("zfs destroy {}", args.join(" ")));
             match pool.txg_wait_synced() {
@@ -310,7 +320,7 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
     // (dataset, its short names), the named dataset first.
     let mut sets = vec![(ds.clone(), mine)];
     if has(o, 'r') || has(o, 'R') {
-        for k in pool.descendants(&ds).iter().rev() {
+        for k in pool.dsl_pool().descendants(&ds).iter().rev() {
             if let Ok(v) = resolve_snaps(&pool, k, snap) {
                 if !v.is_empty() {
                     sets.push((k.clone(), v));
@@ -320,9 +330,9 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
     }
     let mut found = Vec::new();
     for (x, names) in &sets {
-        let base = pool.ds_name(&x.rel());
+        let base = pool.dsl_pool().ds_name(&x.rel());
         for n in names {
-            if let Ok((_, s)) = pool.snapshot(&format!("{base}@{n}")) {
+            if let Ok((_, s)) = pool.dsl_pool().snapshot(&format!("{base}@{n}")) {
                 found.push((format!("{base}@{n}"), s));
             }
         }
@@ -332,7 +342,9 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
             .iter()
             .map(|(x, names)| {
                 let set: std::collections::BTreeSet<String> = names.iter().cloned().collect();
-                pool.snapshots_wouldfree(x.id(), &set).unwrap_or(0)
+                pool.dsl_pool()
+                    .snapshots_wouldfree(x.id(), &set)
+                    .unwrap_or(0)
             })
             .sum();
         let deps: Vec<String> = if has(o, 'R') {
@@ -347,8 +359,8 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
         let deps_space: u64 = deps
             .iter()
             .filter(|n| !deps.iter().any(|p| n.starts_with(&format!("{p}/"))))
-            .filter_map(|n| pool.dataset(n).ok())
-            .map(|x| pool.ds_space(&x).1)
+            .filter_map(|n| pool.dsl_pool().dataset(n).ok())
+            .map(|x| pool.dsl_pool().ds_space(&x).1)
             .sum();
         destroy_report(
             o,
@@ -368,9 +380,9 @@ fn destroy_snapshots(d: &Daemon, o: &Opts, name: &str, args: &[String]) -> Respo
             }
         }
         let r = if has(o, 'd') {
-            pool.destroy_snapshot_deferred(n).map(|_| ())
+            pool.dsl_pool().destroy_snapshot_deferred(n).map(|_| ())
         } else {
-            pool.destroy_snapshot(n)
+            pool.dsl_pool().destroy_snapshot(n)
         };
         if let Err(e) = r {
             return err(match e {
@@ -404,11 +416,12 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let Ok((_, s)) = pool.snapshot(name) else {
+    let Ok((_, s)) = pool.dsl_pool().snapshot(name) else {
         return err(format!("cannot open '{name}': dataset does not exist"));
     };
     let txg = s.phys().txg;
     let later: Vec<String> = pool
+        .dsl_pool()
         .snapshots_of(ds.id())
         .iter()
         .map(|x| x.phys())
@@ -416,6 +429,7 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
         .map(|p| format!("{ds_name}@{}", p.name))
         .collect();
     let clones: Vec<String> = pool
+        .dsl_pool()
         .snapshots_of(ds.id())
         .iter()
         .filter(|x| x.phys().txg > txg)
@@ -439,7 +453,7 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
         if let Err(e) = destroy_clones(d, &pool, l, has(&o, 'f')) {
             return err(format!("cannot rollback to '{name}': {e}"));
         }
-        if let Err(e) = pool.destroy_snapshot(l) {
+        if let Err(e) = pool.dsl_pool().destroy_snapshot(l) {
             return err(format!("cannot rollback to '{name}': {e}"));
         }
     }
@@ -447,7 +461,8 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
         mounts::rollback_mounted(d, &pool, ds_name, name, has(&o, 'f'))
     } else {
         // Nothing of it is served; a mount beneath it sits elsewhere.
-        pool.rollback(name)
+        pool.dsl_pool()
+            .rollback(name)
             .map(|_| Vec::new())
             .map_err(|e| format!("cannot rollback to '{name}': {e}"))
     };
@@ -470,6 +485,7 @@ fn rollback(d: &Daemon, args: &[String]) -> Response {
 /// oldest first; an end that is not there is an error.
 fn resolve_snaps(pool: &Pool, ds: &Arc<Dataset>, spec: &str) -> Result<Vec<String>, String> {
     let chain: Vec<String> = pool
+        .dsl_pool()
         .snapshots_of(ds.id())
         .iter()
         .map(|s| s.phys().name)
@@ -509,16 +525,21 @@ fn resolve_snaps(pool: &Pool, ds: &Arc<Dataset>, spec: &str) -> Result<Vec<Strin
 /// depends on their snapshots (and their descendants'), deepest first.
 fn dependents(pool: &Pool, id: u64) -> Vec<String> {
     let mut out = Vec::new();
-    for c in pool.clones_of(id) {
-        for x in pool.descendants(&c).iter().chain(std::iter::once(&c)) {
-            for s in pool.snapshots_of(x.id()) {
+    for c in pool.dsl_pool().clones_of(id) {
+        for x in pool
+            .dsl_pool()
+            .descendants(&c)
+            .iter()
+            .chain(std::iter::once(&c))
+        {
+            for s in pool.dsl_pool().snapshots_of(x.id()) {
                 out.extend(dependents(pool, s.phys().id));
             }
         }
-        for x in pool.descendants(&c) {
-            out.push(pool.ds_name(&x.rel()));
+        for x in pool.dsl_pool().descendants(&c) {
+            out.push(pool.dsl_pool().ds_name(&x.rel()));
         }
-        out.push(pool.ds_name(&c.rel()));
+        out.push(pool.dsl_pool().ds_name(&c.rel()));
     }
     out
 }
@@ -526,17 +547,18 @@ fn dependents(pool: &Pool, id: u64) -> Vec<String> {
 /// `-R`: destroy the clones of snapshot `snap` (full name) and whatever
 /// depends on them, unmounted first (`force`: even if busy).
 fn destroy_clones(d: &Daemon, pool: &Arc<Pool>, snap: &str, force: bool) -> Result<(), String> {
-    let Ok((_, s)) = pool.snapshot(snap) else {
+    let Ok((_, s)) = pool.dsl_pool().snapshot(snap) else {
         return Ok(());
     };
     // Deepest first; a name can come twice (a clone that is also a
     // descendant of another): the second finds it gone.
     for name in dependents(pool, s.phys().id) {
-        let Ok(x) = pool.dataset(&name) else {
+        let Ok(x) = pool.dsl_pool().dataset(&name) else {
             continue;
         };
         mounts::unmount_many(d, mounts::mounted_under(d, pool, &x), force)?;
-        pool.destroy_dataset(&name, true)
+        pool.dsl_pool()
+            .destroy_dataset(&name, true)
             .map_err(|e| format!("cannot destroy '{name}': {e}"))?;
     }
     Ok(())
@@ -568,10 +590,13 @@ fn clone(d: &Daemon, args: &[String]) -> Response {
         Ok((p, _)) => p,
         Err(r) => return r,
     };
-    if pool.snapshot(snap).is_err() {
+    if pool.dsl_pool().snapshot(snap).is_err() {
         return err(format!("cannot open '{snap}': dataset does not exist"));
     }
-    if let Err(e) = pool.clone_snapshot(snap, name, &props, has(&o, 'p')) {
+    if let Err(e) = pool
+        .dsl_pool()
+        .clone_snapshot(snap, name, &props, has(&o, 'p'))
+    {
         return err(format!("cannot create '{name}': {e}"));
     }
     pool.log_history(&format!("zfs clone {}", args.join(" ")));
@@ -634,11 +659,11 @@ fn snapshot(d: &Daemon, args: &[String]) -> Response {
         }
         names.push(n.clone());
         if has(&o, 'r') {
-            let mut kids = p.descendants(&ds);
+            let mut kids = p.dsl_pool().descendants(&ds);
             kids.sort_by_key(|k| k.rel());
             names.extend(
                 kids.iter()
-                    .map(|k| format!("{}@{snap}", p.ds_name(&k.rel()))),
+                    .map(|k| format!("{}@{snap}", p.dsl_pool().ds_name(&k.rel()))),
             );
         }
         pool = Some(p);
@@ -653,7 +678,7 @@ fn snapshot(d: &Daemon, args: &[String]) -> Response {
         }
     }
     // The user properties are born with the snapshots, in their txg.
-    match pool.create_snapshots_with(&names, &set) {
+    match pool.dsl_pool().create_snapshots_with(&names, &set) {
         Ok(()) => {
             pool.log_history(&format!("zfs snapshot {}", args.join(" ")));
             Response::ok(String::new())
@@ -686,7 +711,7 @@ fn targets(
     let mut out = Vec::new();
     if names.is_empty() {
         for p in pools(d) {
-            for ds in p.datasets() {
+            for ds in p.dsl_pool().datasets() {
                 if depth.is_none_or(|max| level(&ds) <= max) {
                     out.push((p.clone(), ds));
                 }
@@ -700,6 +725,7 @@ fn targets(
         if recursive || depth.is_some() {
             let base = level(&ds);
             let mut kids: Vec<_> = p
+                .dsl_pool()
                 .descendants(&ds)
                 .into_iter()
                 .filter(|k| depth.is_none_or(|max| level(k) - base <= max))
@@ -725,16 +751,16 @@ fn depth_opt(o: &Opts) -> Result<Option<usize>, Response> {
 /// A property's display value (`-p`: exact numbers).
 fn show(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>, prop: &str, exact: bool) -> (String, String) {
     if prop == "mounted" {
-        let m = mounts::is_mounted(d, &pool.ds_name(&ds.rel())).is_some();
+        let m = mounts::is_mounted(d, &pool.dsl_pool().ds_name(&ds.rel())).is_some();
         return (if m { "yes" } else { "no" }.into(), "-".into());
     }
     if prop == "readonly" {
         // A mount's temporary value (`zfs mount -o ro|rw`) shows as such.
-        if let Some(t) = mounts::temp_readonly(d, &pool.ds_name(&ds.rel())) {
+        if let Some(t) = mounts::temp_readonly(d, &pool.dsl_pool().ds_name(&ds.rel())) {
             return (if t { "on" } else { "off" }.into(), "temporary".into());
         }
     }
-    let (v, src) = match pool.get_prop(ds, prop) {
+    let (v, src) = match pool.dsl_pool().get_prop(ds, prop) {
         Ok(x) => x,
         Err(_) => return ("-".into(), "-".into()),
     };
@@ -892,7 +918,7 @@ fn json_dataset(
         );
     }
     serde_json::json!({
-        "name": p.ds_name(&ds.rel()),
+        "name": p.dsl_pool().ds_name(&ds.rel()),
         "type": "FILESYSTEM",
         "pool": p.name,
         "properties": pm,
@@ -918,7 +944,10 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
     match prop {
         "name" => name.to_string(),
         "type" => "snapshot".into(),
-        "used" => p.snapshot_unique(s).map_or_else(|_| "-".into(), num),
+        "used" => p
+            .dsl_pool()
+            .snapshot_unique(s)
+            .map_or_else(|_| "-".into(), num),
         "referenced" => num(sp.referenced),
         "logicalreferenced" => num(sp.logical),
         "creation" if exact => sp.creation.to_string(),
@@ -926,12 +955,16 @@ fn show_snap(p: &Pool, name: &str, s: &Snapshot, prop: &str, exact: bool) -> Str
         "createtxg" => sp.txg.to_string(),
         "guid" => sp.guid.to_string(),
         "userrefs" => sp.holds.len().to_string(),
-        "written" => p.snapshot_written(s).map_or_else(|_| "-".into(), num),
+        "written" => p
+            .dsl_pool()
+            .snapshot_written(s)
+            .map_or_else(|_| "-".into(), num),
         "defer_destroy" => if sp.defer_destroy { "on" } else { "off" }.into(),
         "clones" => p
+            .dsl_pool()
             .clones_of(sp.id)
             .iter()
-            .map(|c| p.ds_name(&c.rel()))
+            .map(|c| p.dsl_pool().ds_name(&c.rel()))
             .collect::<Vec<_>>()
             .join(","),
         "compressratio" => uzfs_core::dsl::compressratio(sp.logical, sp.referenced),
@@ -991,7 +1024,7 @@ fn gather(
         let found = pools(d)
             .into_iter()
             .find(|p| p.name == pool_name)
-            .and_then(|p| p.snapshot(n).ok().map(|(ds, s)| (p, ds, s)));
+            .and_then(|p| p.dsl_pool().snapshot(n).ok().map(|(ds, s)| (p, ds, s)));
         match found {
             Some((p, ds, s)) => items.push((p, ds, Some((n.clone(), s)))),
             None => return Err(err(format!("cannot open '{n}': dataset does not exist"))),
@@ -1006,8 +1039,8 @@ fn gather(
                 items.push((p.clone(), ds.clone(), None));
             }
             if snaps_of(&p) {
-                let base = p.ds_name(&ds.rel());
-                for s in p.snapshots_of(ds.id()) {
+                let base = p.dsl_pool().ds_name(&ds.rel());
+                for s in p.dsl_pool().snapshots_of(ds.id()) {
                     let n = format!("{base}@{}", s.phys().name);
                     items.push((p.clone(), ds.clone(), Some((n, s))));
                 }
@@ -1043,7 +1076,7 @@ fn json_snapshot(
         "name": name,
         "type": "SNAPSHOT",
         "pool": p.name,
-        "dataset": p.ds_name(&ds.rel()),
+        "dataset": p.dsl_pool().ds_name(&ds.rel()),
         "properties": pm,
     })
 }
@@ -1053,7 +1086,7 @@ type Item = (Arc<Pool>, Arc<Dataset>, Option<(String, Arc<Snapshot>)>);
 
 fn show_item(d: &Daemon, (p, ds, snap): &Item, prop: &str, exact: bool) -> String {
     match snap {
-        Some((_, s)) if props::is_user_prop(prop) => p.snapshot_user_prop(ds, s, prop).0,
+        Some((_, s)) if props::is_user_prop(prop) => p.dsl_pool().snapshot_user_prop(ds, s, prop).0,
         Some((n, s)) => show_snap(p, n, s, prop, exact),
         None => show(d, p, ds, prop, exact).0,
     }
@@ -1171,7 +1204,7 @@ fn list(d: &Daemon, args: &[String]) -> Response {
             match snap {
                 None => {
                     m.insert(
-                        p.ds_name(&ds.rel()),
+                        p.dsl_pool().ds_name(&ds.rel()),
                         json_dataset(d, p, ds, &cols, has(&o, 'p'), json_int, &|_| true),
                     );
                 }
@@ -1295,7 +1328,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
             let (p, ds, snap) = it;
             let (name, v) = match snap {
                 None => (
-                    p.ds_name(&ds.rel()),
+                    p.dsl_pool().ds_name(&ds.rel()),
                     json_dataset(
                         d,
                         p,
@@ -1323,7 +1356,11 @@ fn get(d: &Daemon, args: &[String]) -> Response {
         let name = show_item(d, it, "name", false);
         // `all`: the user properties this one has, too.
         let users: Vec<String> = if which == "all" {
-            p.user_props(ds).into_iter().map(|(n, _, _)| n).collect()
+            p.dsl_pool()
+                .user_props(ds)
+                .into_iter()
+                .map(|(n, _, _)| n)
+                .collect()
         } else {
             Vec::new()
         };
@@ -1331,7 +1368,7 @@ fn get(d: &Daemon, args: &[String]) -> Response {
             let (v, src) = match snap {
                 None => show(d, p, ds, prop, has(&o, 'p')),
                 Some((_, s)) if props::is_user_prop(prop) => {
-                    let (v, src) = p.snapshot_user_prop(ds, s, prop);
+                    let (v, src) = p.dsl_pool().snapshot_user_prop(ds, s, prop);
                     (v, src.to_string())
                 }
                 // What a snapshot does not have, `get all` leaves out.
@@ -1367,11 +1404,12 @@ fn get(d: &Daemon, args: &[String]) -> Response {
 fn remount(d: &Daemon, pool: &Arc<Pool>) -> Vec<String> {
     let mut errs = Vec::new();
     let mut moving: Vec<std::path::PathBuf> = Vec::new();
-    for ds in pool.datasets() {
-        let name = pool.ds_name(&ds.rel());
+    for ds in pool.dsl_pool().datasets() {
+        let name = pool.dsl_pool().ds_name(&ds.rel());
         let now = mounts::is_mounted(d, &name);
         let want = mounts::mountpoint_of(d, pool, &ds).ok().filter(|_| {
-            pool.get_prop(&ds, "canmount")
+            pool.dsl_pool()
+                .get_prop(&ds, "canmount")
                 .map(|(v, _)| v != "off")
                 .unwrap_or(false)
         });
@@ -1419,7 +1457,7 @@ fn set(d: &Daemon, args: &[String], no_mount: bool) -> Response {
                 continue;
             };
             let k = canon(k);
-            if let Err(e) = pool.set_prop(&ds, &k, v) {
+            if let Err(e) = pool.dsl_pool().set_prop(&ds, &k, v) {
                 return err(format!("cannot set property for '{n}': {e}"));
             }
             moved |= matches!(k.as_str(), "mountpoint" | "canmount" | "readonly");
@@ -1464,7 +1502,7 @@ fn set_on_snapshot<'a>(
 ) -> Result<(), Response> {
     let ds_name = snap.split('@').next().unwrap_or("");
     let (pool, _) = lookup(d, ds_name)?;
-    if pool.snapshot(snap).is_err() {
+    if pool.dsl_pool().snapshot(snap).is_err() {
         return Err(err(format!("cannot open '{snap}': dataset does not exist")));
     }
     for kv in kvs {
@@ -1472,7 +1510,8 @@ fn set_on_snapshot<'a>(
             Some((k, v)) => (k, Some(v)),
             None => (kv, None),
         };
-        pool.set_snapshot_prop(snap, k, v)
+        pool.dsl_pool()
+            .set_snapshot_prop(snap, k, v)
             .map_err(|e| err(format!("cannot set property for '{snap}': {e}")))?;
     }
     pool.log_history(history);
@@ -1505,7 +1544,7 @@ fn inherit(d: &Daemon, args: &[String]) -> Response {
             Err(r) => return r,
         };
         for (pool, ds) in &ts {
-            if let Err(e) = pool.inherit_prop(ds, &prop) {
+            if let Err(e) = pool.dsl_pool().inherit_prop(ds, &prop) {
                 return err(format!("cannot inherit '{prop}' for '{n}': {e}"));
             }
         }
@@ -1630,26 +1669,26 @@ fn rename_snapshots(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    if pool.snapshot(from).is_err() {
+    if pool.dsl_pool().snapshot(from).is_err() {
         return err(format!("cannot open '{from}': dataset does not exist"));
     }
     let mut pairs = vec![(from.clone(), format!("{ds_name}@{new}"))];
     if has(&o, 'r') {
-        for k in pool.descendants(&ds) {
-            let base = pool.ds_name(&k.rel());
-            if pool.snapshot(&format!("{base}@{old}")).is_ok() {
+        for k in pool.dsl_pool().descendants(&ds) {
+            let base = pool.dsl_pool().ds_name(&k.rel());
+            if pool.dsl_pool().snapshot(&format!("{base}@{old}")).is_ok() {
                 pairs.push((format!("{base}@{old}"), format!("{base}@{new}")));
             }
         }
     }
     // Every new name free first: all are renamed, or none.
     for (_, t) in &pairs {
-        if pool.snapshot(t).is_ok() {
+        if pool.dsl_pool().snapshot(t).is_ok() {
             return err(format!("cannot rename to '{t}': dataset already exists"));
         }
     }
     for (f, t) in &pairs {
-        if let Err(e) = pool.rename_snapshot(f, t) {
+        if let Err(e) = pool.dsl_pool().rename_snapshot(f, t) {
             return err(format!("cannot rename '{f}': {e}"));
         }
     }
@@ -1671,14 +1710,14 @@ fn snapshot_args(
             return Err(err(format!("'{n}' is not a snapshot")));
         };
         let (p, ds) = lookup(d, ds_name)?;
-        if p.snapshot(n).is_err() {
+        if p.dsl_pool().snapshot(n).is_err() {
             return Err(err(format!("cannot open '{n}': dataset does not exist")));
         }
         names.push(n.clone());
         if recursive {
-            for k in p.descendants(&ds) {
-                let kn = format!("{}@{snap}", p.ds_name(&k.rel()));
-                if p.snapshot(&kn).is_ok() {
+            for k in p.dsl_pool().descendants(&ds) {
+                let kn = format!("{}@{snap}", p.dsl_pool().ds_name(&k.rel()));
+                if p.dsl_pool().snapshot(&kn).is_ok() {
                     names.push(kn);
                 }
             }
@@ -1716,7 +1755,7 @@ fn diff(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let entries = match pool.diff(from, to) {
+    let entries = match pool.dsl_pool().diff(from, to) {
         Ok(x) => x,
         Err(e) => return err(e.to_string()),
     };
@@ -1771,7 +1810,7 @@ fn promote(d: &Daemon, args: &[String]) -> Response {
         Ok(x) => x,
         Err(r) => return r,
     };
-    match pool.promote(name) {
+    match pool.dsl_pool().promote(name) {
         Ok(()) => {
             pool.log_history(&format!("zfs promote {}", args.join(" ")));
             Response::ok(String::new())
@@ -1795,9 +1834,9 @@ fn hold_release(d: &Daemon, args: &[String], hold: bool) -> Response {
         Err(r) => return r,
     };
     let r = if hold {
-        pool.hold(tag, &names)
+        pool.dsl_pool().hold(tag, &names)
     } else {
-        pool.release(tag, &names)
+        pool.dsl_pool().release(tag, &names)
     };
     match r {
         Ok(()) => {
@@ -1821,7 +1860,7 @@ fn holds(d: &Daemon, args: &[String]) -> Response {
     };
     let mut t = Table::new(&["NAME", "TAG", "TIMESTAMP"], &[false, false, false]);
     for n in names {
-        let Ok((_, s)) = pool.snapshot(&n) else {
+        let Ok((_, s)) = pool.dsl_pool().snapshot(&n) else {
             continue;
         };
         for (tag, when) in s.phys().holds {
@@ -1859,17 +1898,18 @@ fn rename(d: &Daemon, args: &[String]) -> Response {
     }
     if has(&o, 'p') {
         if let Some((parent, _)) = to.rsplit_once('/') {
-            if pool.dataset(parent).is_err() {
-                if let Err(e) = pool.create_dataset(parent, &[], true) {
+            if pool.dsl_pool().dataset(parent).is_err() {
+                if let Err(e) = pool.dsl_pool().create_dataset(parent, &[], true) {
                     return err(format!("cannot rename to '{to}': {e}"));
                 }
             }
         }
     }
     let mut names: Vec<String> = pool
+        .dsl_pool()
         .descendants(&ds)
         .iter()
-        .map(|k| pool.ds_name(&k.rel()))
+        .map(|k| pool.dsl_pool().ds_name(&k.rel()))
         .collect();
     names.push(from.clone());
     let was_mounted: Vec<String> = names
@@ -1880,7 +1920,7 @@ fn rename(d: &Daemon, args: &[String]) -> Response {
     if let Err(e) = mounts::unmount_many(d, was_mounted, has(&o, 'f')) {
         return err(e);
     }
-    if let Err(e) = pool.rename_dataset(from, to) {
+    if let Err(e) = pool.dsl_pool().rename_dataset(from, to) {
         let _ = mounts::mount_all(d, &pool);
         return err(format!("cannot rename '{from}': {e}"));
     }

@@ -86,12 +86,12 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
     };
     let mut out = Vec::new();
     for p in pools {
-        for ds in p.datasets() {
+        for ds in p.dsl_pool().datasets() {
             let Some(z) = ds.zil.get() else { continue };
             let s = &z.stats;
             let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             out.push(ZilSnap {
-                dataset: p.ds_name(&ds.rel()),
+                dataset: p.dsl_pool().ds_name(&ds.rel()),
                 commits: ld(&s.commits),
                 writes: ld(&s.writes),
                 fallbacks: ld(&s.fallbacks),

@@ -538,12 +538,12 @@ fn create(d: &Daemon, args: &[String], cwd: &Path, full: &str) -> Response {
         }
     }
     pool.log_history(full);
-    if let Err(e) = pool.format_root_fs() {
+    if let Err(e) = pool.dsl_pool().format_root_fs() {
         return err(format!("cannot create '{name}': {e}"));
     }
-    if let Ok(root) = pool.dataset(name) {
+    if let Ok(root) = pool.dsl_pool().dataset(name) {
         for (k, v) in &ds_props {
-            if let Err(e) = pool.set_prop(&root, k, v) {
+            if let Err(e) = pool.dsl_pool().set_prop(&root, k, v) {
                 return err(format!("cannot create '{name}': {e}"));
             }
         }
@@ -910,7 +910,7 @@ fn prop_value(p: &Pool, prop: &str, parsable: bool) -> Option<(String, &'static 
             "-",
         ),
         "fragmentation" | "frag" => ("-".into(), "-"),
-        "freeing" => (n(p.freeing()), "-"),
+        "freeing" => (n(p.dsl_pool().freeing()), "-"),
         "checkpoint" | "ckpoint" | "altroot" => ("-".into(), "default"),
         "txg" => (p.last_txg().to_string(), "-"),
         f if f.starts_with("feature@") => {

@@ -34,6 +34,7 @@
 //! the queue still holds as referenced (nothing is leaked while freeing,
 //! and nothing freed is still listed).
 
+use super::DslPool;
 use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
@@ -202,7 +203,7 @@ impl Visitor for Freer<'_> {
     }
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// `zpool get freeing`: bytes destroyed datasets and snapshots still
     /// hold, waiting for background freeing.
     pub fn freeing(&self) -> u64 {
@@ -218,7 +219,7 @@ impl Pool {
             if idle {
                 return Ok(());
             }
-            self.sync()?;
+            self.spa.sync()?;
         }
     }
 
@@ -226,31 +227,32 @@ impl Pool {
     /// use it (outside sync: the object directory is rewritten by the
     /// same path as the scan's, under `st`).
     pub(crate) fn ensure_free_queue(&self) -> Result<()> {
-        let mut st = lock(&self.st);
+        let mut st = lock(&self.spa.st);
         if st.dir.freeing != 0 {
             return Ok(());
         }
         let o = self
+            .spa
             .mos
             .create_object(ot::POOL_PROPS, 4096, &ObjProps::METADATA)?;
         st.dir.freeing = o;
         let dir = st.dir.clone();
         drop(st);
-        self.write_json(1, &dir)?;
-        self.write_json(o, &FreeQueue::default())
+        self.spa.write_json(1, &dir)?;
+        self.spa.write_json(o, &FreeQueue::default())
     }
 
     /// Import: the queue as the last committed txg left it.
     pub(crate) fn load_free_queue(&self) -> Result<()> {
-        let obj = lock(&self.st).dir.freeing;
+        let obj = lock(&self.spa.st).dir.freeing;
         if obj == 0 {
             return Ok(());
         }
-        let q: FreeQueue = Pool::read_json(&self.mos, obj, "free queue")?;
+        let q: FreeQueue = Pool::read_json(&self.spa.mos, obj, "free queue")?;
         if !q.entries.is_empty() {
             log::info!(
                 "pool '{}': resuming background freeing of {} bytes",
-                self.name,
+                self.spa.name,
                 q.bytes()
             );
         }
@@ -293,18 +295,21 @@ impl Pool {
                     let root = match decode_root(root) {
                         Ok(r) => r,
                         Err(err) => {
-                            log::error!("pool '{}': free queue: {err}; entry dropped", self.name);
+                            log::error!(
+                                "pool '{}': free queue: {err}; entry dropped",
+                                self.spa.name
+                            );
                             q.entries.pop_front();
                             continue;
                         }
                     };
                     let mut f = Freer::new(w, budget);
-                    let r = traverse::walk_objset(&*self.io, &root, *min_birth, *at, &mut f);
+                    let r = traverse::walk_objset(&*self.spa.io, &root, *min_birth, *at, &mut f);
                     *bytes = bytes.saturating_sub(f.bytes);
                     for err in &f.errors {
                         log::error!(
                             "pool '{}': freeing a destroyed dataset: {err}; blocks beneath it leak",
-                            self.name
+                            self.spa.name
                         );
                     }
                     match r {
@@ -323,15 +328,17 @@ impl Pool {
                 } => {
                     // A damaged entry leaks its blocks rather than free
                     // what it does not list.
-                    if let Err(err) = check_blocks_object(&self.mos, *obj, *count) {
-                        log::error!("pool '{}': free queue: {err}; entry dropped", self.name);
+                    if let Err(err) = check_blocks_object(&self.spa.mos, *obj, *count) {
+                        log::error!("pool '{}': free queue: {err}; entry dropped", self.spa.name);
                         q.entries.pop_front();
                         continue;
                     }
                     while *next < *count && !budget.spent() {
                         let n = (*count - *next).min(budget.blocks).min(4096);
                         let mut buf = vec![0u8; n as usize * BLKPTR_SIZE];
-                        self.mos.read(*obj, *next * BLKPTR_SIZE as u64, &mut buf)?;
+                        self.spa
+                            .mos
+                            .read(*obj, *next * BLKPTR_SIZE as u64, &mut buf)?;
                         for raw in buf.chunks_exact(BLKPTR_SIZE) {
                             let bp = BlkPtr::decode(raw)?;
                             *bytes = bytes.saturating_sub(w.dsize(&bp));
@@ -368,13 +375,14 @@ impl Pool {
         if spill.is_empty() {
             return Ok(());
         }
-        let obj = self.mos.create_in_sync(
+        let obj = self.spa.mos.create_in_sync(
             extra,
             ot::DEADLIST,
             crate::dsl::deadlist::DEADLIST_BLOCK,
             &ObjProps::METADATA,
         )?;
-        self.mos
+        self.spa
+            .mos
             .write_in_sync(extra, obj, 0, &crate::dsl::deadlist::encode_bps(&spill))?;
         let bytes = spill.iter().map(|b| w.dsize(b)).sum();
         q.entries.push_back(FreeEntry::Blocks {
@@ -408,7 +416,7 @@ impl Pool {
             w.note_feature(crate::spa::feature::ASYNC_DESTROY);
         }
         let bytes = serde_json::to_vec(&q).map_err(|e| Error::invalid(e.to_string()))?;
-        self.mos.replace_in_sync(extra, queue_obj, 0, &bytes)?;
+        self.spa.mos.replace_in_sync(extra, queue_obj, 0, &bytes)?;
         *cur = q;
         Ok(())
     }
@@ -467,7 +475,7 @@ mod tests {
             ..sim_tunables()
         };
         let (_d, p) = sim_pool(&world, "t", 96 << 20, tun, Some(9)).expect("pool");
-        p.format_root_fs().expect("format");
+        p.dsl_pool().format_root_fs().expect("format");
         if !async_destroy {
             // A pool made before the feature existed does not list it.
             lock(&p.st)
@@ -475,8 +483,10 @@ mod tests {
                 .features
                 .remove(crate::spa::feature::ASYNC_DESTROY);
         }
-        p.create_dataset("t/big", &[], false).expect("create");
-        let ds = p.dataset("t/big").expect("dataset");
+        p.dsl_pool()
+            .create_dataset("t/big", &[], false)
+            .expect("create");
+        let ds = p.dsl_pool().dataset("t/big").expect("dataset");
         let fs = Zpl::mount(ds.os.clone(), DsCtx::new(p.clone(), ds.clone())).expect("mount");
         let f = fs
             .mknod(fs.root, b"f", libc::S_IFREG | 0o644, 0, 0, 0, None)
@@ -487,10 +497,12 @@ mod tests {
         fs.write(f.ino, 0, &data).expect("write");
         drop(fs);
         p.sync().expect("sync");
-        p.destroy_dataset("t/big", false).expect("destroy");
+        p.dsl_pool()
+            .destroy_dataset("t/big", false)
+            .expect("destroy");
         p.sync().expect("sync");
-        let left = p.freeing();
-        p.wait_freed().expect("wait");
+        let left = p.dsl_pool().freeing();
+        p.dsl_pool().wait_freed().expect("wait");
         left
     }
 

@@ -59,11 +59,12 @@
 //! first sync of a writable import.
 
 use super::rlock;
+use super::DslPool;
 use crate::dmu::blkptr::{BlkPtr, BLKPTR_SIZE};
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
 use crate::error::{Error, Result};
-use crate::spa::{lock, Pool};
+use crate::spa::lock;
 use std::collections::BTreeMap;
 
 /// Data block size of dead-list objects (headers and sub-lists).
@@ -317,7 +318,7 @@ pub(crate) fn line_of(
     out
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// The line of dataset `ds` (see the module docs).
     pub(crate) fn line_txgs(&self, ds: u64) -> Vec<u64> {
         let depth = rlock(&self.dsl.list).len();
@@ -346,11 +347,11 @@ impl Pool {
     pub(crate) fn dead_bytes(&self, lists: &[u64], born: Born, objsets: bool) -> Result<u64> {
         let mut total = 0;
         for &dl in lists.iter().filter(|dl| **dl != 0) {
-            match read_header(&self.mos, dl)? {
+            match read_header(&self.spa.mos, dl)? {
                 Some(subs) => total += born_bytes(&subs, born, objsets),
                 None => {
-                    let entries = read_bps(&self.mos, dl)?;
-                    let st = lock(&self.st);
+                    let entries = read_bps(&self.spa.mos, dl)?;
+                    let st = lock(&self.spa.st);
                     total += entries
                         .iter()
                         .filter(|b| born.birth(b.birth) && (objsets || b.obj_type != ot::OBJSET))
@@ -370,12 +371,12 @@ impl Pool {
         let heads: Vec<_> = rlock(&self.dsl.list).values().cloned().collect();
         let snaps: Vec<_> = rlock(&self.dsl.snaps).values().cloned().collect();
         let mut convert = |old: u64, ds: u64| -> Result<Option<u64>> {
-            if old == 0 || read_header(&self.mos, old)?.is_some() {
+            if old == 0 || read_header(&self.spa.mos, old)?.is_some() {
                 return Ok(None);
             }
             let line = self.line_txgs(ds);
             let new = dls.create()?;
-            for bp in read_bps(&self.mos, old)? {
+            for bp in read_bps(&self.spa.mos, old)? {
                 dls.append(new, key_for(&line, bp.birth), bp)?;
             }
             dls.free_object(old);
@@ -400,7 +401,7 @@ impl Pool {
         if !moved.is_empty() {
             log::info!(
                 "pool '{}': {} dead lists rewritten with birth-time keys",
-                self.name,
+                self.spa.name,
                 moved.len()
             );
         }
@@ -676,7 +677,7 @@ impl<'a> DlSync<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spa::{sim_pool, sim_reimport, sim_tunables};
+    use crate::spa::{sim_pool, sim_reimport, sim_tunables, Pool};
     use crate::vdev::sim::{SimDevice, SimWorld};
     use crate::vdev::BlockDevice;
     use std::sync::Arc;
@@ -684,12 +685,12 @@ mod tests {
     /// Every snapshot's `used` and `written`, and the dataset's
     /// `written@` each: what the keys answer.
     fn figures(p: &Pool) -> Vec<u64> {
-        let d = p.dataset("t").expect("dataset");
+        let d = p.dsl_pool().dataset("t").expect("dataset");
         let mut out = Vec::new();
-        for (_, s) in p.snapshots() {
-            out.push(p.snapshot_unique(&s).expect("used"));
-            out.push(p.snapshot_written(&s).expect("written"));
-            out.push(p.written_since(&d, &s).expect("written@"));
+        for (_, s) in p.dsl_pool().snapshots() {
+            out.push(p.dsl_pool().snapshot_unique(&s).expect("used"));
+            out.push(p.dsl_pool().snapshot_written(&s).expect("written"));
+            out.push(p.dsl_pool().written_since(&d, &s).expect("written@"));
         }
         out
     }
@@ -707,12 +708,14 @@ mod tests {
     fn flat_lists_read_as_they_are_and_the_first_sync_adds_keys() {
         let world = SimWorld::new();
         let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(5)).expect("pool");
-        p.format_root_fs().expect("format");
+        p.dsl_pool().format_root_fs().expect("format");
         let obj = p.create_object(4096, &ObjProps::default()).expect("object");
         for i in 0..4u8 {
             p.write(obj, (i as u64 % 2) << 16, &vec![i | 1; 64 << 10])
                 .expect("write");
-            p.create_snapshots(&[format!("t@s{i}")]).expect("snapshot");
+            p.dsl_pool()
+                .create_snapshots(&[format!("t@s{i}")])
+                .expect("snapshot");
         }
         p.write(obj, 0, &vec![0x55; 64 << 10]).expect("overwrite");
         p.sync().expect("sync");
@@ -734,13 +737,13 @@ mod tests {
             }
             new
         };
-        for (_, s) in p.snapshots() {
+        for (_, s) in p.dsl_pool().snapshots() {
             let old = s.phys.read().deadlist;
             if old != 0 {
                 s.phys.write().deadlist = flatten(old);
             }
         }
-        let h = p.dataset("t").expect("dataset");
+        let h = p.dsl_pool().dataset("t").expect("dataset");
         let old = h.phys.read().deadlist;
         h.phys.write().deadlist = flatten(old);
         *lock(&p.dsl.dirty) = true;
@@ -756,9 +759,14 @@ mod tests {
         let p = sim_reimport(&world, &d, sim_tunables()).expect("import");
         assert_eq!(figures(&p), want, "after import, before the first sync");
         p.sync().expect("sync");
-        let h = p.dataset("t").expect("dataset");
+        let h = p.dsl_pool().dataset("t").expect("dataset");
         let mut lists = vec![h.phys.read().deadlist];
-        lists.extend(p.snapshots().iter().map(|(_, s)| s.phys().deadlist));
+        lists.extend(
+            p.dsl_pool()
+                .snapshots()
+                .iter()
+                .map(|(_, s)| s.phys().deadlist),
+        );
         for l in lists.into_iter().filter(|l| *l != 0) {
             assert!(
                 read_header(&p.mos, l).expect("header").is_some(),
@@ -767,12 +775,12 @@ mod tests {
         }
         assert_eq!(figures(&p), want, "keys changed the figures");
         zdb_clean(&world, &d, "converted");
-        let (_, s1) = p.snapshot("t@s1").expect("s1");
-        let freed = p.snapshot_unique(&s1).expect("used");
+        let (_, s1) = p.dsl_pool().snapshot("t@s1").expect("s1");
+        let freed = p.dsl_pool().snapshot_unique(&s1).expect("used");
         assert!(freed > 0);
         let before = p.space().1;
-        p.destroy_snapshot("t@s1").expect("destroy");
-        p.wait_freed().expect("freed");
+        p.dsl_pool().destroy_snapshot("t@s1").expect("destroy");
+        p.dsl_pool().wait_freed().expect("freed");
         assert!(p.space().1 < before, "nothing freed");
         zdb_clean(&world, &d, "after a destroy");
         p.close().expect("close");
@@ -817,13 +825,15 @@ mod tests {
         // On disk: a header whose count disagrees with its sub-list.
         let world = SimWorld::new();
         let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(6)).expect("pool");
-        p.format_root_fs().expect("format");
+        p.dsl_pool().format_root_fs().expect("format");
         let obj = p.create_object(4096, &ObjProps::default()).expect("object");
         p.write(obj, 0, &vec![1u8; 64 << 10]).expect("write");
-        p.create_snapshots(&["t@a".to_string()]).expect("snapshot");
+        p.dsl_pool()
+            .create_snapshots(&["t@a".to_string()])
+            .expect("snapshot");
         p.write(obj, 0, &vec![2u8; 64 << 10]).expect("overwrite");
         p.sync().expect("sync");
-        let h = p.dataset("t").expect("dataset");
+        let h = p.dsl_pool().dataset("t").expect("dataset");
         let dl = h.phys.read().deadlist;
         let mut subs = read_header(&p.mos, dl).expect("header").expect("keyed");
         assert!(!subs.is_empty());
@@ -854,8 +864,10 @@ mod tests {
         let world = SimWorld::new();
         let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(9)).expect("pool");
         let (o, obj) = crate::spa::sim_snapshotted_file(&p, 1u8);
-        p.clone_snapshot("t/o@s", "t/c", &[], false).expect("clone");
-        let c = p.dataset("t/c").expect("c");
+        p.dsl_pool()
+            .clone_snapshot("t/o@s", "t/c", &[], false)
+            .expect("clone");
+        let c = p.dsl_pool().dataset("t/c").expect("c");
         // The clone lets go of its origin's blocks: its dead list.
         c.os.write(obj, 0, &vec![2u8; 256 << 10])
             .expect("overwrite");
@@ -863,7 +875,7 @@ mod tests {
         let dl = c.phys.read().deadlist;
         let subs = read_header(&p.mos, dl).expect("header").expect("keyed");
         assert!(!subs.is_empty(), "the clone's dead list is empty");
-        p.destroy_dataset("t/c", false).expect("destroy");
+        p.dsl_pool().destroy_dataset("t/c", false).expect("destroy");
         p.sync().expect("sync");
         for s in subs {
             assert!(

@@ -163,6 +163,18 @@ impl Dataset {
     }
 }
 
+/// The dataset layer of one pool (OpenZFS `dsl_pool_t`), as the pool
+/// hands it out ([`Pool::dsl_pool`]): the layer's state, kept in the pool,
+/// and the SPA beneath it. Every operation on datasets and snapshots is a
+/// method here, and reaches the SPA (the MOS, txgs, space, devices) only
+/// through `spa`, as OpenZFS's layer does through `dp_spa`.
+#[derive(Clone, Copy)]
+pub struct DslPool<'p> {
+    pub spa: &'p Pool,
+    pub dsl: &'p Dsl,
+}
+
+/// The dataset layer's state (see [`DslPool`]).
 #[derive(Default)]
 pub struct Dsl {
     pub list: RwLock<BTreeMap<u64, Arc<Dataset>>>,
@@ -178,14 +190,14 @@ pub struct Dsl {
     /// The records as the last sync wrote them (`records.rs`).
     pub written: Mutex<records::Written>,
     /// Snapshots of every dataset, by id (`dsl/snapshot.rs`). A snapshot
-    /// taken or destroyed goes through `Pool::snap_add`/`snap_remove`,
+    /// taken or destroyed goes through `DslPool::snap_add`/`snap_remove`,
     /// which keep the index; whoever else adds or removes one, or changes
     /// one's dataset or name, calls [`Dsl::snaps_changed`] after.
     pub snaps: RwLock<BTreeMap<u64, Arc<snapshot::Snapshot>>>,
     /// Bumped by [`Dsl::snaps_changed`]: the index below is stale.
     pub snap_gen: std::sync::atomic::AtomicU64,
     /// Each dataset's snapshots in order, and by name, built on first use
-    /// after a change (`snapshot.rs`, `Pool::snap_index`): listing a
+    /// after a change (`snapshot.rs`, `DslPool::snap_index`): listing a
     /// thousand snapshots looks each one's neighbours up, not the whole
     /// pool's list each time.
     pub snap_index: Mutex<snapshot::SnapIndex>,
@@ -252,22 +264,22 @@ fn wlock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// Full name of a dataset.
     pub fn ds_name(&self, rel: &str) -> String {
         if rel.is_empty() {
-            self.name.clone()
+            self.spa.name.clone()
         } else {
-            format!("{}/{rel}", self.name)
+            format!("{}/{rel}", self.spa.name)
         }
     }
 
     fn rel_of(&self, name: &str) -> Result<String> {
         let name = name.trim_end_matches('/');
-        if name == self.name {
+        if name == self.spa.name {
             return Ok(String::new());
         }
-        match name.strip_prefix(&format!("{}/", self.name)) {
+        match name.strip_prefix(&format!("{}/", self.spa.name)) {
             Some(r) => {
                 for c in r.split('/') {
                     check_component(c)?;
@@ -276,7 +288,7 @@ impl Pool {
             }
             None => Err(Error::invalid(format!(
                 "dataset '{name}' is not in pool '{}'",
-                self.name
+                self.spa.name
             ))),
         }
     }
@@ -393,7 +405,7 @@ impl Pool {
         self.create_dataset_from(name, props, parents, None)
     }
 
-    /// [`Pool::create_dataset`]; `origin`: the last one is a clone of that
+    /// [`DslPool::create_dataset`]; `origin`: the last one is a clone of that
     /// snapshot (`zfs clone`), its object set the snapshot's.
     pub(crate) fn create_dataset_from(
         &self,
@@ -402,7 +414,7 @@ impl Pool {
         parents: bool,
         origin: Option<(u64, u64)>,
     ) -> Result<()> {
-        let _g = self.sync_guard()?;
+        let _g = self.spa.sync_guard()?;
         let origin = match origin {
             Some((id, guid)) => Some(
                 self.live_snapshot(id, guid)
@@ -434,12 +446,13 @@ impl Pool {
         props: BTreeMap<String, String>,
         origin: Option<&snapshot::Snapshot>,
     ) -> Result<()> {
-        let open = lock(&self.txg).open;
+        let open = lock(&self.spa.txg).open;
         let id = self
+            .spa
             .mos
             .create_object(ot::DSL_DATASET, 512, &ObjProps::METADATA)?;
-        self.mos.write(id, 0, &[0u8; 128])?;
-        let reader: Arc<dyn BlockReader> = self.io.clone();
+        self.spa.mos.write(id, 0, &[0u8; 128])?;
+        let reader: Arc<dyn BlockReader> = self.spa.io.clone();
         let mut phys = DsPhys {
             id,
             rel: rel.to_string(),
@@ -453,7 +466,7 @@ impl Pool {
                 let os = Arc::new(Objset::create(
                     OS_TYPE_DATASET,
                     reader,
-                    self.mos.gate().clone(),
+                    self.spa.mos.gate().clone(),
                     open,
                 ));
                 zpl::Zpl::format(&os, open, 0, 0, 0o755)?;
@@ -467,13 +480,13 @@ impl Pool {
                 let os = Arc::new(Objset::open(
                     &s.root,
                     reader,
-                    self.mos.gate().clone(),
+                    self.spa.mos.gate().clone(),
                     open,
                 )?);
                 os.rewrite_root();
                 phys.origin = sp.id;
                 phys.prev_snap_txg = sp.txg;
-                phys.deadlist = self.mos.create_object(
+                phys.deadlist = self.spa.mos.create_object(
                     ot::DEADLIST_MAP,
                     deadlist::DEADLIST_BLOCK,
                     &ObjProps::METADATA,
@@ -486,7 +499,7 @@ impl Pool {
             os,
             zil: Default::default(),
         });
-        self.attach_zil(&ds)?;
+        self.spa.attach_zil(&ds)?;
         wlock(&self.dsl.list).insert(id, ds);
         *lock(&self.dsl.dirty) = true;
         Ok(())
@@ -532,14 +545,14 @@ impl Pool {
                 "cannot destroy '{name}': filesystem has snapshots (use -r to destroy them too)"
             )));
         }
-        self.check_rw()?;
+        self.spa.check_rw()?;
         self.ensure_free_queue()?;
         let mut gone = Vec::new();
         for s in snaps.into_iter().rev() {
             self.destroy_snapshot(&s)?;
             gone.push(s);
         }
-        let _g = self.sync_guard()?;
+        let _g = self.spa.sync_guard()?;
         for x in kids.iter().chain(std::iter::once(&d)) {
             if self.snapshots_count(x.id()) > 0 {
                 return Err(Error::invalid(format!(
@@ -554,15 +567,15 @@ impl Pool {
             // blocks stay.
             let dl = x.phys.read().deadlist;
             if dl != 0 {
-                if let Some(subs) = deadlist::read_header(&self.mos, dl)? {
+                if let Some(subs) = deadlist::read_header(&self.spa.mos, dl)? {
                     for s in subs {
-                        self.mos.free_object(s.obj)?;
+                        self.spa.mos.free_object(s.obj)?;
                     }
                 }
-                self.mos.free_object(dl)?;
+                self.spa.mos.free_object(dl)?;
             }
             wlock(&self.dsl.list).remove(&id);
-            self.mos.free_object(id)?;
+            self.spa.mos.free_object(id)?;
             // A clone frees only what it wrote: older blocks are its
             // origin's.
             let min_txg = self.origin_snap(x).map_or(0, |o| o.phys.read().txg);
@@ -585,7 +598,7 @@ impl Pool {
         drop(_g);
         // An origin marked by `destroy -d` goes with its last clone.
         if !origins.is_empty() {
-            self.sync()?;
+            self.spa.sync()?;
             for o in origins {
                 self.reap_deferred(o)?;
             }
@@ -619,7 +632,7 @@ impl Pool {
                 self.ds_name(parent_rel)
             ))
         })?;
-        let _g = self.sync_guard()?;
+        let _g = self.spa.sync_guard()?;
         for x in self.descendants(&d) {
             let mut p = x.phys.write();
             p.rel = format!("{new}{}", &p.rel[old.len()..]);
@@ -672,7 +685,7 @@ impl Pool {
 
     pub fn set_prop(&self, d: &Arc<Dataset>, name: &str, value: &str) -> Result<()> {
         let v = validate_settable(name, value)?;
-        let _g = self.sync_guard()?;
+        let _g = self.spa.sync_guard()?;
         if name == "reservation" || name == "refreservation" {
             if let Ok(r) = v.parse::<u64>() {
                 self.check_reservation(d, name, r)?;
@@ -729,7 +742,7 @@ impl Pool {
                 "'{name}' is not an inheritable property"
             )));
         }
-        let _g = self.sync_guard()?;
+        let _g = self.spa.sync_guard()?;
         d.phys.write().props.remove(name);
         *lock(&self.dsl.dirty) = true;
         Ok(())
@@ -807,7 +820,7 @@ impl Pool {
     /// Bytes `d` may still write: pool space less others' unused
     /// reservations, capped by each quota on the way up.
     pub fn ds_available(&self, d: &Arc<Dataset>) -> u64 {
-        let mut avail = self.deflate_space(self.writable_space());
+        let mut avail = self.spa.deflate_space(self.spa.writable_space());
         let mine: Vec<u64> = std::iter::once(d.id())
             .chain(self.ancestors(d).iter().map(|a| a.id()))
             .collect();
@@ -945,25 +958,26 @@ impl Pool {
     /// create` does this; pools used only through the object interface, as
     /// the engine tests do, never get one).
     pub fn format_root_fs(&self) -> Result<()> {
-        if self.root().exists(1)? {
+        if self.spa.root().exists(1)? {
             return Ok(());
         }
-        let open = lock(&self.txg).open;
-        zpl::Zpl::format(&self.root(), open, 0, 0, 0o755)
+        let open = lock(&self.spa.txg).open;
+        zpl::Zpl::format(&self.spa.root(), open, 0, 0, 0o755)
     }
 
     /// Pools made before datasets existed get an empty DSL record.
     pub(crate) fn ensure_dsl_record(&self) -> Result<()> {
-        let mut dir = lock(&self.st).dir.clone();
+        let mut dir = lock(&self.spa.st).dir.clone();
         if dir.dsl != 0 {
             return Ok(());
         }
         dir.dsl = self
+            .spa
             .mos
             .create_object(ot::DSL_DIR, 4096, &ObjProps::METADATA)?;
-        self.write_json(dir.dsl, &DslDirPhys::default())?;
-        self.write_json(1, &dir)?;
-        lock(&self.st).dir = dir;
+        self.spa.write_json(dir.dsl, &DslDirPhys::default())?;
+        self.spa.write_json(1, &dir)?;
+        lock(&self.spa.st).dir = dir;
         Ok(())
     }
 
@@ -1028,24 +1042,24 @@ fn logs(p: &ZplProps) -> bool {
 
 fn reserved_elsewhere(pool: &Pool, ds: &Arc<Dataset>) -> bool {
     let mine: Vec<u64> = std::iter::once(ds.id())
-        .chain(pool.ancestors(ds).iter().map(|a| a.id()))
+        .chain(pool.dsl_pool().ancestors(ds).iter().map(|a| a.id()))
         .collect();
-    pool.datasets().iter().any(|o| {
-        (!mine.contains(&o.id()) && pool.size_prop(o, "reservation").is_some())
-            || (o.id() != ds.id() && pool.size_prop(o, "refreservation").is_some())
+    pool.dsl_pool().datasets().iter().any(|o| {
+        (!mine.contains(&o.id()) && pool.dsl_pool().size_prop(o, "reservation").is_some())
+            || (o.id() != ds.id() && pool.dsl_pool().size_prop(o, "refreservation").is_some())
     })
 }
 
 fn under_quota(pool: &Pool, ds: &Arc<Dataset>) -> bool {
-    pool.size_prop(ds, "refquota").is_some()
+    pool.dsl_pool().size_prop(ds, "refquota").is_some()
         || std::iter::once(ds.clone())
-            .chain(pool.ancestors(ds))
-            .any(|x| pool.size_prop(&x, "quota").is_some())
+            .chain(pool.dsl_pool().ancestors(ds))
+            .any(|x| pool.dsl_pool().size_prop(&x, "quota").is_some())
 }
 
 impl DsCtx {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> Arc<DsCtx> {
-        let p = pool.zpl_props(&ds);
+        let p = pool.dsl_pool().zpl_props(&ds);
         let q = under_quota(&pool, &ds);
         let r = reserved_elsewhere(&pool, &ds);
         if let Some(z) = ds.zil.get() {
@@ -1072,7 +1086,7 @@ impl DsCtx {
         *lock(&self.temp_readonly)
     }
     pub fn refresh(&self) {
-        let p = self.pool.zpl_props(&self.ds);
+        let p = self.pool.dsl_pool().zpl_props(&self.ds);
         if let Some(z) = self.ds.zil.get() {
             z.set_recording(logs(&p));
             z.set_throughput(p.throughput);
@@ -1095,18 +1109,19 @@ impl DsCtx {
         let quota = self.quota.load(std::sync::atomic::Ordering::Relaxed);
         let mut d: Option<Arc<Dataset>> = quota.then(|| self.ds.clone());
         while let Some(x) = d {
-            let limited = pool.size_prop(&x, "quota").is_some()
-                || (Arc::ptr_eq(&x, &self.ds) && pool.size_prop(&x, "refquota").is_some());
-            if limited && pool.ds_available(&x) < bytes {
+            let limited = pool.dsl_pool().size_prop(&x, "quota").is_some()
+                || (Arc::ptr_eq(&x, &self.ds)
+                    && pool.dsl_pool().size_prop(&x, "refquota").is_some());
+            if limited && pool.dsl_pool().ds_available(&x) < bytes {
                 return Err(libc::EDQUOT);
             }
-            d = pool.parent_of(&x);
+            d = pool.dsl_pool().parent_of(&x);
         }
         // Others' unused reservations are not ours to take.
         if self
             .reserved_elsewhere
             .load(std::sync::atomic::Ordering::Relaxed)
-            && pool.ds_available(&self.ds) < bytes.saturating_add(pool.dirty_bytes())
+            && pool.dsl_pool().ds_available(&self.ds) < bytes.saturating_add(pool.dirty_bytes())
         {
             return Err(libc::ENOSPC);
         }
@@ -1166,8 +1181,8 @@ impl DatasetCtx for DsCtx {
         p
     }
     fn space(&self) -> (u64, u64) {
-        let avail = self.pool.ds_available(&self.ds);
-        let (_, used, _) = self.pool.ds_space(&self.ds);
+        let avail = self.pool.dsl_pool().ds_available(&self.ds);
+        let (_, used, _) = self.pool.dsl_pool().ds_space(&self.ds);
         (used + avail, avail)
     }
     fn txg(&self) -> u64 {
@@ -1196,8 +1211,8 @@ mod tests {
     fn import_with_record(record: serde_json::Value) -> Result<Arc<Pool>> {
         let world = SimWorld::new();
         let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(5))?;
-        p.format_root_fs()?;
-        p.create_dataset("t/a", &[], false)?;
+        p.dsl_pool().format_root_fs()?;
+        p.dsl_pool().create_dataset("t/a", &[], false)?;
         p.sync()?;
         let dsl = lock(&p.st).dir.dsl;
         p.write_json(dsl, &record)?;

@@ -55,6 +55,7 @@
 //! its next sync that changes the layer.
 
 use super::snapshot::SnapPhys;
+use super::DslPool;
 use super::{rlock, Dataset, DsPhys, DslDirPhys};
 use crate::dmu::dnode::{ot, ObjProps};
 use crate::dmu::objset::{BlockWriter, Objset, TxgDirty};
@@ -379,7 +380,7 @@ fn component(d: &DsPhys) -> &str {
     d.rel.rsplit('/').next().unwrap_or(&d.rel)
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// Import: what was read is what is on disk (an inline-layout pool
     /// has nothing in the later layouts yet: its first sync writes it all).
     pub(crate) fn note_records_read(&self, dsl: &DslDirPhys, layout: Layout) -> Result<()> {
@@ -459,7 +460,8 @@ impl Pool {
                 snapshots: all.snapshots,
                 ..Default::default()
             };
-            self.mos
+            self.spa
+                .mos
                 .replace_in_sync(extra, dsl_obj, 0, &json(&inline)?)?;
             *written = Written::default();
             return Ok(());
@@ -474,13 +476,17 @@ impl Pool {
         for (id, bytes) in records {
             let bytes = bytes?;
             if written.records.get(&id) != Some(&bytes) {
-                self.mos.replace_in_sync(extra, id, RECORD_OFF, &bytes)?;
+                self.spa
+                    .mos
+                    .replace_in_sync(extra, id, RECORD_OFF, &bytes)?;
             }
             keep.insert(id, bytes);
         }
         written.records = keep;
         if written.index.as_ref() != Some(&ix) {
-            self.mos.replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
+            self.spa
+                .mos
+                .replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
             w.note_feature(crate::spa::feature::DSL_RECORDS);
             written.index = Some(ix);
         }
@@ -508,7 +514,7 @@ impl Pool {
             .collect();
         let snaps = rlock(&self.dsl.snaps);
         let store = InSync {
-            os: &self.mos,
+            os: &self.spa.mos,
             into: RefCell::new(extra),
         };
         let Written {
@@ -546,7 +552,7 @@ impl Pool {
             let new = !dirs.contains_key(id);
             if d.phys.take_changed() || new || all {
                 if new {
-                    let dir = self.mos.create_in_sync(
+                    let dir = self.spa.mos.create_in_sync(
                         &mut store.into.borrow_mut(),
                         ot::DSL_DIR,
                         4096,
@@ -642,7 +648,7 @@ impl Pool {
         }
         let mut put = |obj: u64, off: u64, bytes: Vec<u8>| -> Result<()> {
             if records.get(&obj) != Some(&bytes) {
-                self.mos.replace_in_sync(extra, obj, off, &bytes)?;
+                self.spa.mos.replace_in_sync(extra, obj, off, &bytes)?;
                 records.insert(obj, bytes);
             }
             Ok(())
@@ -666,7 +672,9 @@ impl Pool {
                 ..Default::default()
             };
             if index.as_ref() != Some(&ix) {
-                self.mos.replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
+                self.spa
+                    .mos
+                    .replace_in_sync(extra, dsl_obj, 0, &json(&ix)?)?;
                 w.note_feature(crate::spa::feature::DSL_DIRS);
                 *index = Some(ix);
             }
@@ -746,7 +754,7 @@ mod tests {
 
     /// The objects of dataset `name` beside its own (dirs layout).
     fn objs_of(p: &Pool, name: &str) -> DirObjs {
-        let id = p.dataset(name).expect("dataset").id();
+        let id = p.dsl_pool().dataset(name).expect("dataset").id();
         lock(&p.dsl.written).dirs[&id]
     }
 
@@ -788,16 +796,22 @@ mod tests {
     fn dirs_layout_writes_only_what_changed() {
         let world = SimWorld::new();
         let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
-        p.format_root_fs().expect("format");
-        p.create_dataset("t/a/b/c", &[("com.x:tag".into(), "deep".into())], true)
+        p.dsl_pool().format_root_fs().expect("format");
+        p.dsl_pool()
+            .create_dataset("t/a/b/c", &[("com.x:tag".into(), "deep".into())], true)
             .expect("create");
-        p.create_dataset("t/other", &[], false).expect("create");
+        p.dsl_pool()
+            .create_dataset("t/other", &[], false)
+            .expect("create");
         let obj = p.create_object(4096, &ObjProps::default()).expect("object");
         for i in 0..40u8 {
             p.write(obj, 0, &vec![i | 1; 64 << 10]).expect("write");
-            p.create_snapshots(&[format!("t@s{i}")]).expect("snapshot");
+            p.dsl_pool()
+                .create_snapshots(&[format!("t@s{i}")])
+                .expect("snapshot");
         }
-        p.create_snapshots(&["t/a/b@x".to_string()])
+        p.dsl_pool()
+            .create_snapshots(&["t/a/b@x".to_string()])
             .expect("snapshot");
         p.sync().expect("sync");
         let (dsl_obj, root) = {
@@ -819,10 +833,11 @@ mod tests {
         // A snapshot: its record, its dataset's record and map.
         let before = layer_objects(&p);
         p.write(obj, 0, &vec![0x78; 64 << 10]).expect("write");
-        p.create_snapshots(&["t@new".to_string()])
+        p.dsl_pool()
+            .create_snapshots(&["t@new".to_string()])
             .expect("snapshot");
         let txg = p.sync().expect("sync");
-        let snap = p.snapshot("t@new").expect("snap").1.phys().id;
+        let snap = p.dsl_pool().snapshot("t@new").expect("snap").1.phys().id;
         let mut want = vec![root, t.snaps, snap];
         want.sort_unstable();
         assert_eq!(rewritten(&before, &p, txg), want);
@@ -835,7 +850,7 @@ mod tests {
 
         // Renamed in place: t's child map alone.
         let before = layer_objects(&p);
-        p.rename_dataset("t/a", "t/z").expect("rename");
+        p.dsl_pool().rename_dataset("t/a", "t/z").expect("rename");
         let txg = p.sync().expect("sync");
         assert_eq!(rewritten(&before, &p, txg), vec![t.children]);
 
@@ -843,7 +858,9 @@ mod tests {
         // both parents' maps; t/other had no child map, so its record
         // (which names the new map) too.
         let before = layer_objects(&p);
-        p.rename_dataset("t/z/b", "t/other/b").expect("move");
+        p.dsl_pool()
+            .rename_dataset("t/z/b", "t/other/b")
+            .expect("move");
         let txg = p.sync().expect("sync");
         let other = objs_of(&p, "t/other");
         assert!(other.children != 0);
@@ -853,7 +870,9 @@ mod tests {
 
         // Destroyed: its directory and maps are freed.
         let c = objs_of(&p, "t/other/b/c");
-        p.destroy_dataset("t/other/b/c", false).expect("destroy");
+        p.dsl_pool()
+            .destroy_dataset("t/other/b/c", false)
+            .expect("destroy");
         p.sync().expect("sync");
         assert!(!p.mos.exists(c.dir).expect("exists"), "directory not freed");
 
@@ -861,16 +880,17 @@ mod tests {
         p.close().expect("close");
         drop(p);
         let p = sim_reimport(&world, &d, sim_tunables()).expect("import");
-        let mut names: Vec<String> = p.datasets().iter().map(|d| d.rel()).collect();
+        let mut names: Vec<String> = p.dsl_pool().datasets().iter().map(|d| d.rel()).collect();
         names.sort();
         assert_eq!(names, vec!["", "other", "other/b", "z"]);
-        assert_eq!(p.snapshots().len(), 42);
+        assert_eq!(p.dsl_pool().snapshots().len(), 42);
         assert!(
-            p.snapshot("t/other/b@x").is_ok(),
+            p.dsl_pool().snapshot("t/other/b@x").is_ok(),
             "a moved dataset's snapshot"
         );
         let (v, _) = p
-            .get_prop(&p.dataset("t/other/b").expect("b"), "com.x:tag")
+            .dsl_pool()
+            .get_prop(&p.dsl_pool().dataset("t/other/b").expect("b"), "com.x:tag")
             .expect("prop");
         assert_eq!(v, "-", "a property of the destroyed child leaked");
         let (_, layout) = read_dsl(&p.mos, dsl_obj).expect("read");
@@ -889,18 +909,21 @@ mod tests {
     fn every_layout_reads_and_converts() {
         let world = SimWorld::new();
         let (mut d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
-        p.format_root_fs().expect("format");
-        p.create_dataset("t/a/b", &[], true).expect("create");
+        p.dsl_pool().format_root_fs().expect("format");
+        p.dsl_pool()
+            .create_dataset("t/a/b", &[], true)
+            .expect("create");
         let obj = p.create_object(4096, &ObjProps::default()).expect("object");
         for i in 0..10u8 {
             p.write(obj, 0, &vec![i | 1; 64 << 10]).expect("write");
-            p.create_snapshots(&[format!("t@s{i}"), format!("t/a@s{i}")])
+            p.dsl_pool()
+                .create_snapshots(&[format!("t@s{i}"), format!("t/a@s{i}")])
                 .expect("snapshot");
         }
         p.write(obj, 0, &vec![0x55; 64 << 10]).expect("write");
         p.sync().expect("sync");
         let dsl_obj = lock(&p.st).dir.dsl;
-        let all = p.dsl_record_now();
+        let all = p.dsl_pool().dsl_record_now();
         let dead = all.datasets.iter().map(|d| d.dead_bytes).sum::<u64>();
         assert!(dead > 0);
         let inline = DslIndex {
@@ -970,7 +993,7 @@ mod tests {
             (d, p) = reopen(&world, &d);
             zdb_clean(&world, &d, want);
             check(&p, want);
-            assert_eq!(p.snapshots().len(), 20);
+            assert_eq!(p.dsl_pool().snapshots().len(), 20);
         }
         p.close().expect("close");
     }
@@ -983,13 +1006,16 @@ mod tests {
         for damage in ["loop", "misfiled"] {
             let world = SimWorld::new();
             let (d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(3)).expect("pool");
-            p.format_root_fs().expect("format");
-            p.create_dataset("t/a", &[], false).expect("create");
-            p.create_snapshots(&["t@s".to_string(), "t/a@s".to_string()])
+            p.dsl_pool().format_root_fs().expect("format");
+            p.dsl_pool()
+                .create_dataset("t/a", &[], false)
+                .expect("create");
+            p.dsl_pool()
+                .create_snapshots(&["t@s".to_string(), "t/a@s".to_string()])
                 .expect("snapshot");
             p.sync().expect("sync");
             let (t, a) = (objs_of(&p, "t"), objs_of(&p, "t/a"));
-            let snap = p.snapshot("t@s").expect("snap").1.phys().id;
+            let snap = p.dsl_pool().snapshot("t@s").expect("snap").1.phys().id;
             match damage {
                 "loop" => Zap::open(&p.mos, t.children).insert(b"back", t.dir, 0),
                 _ => Zap::open(&p.mos, a.snaps).insert(b"other", snap, 0),

@@ -69,6 +69,7 @@
 //!   a snapshot still holds.
 
 use super::deadlist::{Born, DlSync, SubList};
+use super::DslPool;
 use super::{rlock, wlock, Dataset};
 use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::dnode::{ot, ObjProps};
@@ -134,7 +135,7 @@ impl Snapshot {
 }
 
 /// Each dataset's snapshots, oldest first, and every snapshot by dataset
-/// and name and by its place in its line (`Pool::snap_index`).
+/// and name and by its place in its line (`DslPool::snap_index`).
 #[derive(Default)]
 pub struct SnapIndex {
     /// The generation it was built at (`Dsl::snap_gen`).
@@ -170,13 +171,13 @@ pub enum SnapTask {
         task: u64,
         snap: u64,
     },
-    /// Dataset `ds` became its latest snapshot again (`Pool::rollback`):
+    /// Dataset `ds` became its latest snapshot again (`DslPool::rollback`):
     /// its dead list keeps only what this txg added.
     Rollback {
         task: u64,
         ds: u64,
     },
-    /// `Pool::promote` moved snapshot `snap` (and those before it) from
+    /// `DslPool::promote` moved snapshot `snap` (and those before it) from
     /// dataset `from` to its clone: the snapshot's object-set block moves
     /// from `from`'s dead lists to the one after it in its new line.
     Promote {
@@ -203,7 +204,7 @@ impl SnapSync {
     }
 }
 
-/// What [`Pool::neighbours`] finds around a snapshot.
+/// What [`DslPool::neighbours`] finds around a snapshot.
 struct Neighbours {
     prev_txg: u64,
     next: Option<Arc<Snapshot>>,
@@ -241,7 +242,7 @@ pub fn split_name(name: &str) -> Result<(&str, &str)> {
     Ok((ds, snap))
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// A clone's origin snapshot.
     pub fn origin_snap(&self, d: &Dataset) -> Option<Arc<Snapshot>> {
         let origin = d.phys.read().origin;
@@ -294,7 +295,7 @@ impl Pool {
         }
         let sp = s.phys();
         self.create_dataset_from(name, props, parents, Some((sp.id, sp.guid)))?;
-        self.sync()?;
+        self.spa.sync()?;
         Ok(())
     }
 
@@ -464,12 +465,12 @@ impl Pool {
 
     /// A snapshot's object set, read-only (its contents as it was taken).
     pub fn snapshot_objset(&self, s: &Snapshot) -> Result<Arc<Objset>> {
-        let reader: Arc<dyn BlockReader> = self.io.clone();
+        let reader: Arc<dyn BlockReader> = self.spa.io.clone();
         Ok(Arc::new(Objset::open(
             &s.root,
             reader,
             Default::default(),
-            self.open_txg(),
+            self.spa.open_txg(),
         )?))
     }
 
@@ -534,7 +535,7 @@ impl Pool {
             return Err(Error::invalid("no snapshot named"));
         }
         let ids = {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let mut seen = BTreeSet::new();
             let mut plan = Vec::new();
             for n in names {
@@ -571,10 +572,10 @@ impl Pool {
     /// `zfs destroy DS@SNAP`: frees what only it held (see the module
     /// docs). Returns once the txg that did it is on disk.
     pub fn destroy_snapshot(&self, name: &str) -> Result<()> {
-        self.check_rw()?;
+        self.spa.check_rw()?;
         self.ensure_free_queue()?;
         let task = {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
             if !s.phys.read().holds.is_empty() {
                 return Err(Error::Busy(format!(
@@ -616,7 +617,7 @@ impl Pool {
     /// the old head did not) is emptied without freeing: the new head
     /// holds them all again.
     pub fn rollback(&self, name: &str) -> Result<()> {
-        self.check_rw()?;
+        self.spa.check_rw()?;
         self.ensure_free_queue()?;
         let later = |d: u64, txg: u64| -> Vec<String> {
             self.snapshots_of(d)
@@ -644,9 +645,9 @@ impl Pool {
         // The old head's changes land first: whatever it still has dirty
         // would otherwise be dropped with its object set, its space
         // still counted as dirty.
-        self.sync()?;
+        self.spa.sync()?;
         let task = {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let id = d.id();
             let cur = rlock(&self.dsl.list).get(&id).cloned();
             if !cur.is_some_and(|c| Arc::ptr_eq(&c, &d))
@@ -662,12 +663,12 @@ impl Pool {
                     "cannot rollback to '{name}': the dataset is still being written (unmount it first)"
                 )));
             }
-            let reader: Arc<dyn BlockReader> = self.io.clone();
+            let reader: Arc<dyn BlockReader> = self.spa.io.clone();
             let os = Arc::new(Objset::open(
                 &s.root,
                 reader,
-                self.mos.gate().clone(),
-                self.open_txg(),
+                self.spa.mos.gate().clone(),
+                self.spa.open_txg(),
             )?);
             os.rewrite_root();
             let mut phys = d.phys.read().clone();
@@ -678,14 +679,14 @@ impl Pool {
                 os: os.clone(),
                 zil: Default::default(),
             });
-            self.attach_zil(&head)?;
+            self.spa.attach_zil(&head)?;
             // The old head's log is void: its records are changes after
             // the snapshot (its blocks go back to the log class).
             if let Some(z) = d.zil.get() {
                 z.close();
             }
-            if lock(&self.st).dir.root_dataset == id {
-                self.set_root(os);
+            if lock(&self.spa.st).dir.root_dataset == id {
+                self.spa.set_root(os);
             }
             let bytes = self.written_since(&d, &s)?;
             lock(&self.dsl.doomed).push((d.os.clone(), sp.txg, bytes));
@@ -703,14 +704,14 @@ impl Pool {
     /// Returns whether it was destroyed now.
     pub fn destroy_snapshot_deferred(&self, name: &str) -> Result<bool> {
         {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let (_, s) = self.snapshot(name)?;
             let id = s.phys.read().id;
             if !s.phys.read().holds.is_empty() || !self.clones_of(id).is_empty() {
                 s.phys.write().defer_destroy = true;
                 *lock(&self.dsl.dirty) = true;
                 drop(_g);
-                self.sync()?;
+                self.spa.sync()?;
                 return Ok(false);
             }
         }
@@ -723,7 +724,7 @@ impl Pool {
     pub fn hold(&self, tag: &str, names: &[String]) -> Result<()> {
         check_tag(tag)?;
         {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let mut found = Vec::new();
             for n in names {
                 let (_, s) = self.snapshot(n)?;
@@ -740,7 +741,7 @@ impl Pool {
             }
             *lock(&self.dsl.dirty) = true;
         }
-        self.sync()?;
+        self.spa.sync()?;
         Ok(())
     }
 
@@ -751,7 +752,7 @@ impl Pool {
     pub fn release(&self, tag: &str, names: &[String]) -> Result<()> {
         let mut doomed = Vec::new();
         {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let mut found = Vec::new();
             for n in names {
                 let (_, s) = self.snapshot(n)?;
@@ -771,7 +772,7 @@ impl Pool {
             }
             *lock(&self.dsl.dirty) = true;
         }
-        self.sync()?;
+        self.spa.sync()?;
         for n in doomed {
             self.destroy_snapshot(&n)?;
         }
@@ -800,7 +801,7 @@ impl Pool {
     pub fn set_snapshot_prop(&self, snap: &str, name: &str, value: Option<&str>) -> Result<()> {
         let v = super::props::snapshot_prop(name, value)?;
         {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let (_, s) = self.snapshot(snap)?;
             let mut p = s.phys.write();
             match v {
@@ -809,7 +810,7 @@ impl Pool {
             };
             *lock(&self.dsl.dirty) = true;
         }
-        self.sync()?;
+        self.spa.sync()?;
         Ok(())
     }
 
@@ -840,7 +841,7 @@ impl Pool {
             )));
         }
         {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let (d, s) = self.snapshot(from)?;
             if self.snapshot_named(d.id(), new).is_some() {
                 return Err(Error::invalid(format!(
@@ -851,7 +852,7 @@ impl Pool {
             self.dsl.snaps_changed();
             *lock(&self.dsl.dirty) = true;
         }
-        self.sync()?;
+        self.spa.sync()?;
         Ok(())
     }
 
@@ -869,9 +870,9 @@ impl Pool {
     /// the other's (`SnapTask::Promote`), and each dataset's `origin_dead`
     /// is recounted from its line's lists.
     pub fn promote(&self, clone: &str) -> Result<()> {
-        self.sync()?;
+        self.spa.sync()?;
         let task = {
-            let _g = self.sync_guard()?;
+            let _g = self.spa.sync_guard()?;
             let c = self.dataset(clone)?;
             let Some((oname, s)) = self.origin_of(&c) else {
                 return Err(Error::invalid(format!(
@@ -897,9 +898,9 @@ impl Pool {
                 }
             }
             // The moved snapshots change place in a scan's walk order.
-            let root = lock(&self.st).dir.root_dataset;
+            let root = lock(&self.spa.st).dir.root_dataset;
             let key = |id: u64| if id == root { 1 } else { id };
-            self.scan_rewind(key(o.id()).min(key(c.id())))?;
+            self.spa.scan_rewind(key(o.id()).min(key(c.id())))?;
             let grand = o.phys.read().origin;
             for m in &moving {
                 m.phys.write().ds = c.id();
@@ -981,7 +982,7 @@ impl Pool {
 
     /// Sync until the tasks are carried out; their errors, if any.
     fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
-        self.sync()?;
+        self.spa.sync()?;
         let mut errs = lock(&self.dsl.task_errors);
         let mine: Vec<String> = ids.iter().filter_map(|i| errs.remove(i)).collect();
         if mine.is_empty() {
@@ -1052,7 +1053,7 @@ impl Pool {
     ) -> Result<(Vec<BlkPtr>, Vec<SubList>)> {
         let mut spill = Vec::new();
         let mut sublists = Vec::new();
-        let mut dls = DlSync::new(&self.mos, extra);
+        let mut dls = DlSync::new(&self.spa.mos, extra);
         if !self.dsl.deadlists_keyed.load(Ordering::Relaxed) {
             for (old, new) in self.convert_flat_deadlists(&mut dls)? {
                 if let Some(v) = ss.appends.remove(&old) {
@@ -1096,13 +1097,14 @@ impl Pool {
                         continue;
                     }
                     let root = ss.roots.get(&ds).copied().unwrap_or_else(|| d.os.root_bp());
-                    let id = self.mos.create_in_sync(
+                    let id = self.spa.mos.create_in_sync(
                         dls.extra(),
                         ot::DSL_DATASET,
                         512,
                         &ObjProps::METADATA,
                     )?;
-                    self.mos
+                    self.spa
+                        .mos
                         .write_in_sync(dls.extra(), id, 0, &root.to_bytes())?;
                     let new_dl = dls.create()?;
                     let space = d.os.synced_space();
@@ -1130,7 +1132,10 @@ impl Pool {
                         phys: super::Record::new(snap),
                         root,
                     }));
-                    log::info!("pool '{}': snapshot '{full}' taken in txg {txg}", self.name);
+                    log::info!(
+                        "pool '{}': snapshot '{full}' taken in txg {txg}",
+                        self.spa.name
+                    );
                 }
                 SnapTask::Destroy { task, snap } => {
                     let Some(s) = rlock(&self.dsl.snaps).get(&snap).cloned() else {
@@ -1181,7 +1186,7 @@ impl Pool {
                     self.snap_remove(&sp);
                     log::info!(
                         "pool '{}': snapshot '{}@{}' destroyed in txg {txg}",
-                        self.name,
+                        self.spa.name,
                         head.map_or_else(|| "?".to_string(), |h| self.ds_name(&h.rel())),
                         sp.name
                     );
@@ -1248,7 +1253,7 @@ impl Pool {
                     }
                     log::info!(
                         "pool '{}': snapshots through '@{}' promoted in txg {txg}",
-                        self.name,
+                        self.spa.name,
                         sp.name
                     );
                 }
@@ -1274,7 +1279,7 @@ impl Pool {
                     dls.clear(dl)?;
                     log::info!(
                         "pool '{}': '{}' rolled back in txg {txg}",
-                        self.name,
+                        self.spa.name,
                         self.ds_name(&h.rel())
                     );
                 }
@@ -1301,12 +1306,12 @@ impl crate::zpl::DatasetCtx for SnapCtx {
         Ok(())
     }
     fn props(&self) -> crate::zpl::ZplProps {
-        let mut p = self.pool.zpl_props(&self.ds);
+        let mut p = self.pool.dsl_pool().zpl_props(&self.ds);
         p.readonly = true;
         p
     }
     fn space(&self) -> (u64, u64) {
-        let (_, used, _) = self.pool.ds_space(&self.ds);
+        let (_, used, _) = self.pool.dsl_pool().ds_space(&self.ds);
         (used, 0)
     }
     fn txg(&self) -> u64 {
@@ -1314,9 +1319,9 @@ impl crate::zpl::DatasetCtx for SnapCtx {
     }
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// A snapshot's files, read-only (`.zfs/snapshot/NAME`).
-    pub fn mount_snapshot(self: &Arc<Self>, name: &str) -> Result<crate::zpl::Zpl> {
+    pub fn mount_snapshot(&self, name: &str) -> Result<crate::zpl::Zpl> {
         let (d, s) = self.snapshot(name)?;
         self.mount_snapshot_of(&d, &s)
     }
@@ -1325,11 +1330,7 @@ impl Pool {
     /// later snapshot of the same dataset, or the dataset itself; `None`:
     /// the dataset). Syncs first when TO is the dataset, so every change
     /// that returned is seen. See `zpl/diff.rs`.
-    pub fn diff(
-        self: &Arc<Self>,
-        from: &str,
-        to: Option<&str>,
-    ) -> Result<Vec<crate::zpl::diff::DiffEntry>> {
+    pub fn diff(&self, from: &str, to: Option<&str>) -> Result<Vec<crate::zpl::diff::DiffEntry>> {
         let (d, a) = self.snapshot(from)?;
         let atxg = a.phys().txg;
         let old = self.mount_snapshot_of(&d, &a)?;
@@ -1359,12 +1360,12 @@ impl Pool {
                 if let Some(t) = to {
                     same(&*self.dataset(t)?)?;
                 }
-                self.sync()?;
+                self.spa.sync()?;
                 let objects = d.os.objects_changed_after(atxg)?;
                 let zpl = crate::zpl::Zpl::mount(
                     d.os.clone(),
                     Arc::new(SnapCtx {
-                        pool: self.clone(),
+                        pool: self.spa.arc()?,
                         ds: d.clone(),
                     }),
                 )?;
@@ -1376,16 +1377,12 @@ impl Pool {
     }
 
     /// Snapshot `s` of dataset `d`'s files, read-only.
-    pub fn mount_snapshot_of(
-        self: &Arc<Self>,
-        d: &Arc<Dataset>,
-        s: &Snapshot,
-    ) -> Result<crate::zpl::Zpl> {
+    pub fn mount_snapshot_of(&self, d: &Arc<Dataset>, s: &Snapshot) -> Result<crate::zpl::Zpl> {
         let os = self.snapshot_objset(s)?;
         crate::zpl::Zpl::mount(
             os,
             Arc::new(SnapCtx {
-                pool: self.clone(),
+                pool: self.spa.arc()?,
                 ds: d.clone(),
             }),
         )

@@ -1,14 +1,14 @@
 //! The dataset layer's part of a txg sync (OpenZFS `dsl_pool_sync`): the
 //! SPA freezes the layer while it closes the txg, then syncs it through
-//! one call, [`Pool::dsl_pool_sync`], and tells it when the txg
+//! one call, [`DslPool::sync`], and tells it when the txg
 //! committed. Everything about datasets, snapshots, dead lists, background
 //! frees and DSL records happens here; the SPA adds only its own objects
 //! (config, space maps, history) to the MOS passes that follow.
 //!
-//! 1. [`Pool::dsl_freeze`] (with writers quiesced, OpenZFS's quiesce):
+//! 1. [`DslPool::freeze`] (with writers quiesced, OpenZFS's quiesce):
 //!    every dataset's open txg closes, and the destroyed datasets and
 //!    snapshot tasks queued for this txg are taken.
-//! 2. [`Pool::dsl_pool_sync`], in three steps:
+//! 2. [`DslPool::sync`], in three steps:
 //!    - pass 1, the data: each dataset's object set is written; what a
 //!      dataset with snapshots lets go of that its latest snapshot still
 //!      holds (born at or before it) is collected for its dead list
@@ -22,7 +22,7 @@
 //!      grown (`snapshot.rs`); the free queue and the records that changed
 //!      written (`records.rs`). They are handed back to the SPA, which
 //!      adds its own and writes the MOS until nothing changes.
-//! 3. [`Pool::dsl_sync_done`]: the txg committed, the new trees go live.
+//! 3. [`DslPool::sync_done`]: the txg committed, the new trees go live.
 //!
 //! Why the MOS's first pass sits between the data and the layer's own
 //! changes: a change made in sync context reads the synced MOS
@@ -32,11 +32,12 @@
 use super::async_destroy::{Budget, FreeEntry};
 use super::snapshot::SnapSync;
 use super::Dataset;
+use super::DslPool;
 use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::objset::{Objset, TxgDirty};
 use crate::error::Result;
+use crate::spa::lock;
 use crate::spa::txg::SyncWriter;
-use crate::spa::{lock, Pool};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,10 +97,10 @@ struct DataSynced {
     data_bytes: u64,
 }
 
-impl Pool {
+impl DslPool<'_> {
     /// Step 1. Every dataset's open txg closes at once (the list cannot
     /// change: dataset creation and destruction hold `sync_lock`).
-    pub(crate) fn dsl_freeze(&self, txg: u64) -> DslFrozen {
+    pub(crate) fn freeze(&self, txg: u64) -> DslFrozen {
         let sets = self
             .datasets()
             .into_iter()
@@ -122,7 +123,7 @@ impl Pool {
     /// Step 2, the layer's whole sync (OpenZFS `dsl_pool_sync`): the
     /// datasets, the MOS's first pass, and the layer's changes for the
     /// second (module comment).
-    pub(crate) fn dsl_pool_sync(
+    pub(crate) fn sync(
         &self,
         w: &mut SyncWriter<'_>,
         frozen: DslFrozen,
@@ -132,7 +133,7 @@ impl Pool {
         let t_start = Instant::now();
         let mut data = self.sync_datasets(w, frozen)?;
         let t_data = t_start.elapsed();
-        let mos_bp = self.mos.sync_pass(w, args.mos_dirty)?;
+        let mos_bp = self.spa.mos.sync_pass(w, args.mos_dirty)?;
         w.pass = 2;
         let mut extra = TxgDirty::new(w.txg);
         self.sync_dsl_mos(
@@ -225,7 +226,7 @@ impl Pool {
     ) -> Result<()> {
         let txg = w.txg;
         for (id, bp) in &s.new_bps {
-            self.mos.write_in_sync(extra, *id, 0, &bp.to_bytes())?;
+            self.spa.mos.write_in_sync(extra, *id, 0, &bp.to_bytes())?;
         }
         // Destroyed sets queued and a budget of queued frees done, then
         // snapshots taken and destroyed, dead lists grown (frees past the
@@ -235,8 +236,8 @@ impl Pool {
         // what it held.
         let mut budget = match features.async_destroy {
             true => Budget {
-                blocks: self.tun.free_max_blocks.max(1),
-                until: Some(Instant::now() + Duration::from_millis(self.tun.free_max_ms)),
+                blocks: self.spa.tun.free_max_blocks.max(1),
+                until: Some(Instant::now() + Duration::from_millis(self.spa.tun.free_max_ms)),
             },
             false => Budget::ALL,
         };
@@ -261,7 +262,7 @@ impl Pool {
 
     /// Step 3. The txg committed: each dataset's new tree goes live (the
     /// caller holds the gate shut).
-    pub(crate) fn dsl_sync_done(&self, s: &DslSynced) {
+    pub(crate) fn sync_done(&self, s: &DslSynced) {
         for d in &s.datasets {
             d.os.sync_done();
         }

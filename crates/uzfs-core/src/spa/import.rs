@@ -426,9 +426,9 @@ impl Pool {
         };
         let scan_obj = st.dir.scan;
         let pool = Pool::assemble(io, mos, root, st, open_txg, ub.txg, tun.clone());
-        pool.ensure_dsl_record()?;
-        pool.note_records_read(&read, layout)?;
-        pool.load_free_queue()?;
+        pool.dsl_pool().ensure_dsl_record()?;
+        pool.dsl_pool().note_records_read(&read, layout)?;
+        pool.dsl_pool().load_free_queue()?;
         {
             let mut list = pool.dsl.list.write().unwrap_or_else(|e| e.into_inner());
             if let (Some(p), Some(root)) = (root_phys, list.get(&root_id)) {

@@ -429,7 +429,7 @@ impl Pool {
             guid_rng: guids,
         };
         let pool = Pool::assemble(io, mos, root, st, txg, 0, opts.tunables.clone());
-        for d in pool.datasets() {
+        for d in pool.dsl_pool().datasets() {
             pool.attach_zil(&d)?;
         }
         pool.write_json(dir_obj, &dir)?;
@@ -789,6 +789,22 @@ impl Pool {
         ds.zil
             .set(zil)
             .map_err(|_| Error::invalid("dataset already has an intent log"))
+    }
+
+    /// This pool as its owners hold it (what a mounted snapshot keeps).
+    pub(crate) fn arc(&self) -> Result<Arc<Pool>> {
+        self.me
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .ok_or_else(|| Error::invalid(format!("pool '{}' is closing", self.name)))
+    }
+
+    /// The pool's dataset layer (OpenZFS `spa_get_dsl`).
+    pub fn dsl_pool(&self) -> crate::dsl::DslPool<'_> {
+        crate::dsl::DslPool {
+            spa: self,
+            dsl: &self.dsl,
+        }
     }
 
     /// The root dataset's object set.
@@ -1185,13 +1201,14 @@ pub(crate) fn sim_pool(
 #[cfg(test)]
 pub(crate) fn sim_snapshotted_file(p: &Pool, fill: u8) -> (Arc<crate::dsl::Dataset>, u64) {
     use crate::dmu::dnode::{ot, ObjProps};
-    p.create_dataset("t/o", &[], false).expect("o");
-    let o = p.dataset("t/o").expect("o");
+    p.dsl_pool().create_dataset("t/o", &[], false).expect("o");
+    let o = p.dsl_pool().dataset("t/o").expect("o");
     let obj =
         o.os.create_object(ot::PLAIN_FILE, 16384, &ObjProps::default())
             .expect("object");
     o.os.write(obj, 0, &vec![fill; 256 << 10]).expect("write");
-    p.create_snapshots(&["t/o@s".to_string()])
+    p.dsl_pool()
+        .create_snapshots(&["t/o@s".to_string()])
         .expect("snapshot");
     (o, obj)
 }

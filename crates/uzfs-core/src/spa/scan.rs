@@ -1494,11 +1494,13 @@ mod tests {
         o.os.write(obj, 0, &vec![0x22; 256 << 10])
             .expect("overwrite");
         p.sync().expect("sync");
-        p.clone_snapshot("t/o@s", "t/c", &[], false).expect("clone");
-        p.promote("t/c").expect("promote");
+        p.dsl_pool()
+            .clone_snapshot("t/o@s", "t/c", &[], false)
+            .expect("clone");
+        p.dsl_pool().promote("t/c").expect("promote");
         // Now t/o is a clone of t/c@s; promoting it back moves @s from
         // t/c to t/o, which the walk visits first.
-        let (o_id, c_id) = (o.id(), p.dataset("t/c").expect("c").id());
+        let (o_id, c_id) = (o.id(), p.dsl_pool().dataset("t/c").expect("c").id());
         assert!(o_id < c_id, "the test needs the origin first in walk order");
         p.sync().expect("sync");
         lock(&p.scan).phys = Some(ScanPhys::walk_from(Bookmark {
@@ -1506,7 +1508,7 @@ mod tests {
             ..Bookmark::default()
         }));
         let before = rest_of_scan(&p);
-        p.promote("t/o").expect("promote back");
+        p.dsl_pool().promote("t/o").expect("promote back");
         let after = rest_of_scan(&p);
         let missed: Vec<_> = before.difference(&after).collect();
         assert!(

@@ -841,7 +841,11 @@ impl Pool {
                 .flat_map(|t| t.leaves())
                 .chain(self.io.spares())
                 .any(|l| l.config_dirty.load(Ordering::Relaxed))
-            || self.datasets().iter().any(|d| !d.os.open_is_empty())
+            || self
+                .dsl_pool()
+                .datasets()
+                .iter()
+                .any(|d| !d.os.open_is_empty())
             || *lock(&self.dsl.dirty)
             || !lock(&self.dsl.doomed).is_empty()
             || !lock(&self.dsl.freeing).entries.is_empty()
@@ -920,7 +924,7 @@ impl Pool {
             t.syncing = Some(txg);
             txg
         };
-        let frozen = self.dsl_freeze(txg);
+        let frozen = self.dsl_pool().freeze(txg);
         let mos_dirty = self.mos.freeze(txg + 1);
         drop(quiesced);
         let mut st = lock(&self.st);
@@ -974,7 +978,7 @@ impl Pool {
                 async_destroy: on(super::feature::ASYNC_DESTROY),
             },
         };
-        let mut dsl = self.dsl_pool_sync(&mut w, frozen, args)?;
+        let mut dsl = self.dsl_pool().sync(&mut w, frozen, args)?;
         let (data_bytes, t_data) = (dsl.data_bytes, dsl.t_data);
         let mut mos_bp = dsl.mos_bp;
         // Features first used by this txg become active in its config.
@@ -1109,7 +1113,7 @@ impl Pool {
             // The datasets' new trees go live with the gate shut, so no
             // operation holding the txg sees its blocks move (objset.rs).
             let _q = self.mos.gate().quiesce();
-            self.dsl_sync_done(&dsl);
+            self.dsl_pool().sync_done(&dsl);
         }
         self.mos.sync_done();
         let mut t = lock(&self.txg);

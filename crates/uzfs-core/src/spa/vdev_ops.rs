@@ -528,7 +528,7 @@ impl Pool {
         if !self.log_vdevs().contains(&top) {
             return;
         }
-        for ds in self.datasets() {
+        for ds in self.dsl_pool().datasets() {
             if let Some(z) = ds.zil.get() {
                 z.restart();
             }
@@ -558,7 +558,7 @@ impl Pool {
             let mut st = lock(&self.st);
             self.log_space.set_avoid(v, true, Some(&mut st.alloc));
         }
-        for ds in self.datasets() {
+        for ds in self.dsl_pool().datasets() {
             if let Some(z) = ds.zil.get() {
                 z.forget_vdev(v);
             }

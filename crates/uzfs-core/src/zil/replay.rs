@@ -154,7 +154,7 @@ impl Pool {
                 list.join("; ")
             );
         }
-        for ds in self.datasets() {
+        for ds in self.dsl_pool().datasets() {
             let Some(h) = LogHeader::decode(ds.os.opened_log_header()) else {
                 continue;
             };
@@ -179,7 +179,7 @@ impl Pool {
                     self.log_space.claim(&mut st.alloc, loc)
                 })
             };
-            let name = self.ds_name(&ds.rel());
+            let name = self.dsl_pool().ds_name(&ds.rel());
             let mut todo: Vec<_> = chain
                 .records
                 .into_iter()
@@ -238,7 +238,7 @@ impl Pool {
         if self.tun.readonly {
             return Ok(report);
         }
-        for ds in self.datasets() {
+        for ds in self.dsl_pool().datasets() {
             self.attach_zil(&ds)?;
         }
         if report.records > 0 {

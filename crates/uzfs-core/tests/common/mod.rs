@@ -117,12 +117,12 @@ pub fn assert_zdb_clean(disks: &[SimDevice], what: &str) {
 pub fn one_disk_fs(world: &SimWorld, seed: u64) -> (Vec<SimDevice>, Arc<Pool>) {
     let disks = vec![world.disk("d0", DISK)];
     let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
-    p.format_root_fs().expect("format");
+    p.dsl_pool().format_root_fs().expect("format");
     (disks, p)
 }
 
 pub fn mount_fs(p: &Arc<Pool>, name: &str) -> uzfs_core::zpl::Zpl {
-    let ds = p.dataset(name).expect("dataset");
+    let ds = p.dsl_pool().dataset(name).expect("dataset");
     uzfs_core::zpl::Zpl::mount(ds.os.clone(), uzfs_core::dsl::DsCtx::new(p.clone(), ds))
         .expect("mount")
 }
@@ -163,7 +163,7 @@ pub fn mirror_with_file(
         ..t
     };
     let pool = Pool::create("s", vec![spec(TopKind::Mirror, &disks)], o).expect("create");
-    pool.format_root_fs().expect("format");
+    pool.dsl_pool().format_root_fs().expect("format");
     let fs = mount_fs(&pool, "s");
     let big = fs
         .mknod(fs.root, b"big", libc::S_IFREG | 0o644, 0, 0, 0, None)

@@ -118,7 +118,7 @@ impl CtlDir {
 
     /// The dataset's snapshots as (id, name, view), by id.
     fn listing(&self) -> ZResult<Vec<(u64, String, u64)>> {
-        let snaps = self.pool.snapshots_of(self.ds().id());
+        let snaps = self.pool.dsl_pool().snapshots_of(self.ds().id());
         let mut v = self.views();
         let mut out = Vec::with_capacity(snaps.len());
         for s in snaps {
@@ -135,6 +135,7 @@ impl CtlDir {
         let name = std::str::from_utf8(name).map_err(|_| libc::ENOENT)?;
         let s = self
             .pool
+            .dsl_pool()
             .snapshots_of(self.ds().id())
             .into_iter()
             .find(|s| s.phys().name == name)
@@ -152,7 +153,7 @@ impl CtlDir {
                 .slots
                 .get((view as usize).wrapping_sub(1))
                 .ok_or(libc::ENOENT)?;
-            let Some(snap) = self.pool.live_snapshot(id, guid) else {
+            let Some(snap) = self.pool.dsl_pool().live_snapshot(id, guid) else {
                 v.open.remove(&view);
                 return Err(libc::ENOENT);
             };
@@ -167,6 +168,7 @@ impl CtlDir {
         // Opened outside the lock (it reads the master node and root).
         let zpl = self
             .pool
+            .dsl_pool()
             .mount_snapshot_of(&self.ds(), &snap)
             .map(Arc::new)
             .map_err(|e| {
