@@ -478,6 +478,69 @@ fn requests_served(e: &Env, op: &str) -> u64 {
         .map_or(0, |n| n.parse().expect("count"))
 }
 
+/// A file without an SELinux label says labels are not supported
+/// (EOPNOTSUPP, as zfs-fuse does), so `ls -l` asks once per mount instead
+/// of once per file (the kernel never caches attribute answers for FUSE);
+/// other attributes still say ENODATA, and a label that is set is kept,
+/// listed and returned.
+#[test]
+fn ls_asks_for_labels_once_per_mount() {
+    if !can_mount() {
+        return;
+    }
+    let mut e = Env::new();
+    e.envs.push(("UZFS_FUSE_STATS".into(), "1".into()));
+    let m = pool(&e);
+    for sub in 0..3 {
+        std::fs::create_dir_all(m.join(format!("d/s{sub}"))).expect("mkdir");
+        for i in 0..100 {
+            std::fs::write(m.join(format!("d/s{sub}/f{i}")), b"x").expect("write");
+        }
+    }
+    let plain = m.join("d/s0/f0");
+    let label = c"security.selinux";
+    assert_eq!(xattr_errno(&plain, label, None), libc::EOPNOTSUPP);
+    assert_eq!(xattr_errno(&plain, c"user.none", None), libc::ENODATA);
+    let labelled = m.join("d/s2/f99");
+    let value = b"system_u:object_r:tmp_t:s0";
+    assert_eq!(xattr_errno(&labelled, label, Some(value)), 0);
+    assert_eq!(xattr_errno(&labelled, label, None), 0);
+    let p = std::ffi::CString::new(labelled.as_os_str().as_encoded_bytes()).expect("path");
+    let mut buf = [0u8; 256];
+    // SAFETY: valid NUL-terminated strings and buffers of the stated
+    // lengths, alive across the calls.
+    let (n, names) = unsafe {
+        let n = libc::getxattr(p.as_ptr(), label.as_ptr(), buf.as_mut_ptr().cast(), 128);
+        let names = libc::listxattr(p.as_ptr(), buf[128..].as_mut_ptr().cast(), 128);
+        (n, names)
+    };
+    assert_eq!(n, value.len() as isize);
+    assert!(
+        buf[..value.len()] == value[..],
+        "the label read is not the one set"
+    );
+    assert!(names > 0, "listxattr: {}", std::io::Error::last_os_error());
+    let names = &buf[128..128 + names as usize];
+    assert!(
+        names.split(|&b| b == 0).any(|n| n == b"security.selinux"),
+        "the label is not listed"
+    );
+    // A long listing of the tree, in a session of its own.
+    let dir = e.dir.path().to_str().expect("path").to_string();
+    e.ok(&["zpool", "export", "tank"]);
+    let before = requests_served(&e, "getxattr");
+    e.ok(&["zpool", "import", "-d", &dir, "tank"]);
+    let lines = sh(&m, "ls -lR d | wc -l");
+    e.ok(&["zpool", "export", "tank"]);
+    let asked = requests_served(&e, "getxattr") - before;
+    assert!(
+        lines.trim().parse::<u32>().expect("line count") > 300,
+        "ls -lR listed {lines}"
+    );
+    // One per directory argument and device at most, not one per file.
+    assert!(asked <= 10, "ls -lR of 300 files asked {asked} attributes");
+}
+
 /// READDIRPLUS: a listing carries each entry's attributes, so walking a
 /// tree whose cached entries expired (`ls -l`, `find`, `du`) revalidates
 /// them from the listing, not with one LOOKUP per name; and what the
@@ -973,8 +1036,12 @@ fn acl_transcript(dir: &Path) -> String {
 
 /// `errno` of setting (or, with `None`, reading) a POSIX ACL xattr.
 fn acl_xattr_errno(path: &Path, value: Option<&[u8]>) -> i32 {
+    xattr_errno(path, c"system.posix_acl_access", value)
+}
+
+/// `errno` of setting (or, with `None`, reading) xattr `name` (0: done).
+fn xattr_errno(path: &Path, name: &std::ffi::CStr, value: Option<&[u8]>) -> i32 {
     let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
-    let name = c"system.posix_acl_access";
     let mut buf = [0u8; 256];
     // SAFETY: valid NUL-terminated strings and a buffer of the stated
     // length, all alive across the call.

@@ -289,7 +289,7 @@ impl FuseFs {
                 self.statfs(out);
                 Ok(())
             }
-            Op::Getxattr { .. } => Err(libc::ENODATA),
+            Op::Getxattr { name, .. } => Err(super::absent_xattr(name)),
             Op::Listxattr { size } => super::xattr_reply(&[], size, out),
             Op::Open { .. } => Err(libc::EISDIR),
             _ => Err(libc::ENOSYS),
