@@ -5,11 +5,19 @@
 //!
 //! Every dataset is one object set. Its root block pointer lives in a MOS
 //! object of its own (type `DSL_DATASET`: the pointer, then the dataset's
-//! record), whose number is the dataset's id. The pool's root dataset uses
-//! the MOS object directory's `root_dataset`. Each record holds the name
-//! (relative to the pool, so a pool renamed at import renames them all),
-//! parent and local properties; the object directory's `dsl` indexes them
-//! (`records.rs`), and a sync rewrites only the records that changed.
+//! record), whose number is the dataset's id. Where it sits in the tree
+//! (parent, local properties, children) is a DSL directory object of its
+//! own, and ZAPs of children and snapshots tie them together; no record
+//! holds a whole name, so a pool renamed at import renames them all
+//! (`records.rs`, which also reads the two earlier layouts). A sync
+//! rewrites only the records that changed.
+//!
+//! The layer is [`DslPool`] (OpenZFS's `dsl_pool_t`): its state ([`Dsl`],
+//! kept in the pool) and the SPA beneath it, handed out by
+//! `Pool::dsl_pool()`. Every operation on datasets and snapshots is a
+//! method of it (this file, `snapshot.rs`, `async_destroy.rs`,
+//! `deadlist.rs`, `records.rs`), and the SPA's txg sync calls it through
+//! one entry (`sync.rs`, OpenZFS's `dsl_pool_sync`).
 //!
 //! Each txg syncs every dataset's object set and stores each new root
 //! pointer in its MOS object, all in the same txg as everything else, so a
