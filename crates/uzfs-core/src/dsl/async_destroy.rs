@@ -207,15 +207,15 @@ impl DslPool<'_> {
     /// `zpool get freeing`: bytes destroyed datasets and snapshots still
     /// hold, waiting for background freeing.
     pub fn freeing(&self) -> u64 {
-        let queued: u64 = lock(&self.dsl.doomed).iter().map(|d| d.2).sum();
-        queued + lock(&self.dsl.freeing).bytes()
+        let queued: u64 = lock(&self.dsl().doomed).iter().map(|d| d.2).sum();
+        queued + lock(&self.dsl().freeing).bytes()
     }
 
     /// Sync until every queued free is done (tests, `zpool wait -t free`).
     pub fn wait_freed(&self) -> Result<()> {
         loop {
             let idle =
-                lock(&self.dsl.doomed).is_empty() && lock(&self.dsl.freeing).entries.is_empty();
+                lock(&self.dsl().doomed).is_empty() && lock(&self.dsl().freeing).entries.is_empty();
             if idle {
                 return Ok(());
             }
@@ -256,13 +256,13 @@ impl DslPool<'_> {
                 q.bytes()
             );
         }
-        *lock(&self.dsl.freeing) = q;
+        *lock(&self.dsl().freeing) = q;
         Ok(())
     }
 
     /// Sync context: the queue with this txg's destroyed object sets added.
     pub(crate) fn queue_doomed(&self, doomed: Vec<(Arc<Objset>, u64, u64)>) -> FreeQueue {
-        let mut q = lock(&self.dsl.freeing).clone();
+        let mut q = lock(&self.dsl().freeing).clone();
         for (os, min_txg, bytes) in doomed {
             let root = os.root_bp();
             if !root.is_hole() {
@@ -402,7 +402,7 @@ impl DslPool<'_> {
         queue_obj: u64,
         q: FreeQueue,
     ) -> Result<()> {
-        let mut cur = lock(&self.dsl.freeing);
+        let mut cur = lock(&self.dsl().freeing);
         if *cur == q {
             return Ok(());
         }

@@ -321,7 +321,7 @@ pub(crate) fn line_of(
 impl DslPool<'_> {
     /// The line of dataset `ds` (see the module docs).
     pub(crate) fn line_txgs(&self, ds: u64) -> Vec<u64> {
-        let depth = rlock(&self.dsl.list).len();
+        let depth = rlock(&self.dsl().list).len();
         line_of(
             ds,
             |d| {
@@ -331,7 +331,7 @@ impl DslPool<'_> {
                     .collect()
             },
             |d| {
-                let h = rlock(&self.dsl.list).get(&d).cloned()?;
+                let h = rlock(&self.dsl().list).get(&d).cloned()?;
                 let o = self.origin_snap(&h)?;
                 let op = o.phys.read();
                 Some((op.ds, op.txg))
@@ -368,8 +368,8 @@ impl DslPool<'_> {
     /// replaced (old, new), so this txg's appends follow them.
     pub(crate) fn convert_flat_deadlists(&self, dls: &mut DlSync<'_>) -> Result<Vec<(u64, u64)>> {
         let mut moved = Vec::new();
-        let heads: Vec<_> = rlock(&self.dsl.list).values().cloned().collect();
-        let snaps: Vec<_> = rlock(&self.dsl.snaps).values().cloned().collect();
+        let heads: Vec<_> = rlock(&self.dsl().list).values().cloned().collect();
+        let snaps: Vec<_> = rlock(&self.dsl().snaps).values().cloned().collect();
         let mut convert = |old: u64, ds: u64| -> Result<Option<u64>> {
             if old == 0 || read_header(&self.spa.mos, old)?.is_some() {
                 return Ok(None);

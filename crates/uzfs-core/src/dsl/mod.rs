@@ -178,8 +178,14 @@ impl Dataset {
 /// through `spa`, as OpenZFS's layer does through `dp_spa`.
 #[derive(Clone, Copy)]
 pub struct DslPool<'p> {
-    pub spa: &'p Pool,
-    pub dsl: &'p Dsl,
+    pub(crate) spa: &'p Pool,
+}
+
+impl<'p> DslPool<'p> {
+    /// The layer's state (kept in the pool, beside the SPA's).
+    fn dsl(&self) -> &'p Dsl {
+        &self.spa.dsl
+    }
 }
 
 /// The dataset layer's state (see [`DslPool`]).
@@ -303,7 +309,7 @@ impl DslPool<'_> {
 
     /// All datasets, root first then by name.
     pub fn datasets(&self) -> Vec<Arc<Dataset>> {
-        let mut v: Vec<Arc<Dataset>> = rlock(&self.dsl.list).values().cloned().collect();
+        let mut v: Vec<Arc<Dataset>> = rlock(&self.dsl().list).values().cloned().collect();
         v.sort_by_key(|d| d.rel());
         v
     }
@@ -321,7 +327,7 @@ impl DslPool<'_> {
         if p == 0 {
             return None;
         }
-        rlock(&self.dsl.list).get(&p).cloned()
+        rlock(&self.dsl().list).get(&p).cloned()
     }
 
     /// `zfs create`: a new filesystem (and with `parents`, its missing
@@ -508,8 +514,8 @@ impl DslPool<'_> {
             zil: Default::default(),
         });
         self.spa.attach_zil(&ds)?;
-        wlock(&self.dsl.list).insert(id, ds);
-        *lock(&self.dsl.dirty) = true;
+        wlock(&self.dsl().list).insert(id, ds);
+        *lock(&self.dsl().dirty) = true;
         Ok(())
     }
 
@@ -582,13 +588,13 @@ impl DslPool<'_> {
                 }
                 self.spa.mos.free_object(dl)?;
             }
-            wlock(&self.dsl.list).remove(&id);
+            wlock(&self.dsl().list).remove(&id);
             self.spa.mos.free_object(id)?;
             // A clone frees only what it wrote: older blocks are its
             // origin's.
             let min_txg = self.origin_snap(x).map_or(0, |o| o.phys.read().txg);
             let bytes = self.dataset_unique(x);
-            lock(&self.dsl.doomed).push((x.os.clone(), min_txg, bytes));
+            lock(&self.dsl().doomed).push((x.os.clone(), min_txg, bytes));
             // Its log blocks go back to the log class (a crash before the
             // destroy commits brings the dataset back as of its last txg).
             if let Some(z) = x.zil.get() {
@@ -596,7 +602,7 @@ impl DslPool<'_> {
             }
             gone.push(self.ds_name(&x.rel()));
         }
-        *lock(&self.dsl.dirty) = true;
+        *lock(&self.dsl().dirty) = true;
         let origins: Vec<u64> = kids
             .iter()
             .chain(std::iter::once(&d))
@@ -650,7 +656,7 @@ impl DslPool<'_> {
             p.rel = new;
             p.parent = parent.id();
         }
-        *lock(&self.dsl.dirty) = true;
+        *lock(&self.dsl().dirty) = true;
         Ok(())
     }
 
@@ -700,7 +706,7 @@ impl DslPool<'_> {
             }
         }
         d.phys.write().props.insert(name.to_string(), v);
-        *lock(&self.dsl.dirty) = true;
+        *lock(&self.dsl().dirty) = true;
         Ok(())
     }
 
@@ -752,7 +758,7 @@ impl DslPool<'_> {
         }
         let _g = self.spa.sync_guard()?;
         d.phys.write().props.remove(name);
-        *lock(&self.dsl.dirty) = true;
+        *lock(&self.dsl().dirty) = true;
         Ok(())
     }
 
@@ -1000,7 +1006,7 @@ impl DslPool<'_> {
                 .iter()
                 .map(|d| d.phys.read().clone())
                 .collect(),
-            snapshots: rlock(&self.dsl.snaps)
+            snapshots: rlock(&self.dsl().snaps)
                 .values()
                 .map(|s| s.phys.read().clone())
                 .collect(),

@@ -384,11 +384,11 @@ impl DslPool<'_> {
     /// Import: what was read is what is on disk (an inline-layout pool
     /// has nothing in the later layouts yet: its first sync writes it all).
     pub(crate) fn note_records_read(&self, dsl: &DslDirPhys, layout: Layout) -> Result<()> {
-        let mut w = lock(&self.dsl.written);
+        let mut w = lock(&self.dsl().written);
         *w = Written::default();
         match layout {
             Layout::Inline => {
-                *lock(&self.dsl.dirty) = true;
+                *lock(&self.dsl().dirty) = true;
                 return Ok(());
             }
             Layout::Records => {
@@ -436,13 +436,13 @@ impl DslPool<'_> {
         dirs: bool,
     ) -> Result<()> {
         {
-            let mut dirty = lock(&self.dsl.dirty);
+            let mut dirty = lock(&self.dsl().dirty);
             if !*dirty {
                 return Ok(());
             }
             *dirty = false;
         }
-        let mut written = lock(&self.dsl.written);
+        let mut written = lock(&self.dsl().written);
         if dirs {
             return self.sync_dirs(w, extra, dsl_obj, &mut written);
         }
@@ -508,11 +508,11 @@ impl DslPool<'_> {
         dsl_obj: u64,
         written: &mut Written,
     ) -> Result<()> {
-        let datasets: HashMap<u64, Arc<Dataset>> = rlock(&self.dsl.list)
+        let datasets: HashMap<u64, Arc<Dataset>> = rlock(&self.dsl().list)
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
-        let snaps = rlock(&self.dsl.snaps);
+        let snaps = rlock(&self.dsl().snaps);
         let store = InSync {
             os: &self.spa.mos,
             into: RefCell::new(extra),

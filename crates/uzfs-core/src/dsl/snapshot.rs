@@ -246,12 +246,12 @@ impl DslPool<'_> {
     /// A clone's origin snapshot.
     pub fn origin_snap(&self, d: &Dataset) -> Option<Arc<Snapshot>> {
         let origin = d.phys.read().origin;
-        rlock(&self.dsl.snaps).get(&origin).cloned()
+        rlock(&self.dsl().snaps).get(&origin).cloned()
     }
 
     /// The txg of dataset `ds`'s origin (0: not a clone, or no dataset).
     fn origin_txg(&self, ds: u64) -> u64 {
-        rlock(&self.dsl.list)
+        rlock(&self.dsl().list)
             .get(&ds)
             .and_then(|h| self.origin_snap(h))
             .map_or(0, |o| o.phys.read().txg)
@@ -261,7 +261,7 @@ impl DslPool<'_> {
     pub fn origin_of(&self, d: &Dataset) -> Option<(String, Arc<Snapshot>)> {
         let s = self.origin_snap(d)?;
         let sp = s.phys();
-        let ds = rlock(&self.dsl.list).get(&sp.ds).cloned()?;
+        let ds = rlock(&self.dsl().list).get(&sp.ds).cloned()?;
         Some((format!("{}@{}", self.ds_name(&ds.rel()), sp.name), s))
     }
 
@@ -304,14 +304,14 @@ impl DslPool<'_> {
     /// list, and changes bump it after changing the list, so an index
     /// built beside a change is rebuilt on the next use.
     fn snap_index(&self) -> std::sync::MutexGuard<'_, SnapIndex> {
-        let mut ix = lock(&self.dsl.snap_index);
-        let gen = self.dsl.snap_gen.load(Ordering::Acquire);
+        let mut ix = lock(&self.dsl().snap_index);
+        let gen = self.dsl().snap_gen.load(Ordering::Acquire);
         if ix.built != Some(gen) {
             *ix = SnapIndex {
                 built: Some(gen),
                 ..Default::default()
             };
-            for s in rlock(&self.dsl.snaps).values() {
+            for s in rlock(&self.dsl().snaps).values() {
                 let p = s.phys.read();
                 ix.by_ds.entry(p.ds).or_default().push(s.clone());
                 ix.by_name.insert((p.ds, p.name.clone()), s.clone());
@@ -331,9 +331,9 @@ impl DslPool<'_> {
     /// if the index is current (both under the index's lock, so no reader
     /// sees one without the other).
     fn snap_add(&self, s: Arc<Snapshot>) {
-        let mut ix = lock(&self.dsl.snap_index);
+        let mut ix = lock(&self.dsl().snap_index);
         let p = s.phys();
-        wlock(&self.dsl.snaps).insert(p.id, s.clone());
+        wlock(&self.dsl().snaps).insert(p.id, s.clone());
         if !self.index_current(&ix) {
             return;
         }
@@ -346,8 +346,8 @@ impl DslPool<'_> {
 
     /// A snapshot is destroyed: out of the list and the index.
     fn snap_remove(&self, sp: &SnapPhys) {
-        let mut ix = lock(&self.dsl.snap_index);
-        wlock(&self.dsl.snaps).remove(&sp.id);
+        let mut ix = lock(&self.dsl().snap_index);
+        wlock(&self.dsl().snaps).remove(&sp.id);
         if !self.index_current(&ix) {
             return;
         }
@@ -366,7 +366,7 @@ impl DslPool<'_> {
     /// Whether the index was built at the current generation (a stale one
     /// is rebuilt whole on its next use, so changes skip it).
     fn index_current(&self, ix: &SnapIndex) -> bool {
-        ix.built == Some(self.dsl.snap_gen.load(Ordering::Acquire))
+        ix.built == Some(self.dsl().snap_gen.load(Ordering::Acquire))
     }
 
     /// Snapshots of dataset `ds` (by id), oldest first.
@@ -447,7 +447,7 @@ impl DslPool<'_> {
                 .map(|i| chain[i].phys.read().txg);
             (prev, at.and_then(|i| chain.get(i + 1)).cloned())
         };
-        let head = rlock(&self.dsl.list).get(&sp.ds).cloned();
+        let head = rlock(&self.dsl().list).get(&sp.ds).cloned();
         // A clone's first snapshot follows its origin.
         let prev_txg = prev.unwrap_or_else(|| self.origin_txg(sp.ds));
         let next_dl = match (&next, &head) {
@@ -551,11 +551,11 @@ impl DslPool<'_> {
                 plan.push((d, snap.to_string()));
             }
             self.check_snapshot_limits(&plan)?;
-            let mut tasks = lock(&self.dsl.tasks);
+            let mut tasks = lock(&self.dsl().tasks);
             plan.into_iter()
                 .map(|(d, name)| {
                     let ds = d.id();
-                    let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
+                    let task = self.dsl().next_task.fetch_add(1, Ordering::Relaxed);
                     tasks.push(SnapTask::Create {
                         task,
                         ds,
@@ -594,8 +594,8 @@ impl DslPool<'_> {
                         .join("\n")
                 )));
             }
-            let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
-            lock(&self.dsl.tasks).push(SnapTask::Destroy {
+            let task = self.dsl().next_task.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dsl().tasks).push(SnapTask::Destroy {
                 task,
                 snap: s.phys.read().id,
             });
@@ -649,7 +649,7 @@ impl DslPool<'_> {
         let task = {
             let _g = self.spa.sync_guard()?;
             let id = d.id();
-            let cur = rlock(&self.dsl.list).get(&id).cloned();
+            let cur = rlock(&self.dsl().list).get(&id).cloned();
             if !cur.is_some_and(|c| Arc::ptr_eq(&c, &d))
                 || self.live_snapshot(sp.id, sp.guid).is_none()
                 || !later(id, sp.txg).is_empty()
@@ -689,11 +689,11 @@ impl DslPool<'_> {
                 self.spa.set_root(os);
             }
             let bytes = self.written_since(&d, &s)?;
-            lock(&self.dsl.doomed).push((d.os.clone(), sp.txg, bytes));
-            wlock(&self.dsl.list).insert(id, head);
-            *lock(&self.dsl.dirty) = true;
-            let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
-            lock(&self.dsl.tasks).push(SnapTask::Rollback { task, ds: id });
+            lock(&self.dsl().doomed).push((d.os.clone(), sp.txg, bytes));
+            wlock(&self.dsl().list).insert(id, head);
+            *lock(&self.dsl().dirty) = true;
+            let task = self.dsl().next_task.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dsl().tasks).push(SnapTask::Rollback { task, ds: id });
             task
         };
         self.finish_tasks(&[task])
@@ -709,7 +709,7 @@ impl DslPool<'_> {
             let id = s.phys.read().id;
             if !s.phys.read().holds.is_empty() || !self.clones_of(id).is_empty() {
                 s.phys.write().defer_destroy = true;
-                *lock(&self.dsl.dirty) = true;
+                *lock(&self.dsl().dirty) = true;
                 drop(_g);
                 self.spa.sync()?;
                 return Ok(false);
@@ -739,7 +739,7 @@ impl DslPool<'_> {
             for s in found {
                 s.phys.write().holds.insert(tag.to_string(), now);
             }
-            *lock(&self.dsl.dirty) = true;
+            *lock(&self.dsl().dirty) = true;
         }
         self.spa.sync()?;
         Ok(())
@@ -770,7 +770,7 @@ impl DslPool<'_> {
                     doomed.push(n);
                 }
             }
-            *lock(&self.dsl.dirty) = true;
+            *lock(&self.dsl().dirty) = true;
         }
         self.spa.sync()?;
         for n in doomed {
@@ -782,14 +782,14 @@ impl DslPool<'_> {
     /// After a clone is destroyed: its origin, if `destroy -d` marked it
     /// and nothing else keeps it, goes too.
     pub(crate) fn reap_deferred(&self, origin: u64) -> Result<()> {
-        let Some(s) = rlock(&self.dsl.snaps).get(&origin).cloned() else {
+        let Some(s) = rlock(&self.dsl().snaps).get(&origin).cloned() else {
             return Ok(());
         };
         let p = s.phys();
         if !p.defer_destroy || !p.holds.is_empty() || !self.clones_of(p.id).is_empty() {
             return Ok(());
         }
-        let Some(d) = rlock(&self.dsl.list).get(&p.ds).cloned() else {
+        let Some(d) = rlock(&self.dsl().list).get(&p.ds).cloned() else {
             return Ok(());
         };
         self.destroy_snapshot(&format!("{}@{}", self.ds_name(&d.rel()), p.name))
@@ -808,7 +808,7 @@ impl DslPool<'_> {
                 Some(v) => p.props.insert(name.to_string(), v),
                 None => p.props.remove(name),
             };
-            *lock(&self.dsl.dirty) = true;
+            *lock(&self.dsl().dirty) = true;
         }
         self.spa.sync()?;
         Ok(())
@@ -849,8 +849,8 @@ impl DslPool<'_> {
                 )));
             }
             s.phys.write().name = new.to_string();
-            self.dsl.snaps_changed();
-            *lock(&self.dsl.dirty) = true;
+            self.dsl().snaps_changed();
+            *lock(&self.dsl().dirty) = true;
         }
         self.spa.sync()?;
         Ok(())
@@ -880,7 +880,7 @@ impl DslPool<'_> {
                 )));
             };
             let sp = s.phys();
-            let o = rlock(&self.dsl.list)
+            let o = rlock(&self.dsl().list)
                 .get(&sp.ds)
                 .cloned()
                 .ok_or_else(|| Error::invalid(format!("{oname}: its dataset is gone")))?;
@@ -905,11 +905,11 @@ impl DslPool<'_> {
             for m in &moving {
                 m.phys.write().ds = c.id();
             }
-            self.dsl.snaps_changed();
+            self.dsl().snaps_changed();
             c.phys.write().origin = grand;
             o.phys.write().origin = sp.id;
             // Recount what each line holds of its (new) origin.
-            let grand_txg = rlock(&self.dsl.snaps)
+            let grand_txg = rlock(&self.dsl().snaps)
                 .get(&grand)
                 .map_or(0, |g| g.phys.read().txg);
             // (Object-set blocks count too: the origin's own is in the old
@@ -921,9 +921,9 @@ impl DslPool<'_> {
             let o_dead = self.dead_bytes(&self.line_lists(&o, 0), Born::By(sp.txg), true)?;
             c.phys.write().origin_dead = c_dead;
             o.phys.write().origin_dead = o_dead;
-            *lock(&self.dsl.dirty) = true;
-            let task = self.dsl.next_task.fetch_add(1, Ordering::Relaxed);
-            lock(&self.dsl.tasks).push(SnapTask::Promote {
+            *lock(&self.dsl().dirty) = true;
+            let task = self.dsl().next_task.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dsl().tasks).push(SnapTask::Promote {
                 task,
                 snap: sp.id,
                 from: o.id(),
@@ -954,7 +954,7 @@ impl DslPool<'_> {
         let at = chain.iter().position(|x| x.phys.read().id == sp.id);
         let prev = match at.and_then(|i| i.checked_sub(1)) {
             Some(i) => Some(chain[i].clone()),
-            None => rlock(&self.dsl.list)
+            None => rlock(&self.dsl().list)
                 .get(&sp.ds)
                 .and_then(|d| self.origin_snap(d)),
         };
@@ -983,7 +983,7 @@ impl DslPool<'_> {
     /// Sync until the tasks are carried out; their errors, if any.
     fn finish_tasks(&self, ids: &[u64]) -> Result<()> {
         self.spa.sync()?;
-        let mut errs = lock(&self.dsl.task_errors);
+        let mut errs = lock(&self.dsl().task_errors);
         let mine: Vec<String> = ids.iter().filter_map(|i| errs.remove(i)).collect();
         if mine.is_empty() {
             Ok(())
@@ -1007,7 +1007,7 @@ impl DslPool<'_> {
     /// what `snapshot_unique` gives for a run of one.
     pub fn snapshots_wouldfree(&self, ds: u64, names: &BTreeSet<String>) -> Result<u64> {
         let chain = self.snapshots_of(ds);
-        let head_dl = rlock(&self.dsl.list)
+        let head_dl = rlock(&self.dsl().list)
             .get(&ds)
             .map_or(0, |h| h.phys.read().deadlist);
         let origin_txg = self.origin_txg(ds);
@@ -1054,13 +1054,13 @@ impl DslPool<'_> {
         let mut spill = Vec::new();
         let mut sublists = Vec::new();
         let mut dls = DlSync::new(&self.spa.mos, extra);
-        if !self.dsl.deadlists_keyed.load(Ordering::Relaxed) {
+        if !self.dsl().deadlists_keyed.load(Ordering::Relaxed) {
             for (old, new) in self.convert_flat_deadlists(&mut dls)? {
                 if let Some(v) = ss.appends.remove(&old) {
                     ss.appends.insert(new, v);
                 }
             }
-            self.dsl.deadlists_keyed.store(true, Ordering::Relaxed);
+            self.dsl().deadlists_keyed.store(true, Ordering::Relaxed);
         }
         if ss.is_empty() && dls.is_empty() {
             return Ok((spill, sublists));
@@ -1071,7 +1071,7 @@ impl DslPool<'_> {
             }
         }
         let fail = |task: u64, why: String| {
-            lock(&self.dsl.task_errors).insert(task, why);
+            lock(&self.dsl().task_errors).insert(task, why);
         };
         for t in ss.tasks {
             match t {
@@ -1081,7 +1081,7 @@ impl DslPool<'_> {
                     name,
                     props,
                 } => {
-                    let Some(d) = rlock(&self.dsl.list).get(&ds).cloned() else {
+                    let Some(d) = rlock(&self.dsl().list).get(&ds).cloned() else {
                         fail(
                             task,
                             format!("cannot create snapshot '@{name}': its dataset was destroyed"),
@@ -1138,7 +1138,7 @@ impl DslPool<'_> {
                     );
                 }
                 SnapTask::Destroy { task, snap } => {
-                    let Some(s) = rlock(&self.dsl.snaps).get(&snap).cloned() else {
+                    let Some(s) = rlock(&self.dsl().snaps).get(&snap).cloned() else {
                         fail(task, "snapshot already destroyed".to_string());
                         continue;
                     };
@@ -1192,7 +1192,7 @@ impl DslPool<'_> {
                     );
                 }
                 SnapTask::Promote { task, snap, from } => {
-                    let Some(s) = rlock(&self.dsl.snaps).get(&snap).cloned() else {
+                    let Some(s) = rlock(&self.dsl().snaps).get(&snap).cloned() else {
                         fail(task, "cannot promote: the origin was destroyed".to_string());
                         continue;
                     };
@@ -1205,7 +1205,7 @@ impl DslPool<'_> {
                         .snapshots_of(from)
                         .into_iter()
                         .find(|x| x.phys.read().txg > sp.txg);
-                    let old_head = rlock(&self.dsl.list).get(&from).cloned();
+                    let old_head = rlock(&self.dsl().list).get(&from).cloned();
                     let old_dl = match (&old_next, &old_head) {
                         (Some(n), _) => n.phys.read().deadlist,
                         (None, Some(h)) => h.phys.read().deadlist,
@@ -1258,7 +1258,7 @@ impl DslPool<'_> {
                     );
                 }
                 SnapTask::Rollback { task, ds } => {
-                    let Some(h) = rlock(&self.dsl.list).get(&ds).cloned() else {
+                    let Some(h) = rlock(&self.dsl().list).get(&ds).cloned() else {
                         fail(
                             task,
                             "cannot rollback: its dataset was destroyed".to_string(),
@@ -1286,7 +1286,7 @@ impl DslPool<'_> {
             }
         }
         dls.write(w)?;
-        *lock(&self.dsl.dirty) = true;
+        *lock(&self.dsl().dirty) = true;
         Ok((spill, sublists))
     }
 }
@@ -1391,7 +1391,7 @@ impl DslPool<'_> {
     /// Snapshot `id`, if it still exists and is the one with `guid` (an
     /// id is an object number, which a later snapshot may reuse).
     pub fn live_snapshot(&self, id: u64, guid: u64) -> Option<Arc<Snapshot>> {
-        rlock(&self.dsl.snaps)
+        rlock(&self.dsl().snaps)
             .get(&id)
             .filter(|s| s.phys.read().guid == guid)
             .cloned()

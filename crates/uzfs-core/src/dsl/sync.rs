@@ -112,9 +112,9 @@ impl DslPool<'_> {
             .collect();
         DslFrozen {
             sets,
-            doomed: std::mem::take(&mut *lock(&self.dsl.doomed)),
+            doomed: std::mem::take(&mut *lock(&self.dsl().doomed)),
             snap: SnapSync {
-                tasks: std::mem::take(&mut *lock(&self.dsl.tasks)),
+                tasks: std::mem::take(&mut *lock(&self.dsl().tasks)),
                 ..Default::default()
             },
         }
@@ -136,14 +136,7 @@ impl DslPool<'_> {
         let mos_bp = self.spa.mos.sync_pass(w, args.mos_dirty)?;
         w.pass = 2;
         let mut extra = TxgDirty::new(w.txg);
-        self.sync_dsl_mos(
-            w,
-            &mut extra,
-            &mut data,
-            args.queue_obj,
-            args.dsl_obj,
-            args.features,
-        )?;
+        self.sync_dsl_mos(w, &mut extra, &mut data, &args)?;
         Ok(DslSynced {
             datasets: data.datasets,
             mos_bp,
@@ -220,10 +213,9 @@ impl DslPool<'_> {
         w: &mut SyncWriter<'_>,
         extra: &mut TxgDirty,
         s: &mut DataSynced,
-        queue_obj: u64,
-        dsl_obj: u64,
-        features: DslFeatures,
+        args: &DslSyncArgs<'_>,
     ) -> Result<()> {
+        let features = args.features;
         let txg = w.txg;
         for (id, bp) in &s.new_bps {
             self.spa.mos.write_in_sync(extra, *id, 0, &bp.to_bytes())?;
@@ -256,8 +248,8 @@ impl DslPool<'_> {
                 bytes: s.bytes,
             }));
         self.free_queued(w, extra, &mut q, &mut budget)?;
-        self.save_queue(w, extra, queue_obj, q)?;
-        self.sync_dsl_records(w, extra, dsl_obj, features.records, features.dirs)
+        self.save_queue(w, extra, args.queue_obj, q)?;
+        self.sync_dsl_records(w, extra, args.dsl_obj, features.records, features.dirs)
     }
 
     /// Step 3. The txg committed: each dataset's new tree goes live (the

@@ -801,10 +801,7 @@ impl Pool {
 
     /// The pool's dataset layer (OpenZFS `spa_get_dsl`).
     pub fn dsl_pool(&self) -> crate::dsl::DslPool<'_> {
-        crate::dsl::DslPool {
-            spa: self,
-            dsl: &self.dsl,
-        }
+        crate::dsl::DslPool { spa: self }
     }
 
     /// The root dataset's object set.

@@ -995,7 +995,8 @@ impl Pool {
             w.pass = pass;
             let mut extra = TxgDirty::new(txg);
             if pass == 2 {
-                extra = std::mem::replace(&mut dsl.extra, TxgDirty::new(txg));
+                // Pass 2 starts from the dataset layer's changes.
+                extra = std::mem::take(&mut dsl.extra);
                 if config_dirty {
                     let bytes = serde_json::to_vec(&st.config)
                         .map_err(|e| Error::invalid(e.to_string()))?;

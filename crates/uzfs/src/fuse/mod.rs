@@ -91,8 +91,8 @@ fn set_time(s: &abi::SetattrIn, set: u32, now: u32, secs: i64, nsec: u32) -> Opt
 /// the kernel. coreutils' `ls -l` asks for every file's label, but stops
 /// asking for a device once told it has none; the FUSE kernel module never
 /// caches attribute answers, so ENODATA cost one round trip per file of a
-/// warm `ls -lR` (20,221 of the 21,100 requests of a walk of 20,000 files). A label
-/// set with `setxattr` is still kept, listed and returned.
+/// warm `ls -lR` (20,221 of the 21,100 requests of a walk of 20,000
+/// files). A label set with `setxattr` is still kept, listed and returned.
 fn absent_xattr(name: &[u8]) -> i32 {
     if name == b"security.selinux" {
         libc::EOPNOTSUPP
