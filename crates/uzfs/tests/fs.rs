@@ -504,25 +504,10 @@ fn ls_asks_for_labels_once_per_mount() {
     let labelled = m.join("d/s2/f99");
     let value = b"system_u:object_r:tmp_t:s0";
     assert_eq!(xattr_errno(&labelled, label, Some(value)), 0);
-    assert_eq!(xattr_errno(&labelled, label, None), 0);
-    let p = std::ffi::CString::new(labelled.as_os_str().as_encoded_bytes()).expect("path");
-    let mut buf = [0u8; 256];
-    // SAFETY: valid NUL-terminated strings and buffers of the stated
-    // lengths, alive across the calls.
-    let (n, names) = unsafe {
-        let n = libc::getxattr(p.as_ptr(), label.as_ptr(), buf.as_mut_ptr().cast(), 128);
-        let names = libc::listxattr(p.as_ptr(), buf[128..].as_mut_ptr().cast(), 128);
-        (n, names)
-    };
-    assert_eq!(n, value.len() as isize);
+    assert_eq!(xattr_get(&labelled, label), Ok(value.to_vec()));
+    let names = xattr_names(&labelled).expect("listxattr");
     assert!(
-        buf[..value.len()] == value[..],
-        "the label read is not the one set"
-    );
-    assert!(names > 0, "listxattr: {}", std::io::Error::last_os_error());
-    let names = &buf[128..128 + names as usize];
-    assert!(
-        names.split(|&b| b == 0).any(|n| n == b"security.selinux"),
+        names.iter().any(|n| n == b"security.selinux"),
         "the label is not listed"
     );
     // A long listing of the tree, in a session of its own.
@@ -1041,25 +1026,52 @@ fn acl_xattr_errno(path: &Path, value: Option<&[u8]>) -> i32 {
 
 /// `errno` of setting (or, with `None`, reading) xattr `name` (0: done).
 fn xattr_errno(path: &Path, name: &std::ffi::CStr, value: Option<&[u8]>) -> i32 {
-    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
-    let mut buf = [0u8; 256];
-    // SAFETY: valid NUL-terminated strings and a buffer of the stated
-    // length, all alive across the call.
-    let r = unsafe {
-        match value {
-            Some(v) => libc::setxattr(p.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0),
-            None => libc::getxattr(
-                p.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            ) as i32,
-        }
+    let r = match value {
+        // SAFETY: valid NUL-terminated strings and a value of the stated
+        // length, alive across the call.
+        Some(v) => xattr_sys(path, |p| unsafe {
+            libc::setxattr(p, name.as_ptr(), v.as_ptr().cast(), v.len(), 0) as isize
+        }),
+        None => xattr_get(path, name).map(|_| 0),
     };
+    r.err().unwrap_or(0)
+}
+
+/// Xattr `name`'s value (at most 256 bytes), or the errno.
+fn xattr_get(path: &Path, name: &std::ffi::CStr) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid NUL-terminated strings and a buffer of the stated
+    // length, alive across the call.
+    let n = xattr_sys(path, |p| unsafe {
+        libc::getxattr(p, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    })?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The names `listxattr` gives (at most 256 bytes of them), or the errno.
+fn xattr_names(path: &Path) -> Result<Vec<Vec<u8>>, i32> {
+    let mut buf = vec![0u8; 256];
+    // SAFETY: a valid NUL-terminated string and a buffer of the stated
+    // length, alive across the call.
+    let n = xattr_sys(path, |p| unsafe {
+        libc::listxattr(p, buf.as_mut_ptr().cast(), buf.len())
+    })?;
+    Ok(buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// An xattr system call on `path`: its non-negative result, or the errno.
+fn xattr_sys(path: &Path, call: impl FnOnce(*const libc::c_char) -> isize) -> Result<usize, i32> {
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let r = call(p.as_ptr());
     if r < 0 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     } else {
-        0
+        Ok(r as usize)
     }
 }
 
