@@ -9,7 +9,15 @@
 //! * [`dsl`]: datasets: the namespace, properties and space accounting.
 //! * [`zil`]: the intent log: synchronous writes without a txg commit.
 //! * [`zio`]: the write pipeline: compress, checksum, place, issue.
+//! * [`alloc`]: the process's allocator (large blocks page-aligned).
 
+/// Large allocations page-aligned, so direct I/O writes records without a
+/// copy (`alloc.rs`). Every binary built on the engine (the daemon, the
+/// tools, the tests) runs on it.
+#[global_allocator]
+static ALLOCATOR: alloc::PageAlignedLarge = alloc::PageAlignedLarge;
+
+pub mod alloc;
 pub mod arc;
 pub mod dmu;
 pub mod dsl;

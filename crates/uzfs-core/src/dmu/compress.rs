@@ -63,21 +63,31 @@ pub fn round_up(n: usize, to: usize) -> usize {
 /// when it is already sector-aligned.
 pub fn compress(alg: Compression, data: &[u8]) -> (Compression, std::borrow::Cow<'_, [u8]>) {
     use std::borrow::Cow;
-    let stream = match alg {
-        Compression::Off => None,
-        _ if looks_incompressible(data) => None,
-        Compression::Lz4 => Some(lz4_flex::block::compress(data)),
-        Compression::Zstd => zstd::bulk::compress(data, 3).ok(),
-    };
-    if let Some(stream) = stream {
+    let framed = |stream: &[u8]| {
         let total = round_up(stream.len() + 4, SECTOR);
-        if total <= data.len() - data.len() / 8 {
+        (total <= data.len() - data.len() / 8).then(|| {
             let mut out = Vec::with_capacity(total);
             out.extend_from_slice(&(stream.len() as u32).to_le_bytes());
-            out.extend_from_slice(&stream);
+            out.extend_from_slice(stream);
             out.resize(total, 0);
-            return (alg, Cow::Owned(out));
-        }
+            out
+        })
+    };
+    let out = match alg {
+        Compression::Off => None,
+        _ if looks_incompressible(data) => None,
+        // Into the thread's scratch buffer, then once into the block: the
+        // crate's own `compress` zero-fills an output buffer, shrinks it
+        // (a copy) and returns it to be copied again.
+        Compression::Lz4 => with_lz4_scratch(data.len(), |scratch| {
+            lz4_flex::block::compress_into(data, scratch)
+                .ok()
+                .and_then(|n| framed(&scratch[..n]))
+        }),
+        Compression::Zstd => zstd::bulk::compress(data, 3).ok().and_then(|z| framed(&z)),
+    };
+    if let Some(out) = out {
+        return (alg, Cow::Owned(out));
     }
     if data.len().is_multiple_of(SECTOR) {
         return (Compression::Off, Cow::Borrowed(data));
@@ -98,13 +108,32 @@ fn looks_incompressible(data: &[u8]) -> bool {
         return false;
     }
     let (mut raw, mut packed) = (0, 0);
-    for i in 0..4 {
-        let at = data.len() / 4 * i;
-        let s = &data[at..at + SAMPLE];
-        raw += s.len();
-        packed += lz4_flex::block::compress(s).len();
-    }
+    with_lz4_scratch(SAMPLE, |scratch| {
+        for i in 0..4 {
+            let at = data.len() / 4 * i;
+            let s = &data[at..at + SAMPLE];
+            raw += s.len();
+            packed += lz4_flex::block::compress_into(s, scratch).unwrap_or(SAMPLE);
+        }
+    });
     packed > raw - raw / 8
+}
+
+/// Run `f` with this thread's lz4 output buffer, grown to hold the
+/// compression of `len` bytes (its largest size stays: records are at
+/// most 16 MiB, and only the pipeline's threads compress large ones).
+fn with_lz4_scratch<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let need = lz4_flex::block::get_maximum_output_size(len);
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < need {
+            s.resize(need, 0);
+        }
+        f(&mut s[..need])
+    })
 }
 
 /// Decompress physical bytes into exactly `lsize` logical bytes.

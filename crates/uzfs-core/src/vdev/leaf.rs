@@ -505,6 +505,25 @@ impl Leaf {
         self.write_counted(buf, at, false)
     }
 
+    /// [`write`](Self::write) of `pieces` laid one after another from
+    /// `offset`, as one device write (`BlockDevice::write_pieces_at`).
+    pub fn write_pieces(&self, pieces: &[&[u8]], offset: u64) -> Result<()> {
+        if let [one] = pieces {
+            return self.write(one, offset);
+        }
+        if SCAN_IO.with(|c| c.borrow().is_some()) {
+            return self.write(&pieces.concat(), offset);
+        }
+        let at = super::LABEL_START_SIZE + offset;
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let _slot = self.queue.admit(super::queue::class_of(true));
+        let t = Instant::now();
+        let r = self
+            .injected(true, at, len as u64)
+            .and_then(|_| self.dev.write_pieces_at(pieces, at));
+        self.count_write(len, t.elapsed(), r)
+    }
+
     /// A write at an absolute offset, counted, timed and fault-injected;
     /// durable on return if `sync`.
     fn write_counted(&self, buf: &[u8], at: u64, sync: bool) -> Result<()> {

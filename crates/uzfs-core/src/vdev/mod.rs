@@ -25,7 +25,7 @@ pub mod uring;
 pub use device::{BlockDevice, FileDevice, FlushPolicy};
 pub use leaf::{AttachKind, Leaf, LeafState, VdevStats};
 pub use ops::{Extent, Geometry, VdevOps};
-pub use top::{BlockWrite, DurableRun, ScanRepair, TopKind, TopVdev};
+pub use top::{BlockWrite, DurableRun, ScanRepair, TopKind, TopVdev, STAGED_BYTES};
 
 /// Bytes before the allocatable area: labels L0, L1 and a 3.5 MiB boot region.
 pub const LABEL_START_SIZE: u64 = 4 << 20;

@@ -16,8 +16,9 @@ use super::device::DIRECT_ALIGN;
 /// One block for [`TopVdev::write_blocks`]: offset, physical bytes, asize.
 pub type BlockWrite<'a> = (u64, &'a [u8], u64);
 /// One write of a child in `write_blocks`: the blocks it covers, its
-/// device offset and its bytes.
-type ColumnWrite<'a> = (std::ops::Range<usize>, u64, &'a [u8]);
+/// device offset and its bytes, in pieces laid one after another (the
+/// blocks of a run written from their own buffers, or one staged copy).
+type ColumnWrite<'a> = (std::ops::Range<usize>, u64, Vec<&'a [u8]>);
 use super::fanout;
 use super::leaf::{column_leaves, Leaf, LeafState};
 use super::ops::{Columns, Geometry, ReadOutcome, ReadReq, VdevOps, Verify};
@@ -91,6 +92,11 @@ pub struct TopVdev {
 pub(super) fn is_power_lost(e: &Error) -> bool {
     matches!(e, Error::PowerLost)
 }
+
+/// Bytes `write_blocks` copied into staging buffers since the process
+/// started (blocks or RAID-Z columns not written from their own buffers),
+/// for the tests that hold the sync to no copy.
+pub static STAGED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Grow the staging buffer to hold `len` bytes from its first
 /// `DIRECT_ALIGN`-aligned address, which it returns (runs placed at
@@ -633,33 +639,49 @@ impl TopVdev {
             }
             for (b, cols) in layouts.iter().enumerate() {
                 for (child, off, bytes) in cols.iter() {
-                    per_child[child].push((b..b + 1, off, bytes));
+                    per_child[child].push((b..b + 1, off, vec![bytes]));
                 }
             }
         } else {
-            // Runs of adjacent blocks, each starting aligned in `run_buf`.
-            let mut runs: Vec<(std::ops::Range<usize>, u64, usize, usize)> = Vec::new();
-            let mut pos = 0usize;
+            // Runs of adjacent blocks. A run whose every block fills its
+            // allocation from a buffer fit for direct I/O (the record
+            // buffers, page-aligned by `alloc.rs`) is written from those
+            // buffers; any other is copied once, starting aligned in
+            // `run_buf` (`None` below: where it goes there).
+            type Run = (std::ops::Range<usize>, u64, Option<usize>, usize);
+            let whole = |phys: &[u8], asize: u64| {
+                phys.len() as u64 == asize
+                    && (phys.as_ptr() as usize | phys.len()).is_multiple_of(DIRECT_ALIGN)
+            };
+            let mut runs: Vec<Run> = Vec::new();
             for (b, &(offset, phys, asize)) in blocks.iter().enumerate() {
                 let len = asize.max(phys.len() as u64);
+                let direct = whole(phys, asize);
                 match runs.last_mut() {
-                    Some((r, off, _, rlen))
-                        if *off + *rlen as u64 == offset && *rlen as u64 + len <= RUN_MAX =>
+                    Some((r, off, staged, rlen))
+                        if *off + *rlen as u64 == offset
+                            && *rlen as u64 + len <= RUN_MAX
+                            && staged.is_none() == direct =>
                     {
                         r.end = b + 1;
                         *rlen += len as usize;
                     }
-                    _ => {
-                        pos = pos.next_multiple_of(DIRECT_ALIGN);
-                        runs.push((b..b + 1, offset, pos, len as usize));
-                    }
+                    _ => runs.push((b..b + 1, offset, (!direct).then_some(0), len as usize)),
                 }
-                pos += len as usize;
+            }
+            let mut pos = 0usize;
+            for (_, _, staged, len) in runs.iter_mut() {
+                if let Some(at) = staged {
+                    pos = pos.next_multiple_of(DIRECT_ALIGN);
+                    *at = pos;
+                    pos += *len;
+                }
             }
             let base = aligned_start(run_buf, pos);
             let buf = &mut run_buf[base..];
-            for (r, _, start, len) in &runs {
-                let mut at = *start;
+            for (r, _, staged, len) in &runs {
+                let Some(start) = *staged else { continue };
+                let mut at = start;
                 for &(_, phys, asize) in &blocks[r.clone()] {
                     buf[at..at + phys.len()].copy_from_slice(phys);
                     let end = at + (asize as usize).max(phys.len());
@@ -668,10 +690,15 @@ impl TopVdev {
                 }
                 debug_assert_eq!(at, start + len);
             }
+            STAGED_BYTES.fetch_add(pos as u64, std::sync::atomic::Ordering::Relaxed);
             let buf = &run_buf[base..];
             for col in per_child.iter_mut() {
-                for (r, off, start, len) in &runs {
-                    col.push((r.clone(), *off, &buf[*start..*start + *len]));
+                for (r, off, staged, len) in &runs {
+                    let pieces = match staged {
+                        Some(start) => vec![&buf[*start..*start + *len]],
+                        None => blocks[r.clone()].iter().map(|b| b.1).collect(),
+                    };
+                    col.push((r.clone(), *off, pieces));
                 }
             }
         }
@@ -681,6 +708,7 @@ impl TopVdev {
     /// [`write_blocks`](Self::write_blocks) of blocks laid out apart on
     /// each child (RAID-Z): per child, the columns of consecutive blocks
     /// that follow each other on it become one run (at most `RUN_MAX`),
+    /// written from the columns' buffers where each is whole pages, else
     /// copied once into an aligned place in `run_buf`, so `FileDevice`
     /// writes it around the host's page cache.
     fn write_columns_staged(
@@ -709,33 +737,55 @@ impl TopVdev {
                 }
             }
         }
+        // One column per child per block: a run's pieces, in order.
+        let pieces = |child: usize, r: &std::ops::Range<usize>| -> Vec<&[u8]> {
+            layouts[r.clone()]
+                .iter()
+                .filter_map(|cols| cols.iter().find(|c| c.0 == child).map(|c| c.2))
+                .collect()
+        };
+        // A run whose columns all suit direct I/O (a geometry whose
+        // columns are whole pages) is written from the columns' own
+        // buffers; the others are copied once into `run_buf`.
+        const DIRECT: usize = usize::MAX;
         let mut pos = 0usize;
-        for run in runs.iter_mut().flatten() {
-            pos = pos.next_multiple_of(DIRECT_ALIGN);
-            run.3 = pos;
-            pos += run.2;
+        for (child, list) in runs.iter_mut().enumerate() {
+            for run in list.iter_mut() {
+                let fit = pieces(child, &run.0)
+                    .iter()
+                    .all(|p| (p.as_ptr() as usize | p.len()).is_multiple_of(DIRECT_ALIGN));
+                if fit {
+                    run.3 = DIRECT;
+                    continue;
+                }
+                pos = pos.next_multiple_of(DIRECT_ALIGN);
+                run.3 = pos;
+                pos += run.2;
+            }
         }
         let base = aligned_start(run_buf, pos);
         let buf = &mut run_buf[base..];
         for (child, list) in runs.iter().enumerate() {
-            for (r, _, len, start) in list {
+            for (r, _, len, start) in list.iter().filter(|run| run.3 != DIRECT) {
                 let mut at = *start;
-                for cols in &layouts[r.clone()] {
-                    // One column per child per block; the run holds it.
-                    if let Some((_, _, bytes)) = cols.iter().find(|c| c.0 == child) {
-                        buf[at..at + bytes.len()].copy_from_slice(bytes);
-                        at += bytes.len();
-                    }
+                for bytes in pieces(child, r) {
+                    buf[at..at + bytes.len()].copy_from_slice(bytes);
+                    at += bytes.len();
                 }
                 debug_assert_eq!(at, start + len);
             }
         }
+        STAGED_BYTES.fetch_add(pos as u64, std::sync::atomic::Ordering::Relaxed);
         let buf = &run_buf[base..];
         let per_child: Vec<Vec<ColumnWrite>> = runs
             .iter()
-            .map(|list| {
+            .enumerate()
+            .map(|(child, list)| {
                 list.iter()
-                    .map(|(r, off, len, start)| (r.clone(), *off, &buf[*start..*start + *len]))
+                    .map(|(r, off, len, start)| match *start {
+                        DIRECT => (r.clone(), *off, pieces(child, r)),
+                        s => (r.clone(), *off, vec![&buf[s..s + *len]]),
+                    })
                     .collect()
             })
             .collect();
@@ -760,11 +810,11 @@ impl TopVdev {
         let write_column = |child: usize, list: &[ColumnWrite]| -> Outcome {
             let leaves = usable_leaves(&self.children[child]);
             let mut res = Vec::with_capacity(list.len());
-            for (r, off, bytes) in list {
+            for (r, off, pieces) in list {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return (res, Some(Error::PowerLost));
                 }
-                match on_column(&leaves, |l| l.write(bytes, *off)) {
+                match on_column(&leaves, |l| l.write_pieces(pieces, *off)) {
                     Ok((ok, err, failed)) => res.push((r.clone(), ok, err, failed)),
                     Err(e) => {
                         stop.store(true, std::sync::atomic::Ordering::Relaxed);
