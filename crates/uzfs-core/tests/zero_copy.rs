@@ -9,53 +9,48 @@ use std::sync::atomic::Ordering;
 use uzfs_core::dmu::checksum::ChecksumType;
 use uzfs_core::dmu::compress::Compression;
 use uzfs_core::dmu::dnode::ObjProps;
+use uzfs_core::spa::Pool;
 use uzfs_core::vdev::sim::SimWorld;
 use uzfs_core::vdev::TopKind;
 use uzfs_core::vdev::STAGED_BYTES;
+
+/// Write `data` as a new object of 128 KiB records with `compress`, sync,
+/// and return the object and the bytes the sync staged.
+fn write_and_sync(pool: &Pool, compress: Compression, data: &[u8]) -> (u64, u64) {
+    let props = ObjProps {
+        checksum: ChecksumType::Fletcher4,
+        compress,
+        copies: 1,
+    };
+    let o = pool.create_object(128 << 10, &props).expect("object");
+    pool.write(o, 0, data).expect("write");
+    let before = STAGED_BYTES.load(Ordering::Relaxed);
+    pool.sync().expect("sync");
+    (o, STAGED_BYTES.load(Ordering::Relaxed) - before)
+}
 
 #[test]
 fn whole_records_are_written_from_their_buffers() {
     let w = SimWorld::new();
     let disks = [w.disk("a", DISK), w.disk("b", DISK)];
-    let pool = uzfs_core::spa::Pool::create("tank", vec![spec(TopKind::Mirror, &disks)], opts(3))
-        .expect("create");
+    let pool = Pool::create("tank", vec![spec(TopKind::Mirror, &disks)], opts(3)).expect("create");
     const LEN: usize = 16 << 20;
     let mut objs = Vec::new();
     // Raw records, and lz4 records whose data does not compress (stored
     // raw, from the same buffer), then compressible ones (their
     // compressed bytes are shorter than the allocation: staged).
     for (i, compress) in [Compression::Off, Compression::Lz4].into_iter().enumerate() {
-        let props = ObjProps {
-            checksum: ChecksumType::Fletcher4,
-            compress,
-            copies: 1,
-        };
-        let o = pool.create_object(128 << 10, &props).expect("object");
         let data = pattern(i as u64, LEN);
-        pool.write(o, 0, &data).expect("write");
-        let before = STAGED_BYTES.load(Ordering::Relaxed);
-        pool.sync().expect("sync");
-        let staged = STAGED_BYTES.load(Ordering::Relaxed) - before;
+        let (o, staged) = write_and_sync(&pool, compress, &data);
         assert!(
             staged < LEN as u64 / 64,
             "{compress:?}: {staged} of {LEN} bytes copied before their write"
         );
         objs.push((o, data));
     }
-    let props = ObjProps {
-        checksum: ChecksumType::Fletcher4,
-        compress: Compression::Lz4,
-        copies: 1,
-    };
-    let o = pool.create_object(128 << 10, &props).expect("object");
     let text: Vec<u8> = (0..LEN).map(|i| b"uzfs zero copy "[i % 15]).collect();
-    pool.write(o, 0, &text).expect("write");
-    let before = STAGED_BYTES.load(Ordering::Relaxed);
-    pool.sync().expect("sync");
-    assert!(
-        STAGED_BYTES.load(Ordering::Relaxed) > before,
-        "compressed blocks staged"
-    );
+    let (o, staged) = write_and_sync(&pool, Compression::Lz4, &text);
+    assert!(staged > 0, "compressed blocks staged");
     objs.push((o, text));
     pool.close().expect("close");
     assert_zdb_clean(&disks, "after the writes");
@@ -74,19 +69,10 @@ fn whole_records_are_written_from_their_buffers() {
     // child's run is written from the columns' own buffers too.
     let w = SimWorld::new();
     let disks: Vec<_> = (0..6).map(|i| w.disk(&format!("r{i}"), DISK)).collect();
-    let pool = uzfs_core::spa::Pool::create("rz", vec![spec(TopKind::Raidz2, &disks)], opts(4))
-        .expect("create raidz2");
-    let props = ObjProps {
-        checksum: ChecksumType::Fletcher4,
-        compress: Compression::Off,
-        copies: 1,
-    };
-    let o = pool.create_object(128 << 10, &props).expect("object");
+    let pool =
+        Pool::create("rz", vec![spec(TopKind::Raidz2, &disks)], opts(4)).expect("create raidz2");
     let data = pattern(9, LEN);
-    pool.write(o, 0, &data).expect("write");
-    let before = STAGED_BYTES.load(Ordering::Relaxed);
-    pool.sync().expect("sync");
-    let staged = STAGED_BYTES.load(Ordering::Relaxed) - before;
+    let (o, staged) = write_and_sync(&pool, Compression::Off, &data);
     assert!(
         staged < LEN as u64 / 64,
         "raidz2: {staged} of {LEN} bytes copied before their write"
