@@ -252,20 +252,39 @@ pub fn generate(data: &[&[u8]], nparity: usize, len: usize) -> Vec<Vec<u8>> {
 /// Split a block's physical bytes into the map's columns (parity first),
 /// each column exactly `cols[i].size` bytes.
 pub fn encode(m: &Map, phys: &[u8]) -> Vec<Vec<u8>> {
-    let mut data = Vec::with_capacity(m.cols.len() - m.nparity);
+    encode_borrowed(m, phys)
+        .into_iter()
+        .map(Cow::into_owned)
+        .collect()
+}
+
+/// [`encode`], with each data column that lies whole inside `phys` (a
+/// column is a contiguous run of the block) borrowed from it instead of
+/// copied: only the parity and a short last column are new buffers. A
+/// sync writes the borrowed ones straight from the record's buffer.
+pub fn encode_borrowed<'a>(m: &Map, phys: &'a [u8]) -> Vec<Cow<'a, [u8]>> {
+    let mut data: Vec<Cow<'a, [u8]>> = Vec::with_capacity(m.cols.len() - m.nparity);
     let mut at = 0usize;
     for c in &m.cols[m.nparity..] {
-        let mut col = vec![0u8; c.size as usize];
-        let end = (at + c.size as usize).min(phys.len());
-        if at < end {
-            col[..end - at].copy_from_slice(&phys[at..end]);
+        let size = c.size as usize;
+        if at + size <= phys.len() {
+            data.push(Cow::Borrowed(&phys[at..at + size]));
+        } else {
+            let end = phys.len().max(at);
+            let mut col = vec![0u8; size];
+            if at < end {
+                col[..end - at].copy_from_slice(&phys[at..end]);
+            }
+            data.push(Cow::Owned(col));
         }
-        at += c.size as usize;
-        data.push(col);
+        at += size;
     }
-    let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    let refs: Vec<&[u8]> = data.iter().map(|d| d.as_ref()).collect();
     let plen = m.cols.first().map_or(0, |c| c.size as usize);
-    let mut out = generate(&refs, m.nparity, plen);
+    let mut out: Vec<Cow<'a, [u8]>> = generate(&refs, m.nparity, plen)
+        .into_iter()
+        .map(Cow::Owned)
+        .collect();
     out.extend(data);
     out
 }
@@ -489,7 +508,7 @@ impl VdevOps for Raidz {
     fn columns<'a>(&self, top: &TopVdev, offset: u64, phys: &'a [u8], _asize: u64) -> Columns<'a> {
         let m = self.map_of(&top.geometry(), offset, phys.len() as u64);
         Columns {
-            bufs: encode(&m, phys).into_iter().map(Cow::Owned).collect(),
+            bufs: encode_borrowed(&m, phys),
             cols: m
                 .cols
                 .iter()
@@ -663,6 +682,33 @@ mod tests {
                     }
                     // Every cell lies inside the block's address range.
                     off += m.asize;
+                }
+            }
+        }
+    }
+
+    /// Borrowed columns are the same bytes as copied ones; every data
+    /// column that lies whole inside the block is borrowed, not copied.
+    #[test]
+    fn borrowed_columns_match_copied_ones() {
+        for dcols in 2..=8usize {
+            for np in 1..=3.min(dcols - 1) {
+                for s in [1u64, 3, 8, 13, 32, 33, 256] {
+                    let psize = s << 9;
+                    let m = map(0, psize, 9, dcols, np);
+                    let phys: Vec<u8> = (0..psize as u32).map(|i| (i % 251) as u8).collect();
+                    let copied = encode(&m, &phys);
+                    let borrowed = encode_borrowed(&m, &phys);
+                    assert_eq!(copied.len(), borrowed.len());
+                    let mut at = 0usize;
+                    for (i, (c, b)) in copied.iter().zip(&borrowed).enumerate() {
+                        assert!(c.as_slice() == b.as_ref(), "column {i}");
+                        if i >= np {
+                            let whole = at + c.len() <= phys.len();
+                            assert_eq!(matches!(b, Cow::Borrowed(_)), whole, "column {i}");
+                            at += c.len();
+                        }
+                    }
                 }
             }
         }
