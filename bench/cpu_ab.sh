@@ -15,10 +15,12 @@
 #
 # usage: bench/cpu_ab.sh BEFORE_BIN AFTER_BIN [ROUNDS]
 # env: DATA [/dev/shm/uzfs-cpuab]  RUNTIME [8]  SIZE [2G] (of the sequential file)
+#      LAYOUT [mirror] (or raidz1, raidz2, ...) over NDEV [2] files of 6 GiB
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: bench/cpu_ab.sh BEFORE_BIN AFTER_BIN [ROUNDS]" >&2; exit 2; }
 A=$(realpath "$1"); B=$(realpath "$2"); ROUNDS=${3:-3}
 BASE=${DATA:-/dev/shm/uzfs-cpuab}; RUNTIME=${RUNTIME:-8}; SIZE=${SIZE:-2G}
+LAYOUT=${LAYOUT:-mirror}; NDEV=${NDEV:-2}
 HZ=$(getconf CLK_TCK)
 cpu() { # daemon pid -> CPU seconds so far
   awk -v hz="$HZ" '{print ($14 + $15) / hz}' "/proc/$1/stat"
@@ -27,9 +29,11 @@ one() { # binary label round
   local U=$1 L=$2 R=$3 D="$BASE/$2"
   export UZFS_RUNDIR="$D/run"
   "$U" daemon --stop >/dev/null 2>&1 || true
-  rm -rf "$D"; mkdir -p "$D"; truncate -s 6G "$D/d0" "$D/d1"
+  rm -rf "$D"; mkdir -p "$D"
+  local devs=() i
+  for i in $(seq 0 $((NDEV - 1))); do truncate -s 6G "$D/d$i"; devs+=("$D/d$i"); done
   local M="$D/mnt"
-  "$U" zpool create -f -m "$M" cab mirror "$D/d0" "$D/d1" >/dev/null
+  "$U" zpool create -f -m "$M" cab "$LAYOUT" "${devs[@]}" >/dev/null
   local P; P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
   local c0 c1 c2 c3 c4
   c0=$(cpu "$P")
