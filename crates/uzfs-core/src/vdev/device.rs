@@ -256,6 +256,12 @@ pub struct FileDevice {
     span: std::sync::Mutex<(u64, u64)>,
 }
 
+/// Whether `bytes` can be handed to a direct-I/O descriptor as it is: it
+/// starts on a [`DIRECT_ALIGN`] boundary and is whole units of it long.
+pub fn fits_direct(bytes: &[u8]) -> bool {
+    (bytes.as_ptr() as usize | bytes.len()).is_multiple_of(DIRECT_ALIGN)
+}
+
 /// Reads this large or larger, of whole pages into a page-aligned buffer,
 /// go around the host's page cache (`FileDevice::read_at`): a mirror's
 /// records. Smaller ones, RAID-Z columns among them, keep the host's
@@ -317,7 +323,8 @@ impl FileDevice {
     /// pages (a record read into a buffer from `alloc.rs`).
     fn direct_for(&self, buf: &[u8], offset: u64) -> Option<&File> {
         let fit = buf.len() >= DIRECT_READ_MIN
-            && (buf.as_ptr() as usize | offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN);
+            && fits_direct(buf)
+            && (offset as usize).is_multiple_of(DIRECT_ALIGN);
         self.direct
             .as_ref()
             .filter(|_| fit && self.direct_ok.load(std::sync::atomic::Ordering::Relaxed))
@@ -443,7 +450,8 @@ impl BlockDevice for FileDevice {
         self.check_inside(offset, buf.len())?;
         let len = buf.len() as u64;
         if len >= WRITEBACK_HINT_MIN as u64
-            && (buf.as_ptr() as usize | offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN)
+            && fits_direct(buf)
+            && (offset as usize).is_multiple_of(DIRECT_ALIGN)
             && self.direct_ok.load(std::sync::atomic::Ordering::Relaxed)
         {
             if let Some(d) = &self.direct {
@@ -492,9 +500,7 @@ impl BlockDevice for FileDevice {
         let direct = pieces.len() > 1
             && len >= WRITEBACK_HINT_MIN
             && (offset as usize).is_multiple_of(DIRECT_ALIGN)
-            && pieces
-                .iter()
-                .all(|p| (p.as_ptr() as usize | p.len()).is_multiple_of(DIRECT_ALIGN))
+            && pieces.iter().all(|p| fits_direct(p))
             && self.direct_ok.load(Relaxed);
         if let (true, Some(d)) = (direct, &self.direct) {
             match pwritev_all(d, pieces, offset) {

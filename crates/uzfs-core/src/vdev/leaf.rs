@@ -516,27 +516,28 @@ impl Leaf {
         }
         let at = super::LABEL_START_SIZE + offset;
         let len: usize = pieces.iter().map(|p| p.len()).sum();
-        let _slot = self.queue.admit(super::queue::class_of(true));
-        let t = Instant::now();
-        let r = self
-            .injected(true, at, len as u64)
-            .and_then(|_| self.dev.write_pieces_at(pieces, at));
-        self.count_write(len, t.elapsed(), r)
+        self.counted_write(at, len, || self.dev.write_pieces_at(pieces, at))
     }
 
     /// A write at an absolute offset, counted, timed and fault-injected;
     /// durable on return if `sync`.
     fn write_counted(&self, buf: &[u8], at: u64, sync: bool) -> Result<()> {
-        let _slot = self.queue.admit(super::queue::class_of(true));
-        let t = Instant::now();
-        let r = self.injected(true, at, buf.len() as u64).and_then(|_| {
+        self.counted_write(at, buf.len(), || {
             if sync {
                 self.dev.write_sync(buf, at)
             } else {
                 self.dev.write_at(buf, at)
             }
-        });
-        self.count_write(buf.len(), t.elapsed(), r)
+        })
+    }
+
+    /// Run `write` (of `len` bytes at absolute offset `at`) in the leaf's
+    /// write class, unless a fault is injected there, and count and time it.
+    fn counted_write(&self, at: u64, len: usize, write: impl FnOnce() -> Result<()>) -> Result<()> {
+        let _slot = self.queue.admit(super::queue::class_of(true));
+        let t = Instant::now();
+        let r = self.injected(true, at, len as u64).and_then(|_| write());
+        self.count_write(len, t.elapsed(), r)
     }
 
     /// Count and time one write of `len` bytes that took `took` and ended

@@ -11,7 +11,7 @@
 //! and leaves standing in for each other, and repairs every one that
 //! differs from what the verified block implies.
 
-use super::device::DIRECT_ALIGN;
+use super::device::{fits_direct, DIRECT_ALIGN};
 
 /// One block for [`TopVdev::write_blocks`]: offset, physical bytes, asize.
 pub type BlockWrite<'a> = (u64, &'a [u8], u64);
@@ -649,10 +649,7 @@ impl TopVdev {
             // buffers; any other is copied once, starting aligned in
             // `run_buf` (`None` below: where it goes there).
             type Run = (std::ops::Range<usize>, u64, Option<usize>, usize);
-            let whole = |phys: &[u8], asize: u64| {
-                phys.len() as u64 == asize
-                    && (phys.as_ptr() as usize | phys.len()).is_multiple_of(DIRECT_ALIGN)
-            };
+            let whole = |phys: &[u8], asize: u64| phys.len() as u64 == asize && fits_direct(phys);
             let mut runs: Vec<Run> = Vec::new();
             for (b, &(offset, phys, asize)) in blocks.iter().enumerate() {
                 let len = asize.max(phys.len() as u64);
@@ -737,38 +734,40 @@ impl TopVdev {
                 }
             }
         }
-        // One column per child per block: a run's pieces, in order.
-        let pieces = |child: usize, r: &std::ops::Range<usize>| -> Vec<&[u8]> {
-            layouts[r.clone()]
-                .iter()
-                .filter_map(|cols| cols.iter().find(|c| c.0 == child).map(|c| c.2))
-                .collect()
-        };
-        // A run whose columns all suit direct I/O (a geometry whose
+        // Each run's pieces (one column per block, in order), gathered
+        // once. A run whose columns all suit direct I/O (a geometry whose
         // columns are whole pages) is written from the columns' own
         // buffers; the others are copied once into `run_buf`.
         const DIRECT: usize = usize::MAX;
+        let mut pieces: Vec<Vec<Vec<&[u8]>>> = Vec::with_capacity(runs.len());
         let mut pos = 0usize;
         for (child, list) in runs.iter_mut().enumerate() {
+            let mut of_child = Vec::with_capacity(list.len());
             for run in list.iter_mut() {
-                let fit = pieces(child, &run.0)
+                let p: Vec<&[u8]> = layouts[run.0.clone()]
                     .iter()
-                    .all(|p| (p.as_ptr() as usize | p.len()).is_multiple_of(DIRECT_ALIGN));
-                if fit {
+                    .filter_map(|cols| cols.iter().find(|c| c.0 == child).map(|c| c.2))
+                    .collect();
+                if p.iter().all(|b| fits_direct(b)) {
                     run.3 = DIRECT;
-                    continue;
+                } else {
+                    pos = pos.next_multiple_of(DIRECT_ALIGN);
+                    run.3 = pos;
+                    pos += run.2;
                 }
-                pos = pos.next_multiple_of(DIRECT_ALIGN);
-                run.3 = pos;
-                pos += run.2;
+                of_child.push(p);
             }
+            pieces.push(of_child);
         }
         let base = aligned_start(run_buf, pos);
         let buf = &mut run_buf[base..];
-        for (child, list) in runs.iter().enumerate() {
-            for (r, _, len, start) in list.iter().filter(|run| run.3 != DIRECT) {
+        for (list, of_child) in runs.iter().zip(&pieces) {
+            for ((_, _, len, start), p) in list.iter().zip(of_child) {
+                if *start == DIRECT {
+                    continue;
+                }
                 let mut at = *start;
-                for bytes in pieces(child, r) {
+                for bytes in p {
                     buf[at..at + bytes.len()].copy_from_slice(bytes);
                     at += bytes.len();
                 }
@@ -779,11 +778,12 @@ impl TopVdev {
         let buf = &run_buf[base..];
         let per_child: Vec<Vec<ColumnWrite>> = runs
             .iter()
-            .enumerate()
-            .map(|(child, list)| {
+            .zip(pieces)
+            .map(|(list, of_child)| {
                 list.iter()
-                    .map(|(r, off, len, start)| match *start {
-                        DIRECT => (r.clone(), *off, pieces(child, r)),
+                    .zip(of_child)
+                    .map(|((r, off, len, start), p)| match *start {
+                        DIRECT => (r.clone(), *off, p),
                         s => (r.clone(), *off, vec![&buf[s..s + *len]]),
                     })
                     .collect()
