@@ -15,7 +15,8 @@
 #   scrubload  foreground read and write latency during a scrub: no
 #              priorities, the old sleep throttle (scan_delay_us), and the
 #              leaf queues' priority classes (vdev/queue.rs), SL_ROUNDS
-#              rounds interleaved
+#              rounds interleaved (uzfs-bench takes SL_LOAD=read|write and
+#              SL_CASES=queues: idle and the default only; UZFS_LOG=debug)
 #   --peers    zfs-fuse raidz1 x4 (scrub, replace, fio seq write/read) and
 #              ext4-on-loop (fio seq write/read) via ../shared/peers/peers.sh
 #

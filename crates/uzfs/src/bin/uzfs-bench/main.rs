@@ -267,6 +267,10 @@ fn parse_size(s: &str) -> Option<u64> {
 }
 
 fn main() {
+    // The engine's log on stderr when asked (`UZFS_LOG=debug`), as the daemon's.
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("UZFS_LOG", "off"))
+        .format_timestamp_millis()
+        .try_init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let r = match a(0) {

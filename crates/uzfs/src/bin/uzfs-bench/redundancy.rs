@@ -463,9 +463,19 @@ pub fn scrub_load(dir: &Path, bytes: u64, rounds: u32) -> R<()> {
         ("scrub, sleep throttle (500 us)", true, false, 500),
         ("scrub, leaf queue classes", true, true, 0),
     ];
+    // SL_LOAD=read|write runs one load; SL_CASES=queues keeps only idle
+    // and today's default (the comparisons a change to the queues needs).
+    let only_load = std::env::var("SL_LOAD").ok();
+    let short = std::env::var("SL_CASES").is_ok_and(|v| v == "queues");
     for load in ["read", "write"] {
+        if only_load.as_deref().is_some_and(|l| l != load) {
+            continue;
+        }
         for round in 0..rounds {
             for (label, scrub, queue, delay) in cases {
+                if short && scrub && (!queue || delay > 0) {
+                    continue;
+                }
                 drop_caches();
                 uzfs_core::vdev::queue::set_enabled(queue);
                 let tun = Tunables {
