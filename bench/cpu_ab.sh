@@ -16,6 +16,8 @@
 # usage: bench/cpu_ab.sh BEFORE_BIN AFTER_BIN [ROUNDS]
 # env: DATA [/dev/shm/uzfs-cpuab]  RUNTIME [8]  SIZE [2G] (of the sequential file)
 #      LAYOUT [mirror] (or raidz1, raidz2, ...) over NDEV [2] files of 6 GiB
+#      COMPRESSIBLE [unset] (a percentage: fio's buffer_compress_percentage
+#      for the sequential write, buffers refilled, so lz4 has work)
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: bench/cpu_ab.sh BEFORE_BIN AFTER_BIN [ROUNDS]" >&2; exit 2; }
 A=$(realpath "$1"); B=$(realpath "$2"); ROUNDS=${3:-3}
@@ -37,8 +39,10 @@ one() { # binary label round
   local P; P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
   local c0 c1 c2 c3 c4
   c0=$(cpu "$P")
+  local comp=()
+  [ -n "${COMPRESSIBLE:-}" ] && comp=(--buffer_compress_percentage="$COMPRESSIBLE" --refill_buffers=1)
   fio --name=s --ioengine=psync --direct=0 --filename="$M/f" --size="$SIZE" --rw=write --bs=1M \
-      --end_fsync=1 --output-format=json --output="$D/s.json"
+      "${comp[@]}" --end_fsync=1 --output-format=json --output="$D/s.json"
   c1=$(cpu "$P")
   sync; echo 3 > /proc/sys/vm/drop_caches; "$U" zinject -a cab >/dev/null
   fio --name=c --ioengine=psync --direct=0 --filename="$M/f" --size="$SIZE" --rw=read --bs=1M \

@@ -66,7 +66,15 @@ pub fn compress(alg: Compression, data: &[u8]) -> (Compression, std::borrow::Cow
     let framed = |stream: &[u8]| {
         let total = round_up(stream.len() + 4, SECTOR);
         (total <= data.len() - data.len() / 8).then(|| {
-            let mut out = Vec::with_capacity(total);
+            // Room for whole pages, and at least `ALIGN_FROM`, so the
+            // block starts on a page (`alloc.rs`) and its write takes it
+            // from here, zeros after it up to its allocation
+            // (`TopVdev::write_blocks`). The room is the sync's for the
+            // length of one write: the cache keeps logical blocks.
+            let room = total
+                .next_multiple_of(crate::alloc::DIRECT_ALIGN)
+                .max(crate::alloc::ALIGN_FROM);
+            let mut out = Vec::with_capacity(room);
             out.extend_from_slice(&(stream.len() as u32).to_le_bytes());
             out.extend_from_slice(stream);
             out.resize(total, 0);

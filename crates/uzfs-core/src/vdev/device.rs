@@ -60,6 +60,15 @@ pub trait BlockDevice: Send + Sync {
     /// A write issued at `dsync_fd`'s direct descriptor was refused for its
     /// alignment (EINVAL): offer the buffered one from now on.
     fn direct_refused(&self) {}
+    /// The unit, 512 to [`DIRECT_ALIGN`] bytes, of the pieces
+    /// `write_pieces_at` takes straight from their buffers: each piece
+    /// starts on a page and is a whole number of these long. A compressed
+    /// block (a multiple of 512) and the zeros up to its allocation go out
+    /// from their own buffers where it is 512 (`TopVdev::write_blocks`).
+    /// The default is [`DIRECT_ALIGN`].
+    fn direct_granule(&self) -> usize {
+        DIRECT_ALIGN
+    }
     fn size(&self) -> u64;
     fn name(&self) -> String;
     /// Hold the device exclusively for a pool this process imports or
@@ -254,12 +263,56 @@ pub struct FileDevice {
     size: std::sync::atomic::AtomicU64,
     /// Contiguous span of small writes not yet handed to writeback.
     span: std::sync::Mutex<(u64, u64)>,
+    /// [`BlockDevice::direct_granule`]: the length unit the filesystem
+    /// says direct I/O takes (`statx` `STATX_DIOALIGN`), raised to
+    /// [`DIRECT_ALIGN`] if a write of that unit is refused.
+    granule: std::sync::atomic::AtomicUsize,
+}
+
+/// What direct I/O on `f` asks of the length of each piece, from the
+/// filesystem (`statx` with `STATX_DIOALIGN`, Linux 6.1): its offset and
+/// length unit when that is 512 to [`DIRECT_ALIGN`] bytes and the memory
+/// alignment it asks is at most a page. Else [`DIRECT_ALIGN`], which every
+/// filesystem that has direct I/O takes.
+fn direct_unit(f: &File) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx only writes the struct it is given, which is plain
+    // integers (zero is a valid value); the path is an empty C string
+    // with AT_EMPTY_PATH, so the call is about the open descriptor.
+    let (r, stx) = unsafe {
+        let mut stx: libc::statx = std::mem::zeroed();
+        let r = libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        );
+        (r, stx)
+    };
+    let (mem, unit) = (
+        stx.stx_dio_mem_align as usize,
+        stx.stx_dio_offset_align as usize,
+    );
+    let told = r == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0;
+    if told && mem > 0 && mem <= DIRECT_ALIGN && unit.is_power_of_two() && unit <= DIRECT_ALIGN {
+        unit.max(512)
+    } else {
+        DIRECT_ALIGN
+    }
 }
 
 /// Whether `bytes` can be handed to a direct-I/O descriptor as it is: it
 /// starts on a [`DIRECT_ALIGN`] boundary and is whole units of it long.
 pub fn fits_direct(bytes: &[u8]) -> bool {
     (bytes.as_ptr() as usize | bytes.len()).is_multiple_of(DIRECT_ALIGN)
+}
+
+/// Whether `bytes` can be one piece of a direct write to a device whose
+/// [`BlockDevice::direct_granule`] is `unit`: it starts on a page and is
+/// whole units long.
+pub fn fits_granule(bytes: &[u8], unit: usize) -> bool {
+    (bytes.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) && bytes.len().is_multiple_of(unit)
 }
 
 /// Reads this large or larger, of whole pages into a page-aligned buffer,
@@ -302,7 +355,9 @@ impl FileDevice {
                 .open(path)
                 .ok()
         };
+        let granule = direct.as_ref().map_or(DIRECT_ALIGN, direct_unit);
         Ok(FileDevice {
+            granule: std::sync::atomic::AtomicUsize::new(granule),
             excl: std::sync::OnceLock::new(),
             direct_ok: std::sync::atomic::AtomicBool::new(direct.is_some()),
             dsync_ok: std::sync::atomic::AtomicBool::new(true),
@@ -497,18 +552,29 @@ impl BlockDevice for FileDevice {
         use std::sync::atomic::Ordering::Relaxed;
         let len: usize = pieces.iter().map(|p| p.len()).sum();
         self.check_inside(offset, len)?;
+        let unit = self.granule.load(Relaxed);
         let direct = pieces.len() > 1
             && len >= WRITEBACK_HINT_MIN
-            && (offset as usize).is_multiple_of(DIRECT_ALIGN)
-            && pieces.iter().all(|p| fits_direct(p))
+            && (offset as usize | len).is_multiple_of(unit)
+            && pieces.iter().all(|p| fits_granule(p, unit))
             && self.direct_ok.load(Relaxed);
         if let (true, Some(d)) = (direct, &self.direct) {
             match pwritev_all(d, pieces, offset) {
                 Ok(()) => return Ok(()),
-                // As `write_at`: stay buffered from now on (whatever part
-                // went out is written again below).
+                // Refused pieces finer than a page: the filesystem told
+                // us wrong; whole pages from now on. Refused at that: as
+                // `write_at`, stay buffered from now on. (Whatever part
+                // went out is written again below.)
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.direct_ok.store(false, Relaxed);
+                    if unit < DIRECT_ALIGN && !pieces.iter().all(|p| fits_direct(p)) {
+                        log::warn!(
+                            "{}: direct writes of {unit}-byte units refused; whole pages from now on",
+                            self.path.display()
+                        );
+                        self.granule.store(DIRECT_ALIGN, Relaxed);
+                    } else {
+                        self.direct_ok.store(false, Relaxed);
+                    }
                 }
                 Err(e) => return Err(self.io_err(e)),
             }
@@ -595,6 +661,9 @@ impl BlockDevice for FileDevice {
     fn direct_refused(&self) {
         self.direct_ok
             .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn direct_granule(&self) -> usize {
+        self.granule.load(std::sync::atomic::Ordering::Relaxed)
     }
     fn size(&self) -> u64 {
         self.len()
@@ -870,6 +939,37 @@ mod tests {
             .write_pieces_at(&[&big[..8192], &big[..8192]], (16 << 20) - 8192)
             .expect_err("past the end");
         assert!(err.to_string().contains("past end"), "{err}");
+    }
+
+    /// Pieces of whole sectors starting on pages (a compressed block and
+    /// the zeros up to its allocation) land as their concatenation:
+    /// straight from their
+    /// buffers where the filesystem says it takes 512-byte units, and the
+    /// unit it said is kept, so the kernel took them.
+    #[test]
+    fn sector_pieces_land_as_their_concatenation() {
+        let (_dir, dev) = scratch(4 << 20);
+        let unit = dev.direct_granule();
+        assert!(unit.is_power_of_two() && (512..=DIRECT_ALIGN).contains(&unit));
+        let a: Vec<u8> = (0..40u32 << 10).map(|i| (i % 253) as u8).collect();
+        let b: Vec<u8> = (0..32u32 << 10).map(|i| (i % 241) as u8).collect();
+        let zeros = vec![0u8; 16 << 10];
+        assert!(fits_direct(&a) && fits_direct(&b) && fits_direct(&zeros));
+        // 39.5 KiB, 0.5 KiB of zeros, 32 KiB, 8 KiB of zeros: 80 KiB.
+        let pieces: [&[u8]; 4] = [&a[..79 * 512], &zeros[..512], &b, &zeros[..8 << 10]];
+        dev.write_pieces_at(&pieces, 1 << 20).expect("write pieces");
+        let want = pieces.concat();
+        let mut back = vec![0u8; want.len()];
+        dev.read_at(&mut back, 1 << 20).expect("read");
+        assert!(back == want, "pieces read back different");
+        assert_eq!(
+            dev.direct_granule(),
+            unit,
+            "the kernel refused {unit}-byte units"
+        );
+        if dev.direct.is_some() {
+            assert!(dev.direct_ok.load(std::sync::atomic::Ordering::Relaxed));
+        }
     }
 
     /// A large aligned write takes the direct path (where the filesystem

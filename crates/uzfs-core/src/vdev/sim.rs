@@ -293,6 +293,12 @@ impl SimDevice {
 }
 
 impl BlockDevice for SimDevice {
+    /// A simulated disk takes any write; it answers as a disk of 512-byte
+    /// sectors does, so the engine's choice of what goes out unstaged
+    /// (`TopVdev::write_blocks`) is the one a file on such a disk gets.
+    fn direct_granule(&self) -> usize {
+        512
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.world.tick()?;
         let st = lock(&self.disk.inner);

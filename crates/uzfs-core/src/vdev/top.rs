@@ -11,7 +11,7 @@
 //! and leaves standing in for each other, and repairs every one that
 //! differs from what the verified block implies.
 
-use super::device::{fits_direct, DIRECT_ALIGN};
+use super::device::{fits_direct, fits_granule, DIRECT_ALIGN};
 
 /// One block for [`TopVdev::write_blocks`]: offset, physical bytes, asize.
 pub type BlockWrite<'a> = (u64, &'a [u8], u64);
@@ -117,8 +117,22 @@ fn usable_leaves(primary: &Arc<Leaf>) -> Vec<Arc<Leaf>> {
         .collect()
 }
 
-/// Zeros that pad a block to its allocation in a [`DurableRun`].
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+/// Zeros that pad a block to its allocation in a [`DurableRun`] and in a
+/// direct run of the sync (a compressed block): page-aligned, so a direct
+/// write takes them from here.
+#[repr(C, align(4096))]
+struct Zeros([u8; ZEROS_LEN]);
+const ZEROS_LEN: usize = 64 << 10;
+static ZEROS: Zeros = Zeros([0; ZEROS_LEN]);
+
+/// Append pieces of [`ZEROS`] that make `n` bytes.
+fn zero_pieces(mut n: usize, out: &mut Vec<&[u8]>) {
+    while n > 0 {
+        let k = n.min(ZEROS_LEN);
+        out.push(&ZEROS.0[..k]);
+        n -= k;
+    }
+}
 
 /// Longest run of adjacent blocks written as one.
 const RUN_MAX: u64 = 8 << 20;
@@ -165,12 +179,7 @@ impl<'a> DurableRun<'a> {
                 }
             };
             run.pieces.push(phys);
-            let mut pad = (len - phys.len() as u64) as usize;
-            while pad > 0 {
-                let n = pad.min(ZEROS.len());
-                run.pieces.push(&ZEROS[..n]);
-                pad -= n;
-            }
+            zero_pieces((len - phys.len() as u64) as usize, &mut run.pieces);
         }
         runs.into_iter().map(|(r, _)| r).collect()
     }
@@ -643,13 +652,26 @@ impl TopVdev {
                 }
             }
         } else {
-            // Runs of adjacent blocks. A run whose every block fills its
-            // allocation from a buffer fit for direct I/O (the record
-            // buffers, page-aligned by `alloc.rs`) is written from those
-            // buffers; any other is copied once, starting aligned in
-            // `run_buf` (`None` below: where it goes there).
+            // Runs of adjacent blocks. A run whose every block starts on
+            // a page (the record buffers and compressed blocks, aligned by
+            // `alloc.rs`) and is, like its allocation, whole units of
+            // what every leaf takes unstaged (`direct_granule`: a page, or
+            // a 512-byte sector where the filesystem says so) is written
+            // from those buffers, a compressed block followed by zeros up
+            // to its allocation; any other is copied once, starting
+            // aligned in `run_buf` (`None` below: where it goes there).
             type Run = (std::ops::Range<usize>, u64, Option<usize>, usize);
-            let whole = |phys: &[u8], asize: u64| phys.len() as u64 == asize && fits_direct(phys);
+            let unit = self
+                .leaves()
+                .iter()
+                .map(|l| l.dev.direct_granule())
+                .max()
+                .unwrap_or(DIRECT_ALIGN);
+            let whole = |phys: &[u8], asize: u64| {
+                phys.len() as u64 <= asize
+                    && fits_granule(phys, unit)
+                    && (asize as usize).is_multiple_of(unit)
+            };
             let mut runs: Vec<Run> = Vec::new();
             for (b, &(offset, phys, asize)) in blocks.iter().enumerate() {
                 let len = asize.max(phys.len() as u64);
@@ -693,7 +715,14 @@ impl TopVdev {
                 for (r, off, staged, len) in &runs {
                     let pieces = match staged {
                         Some(start) => vec![&buf[*start..*start + *len]],
-                        None => blocks[r.clone()].iter().map(|b| b.1).collect(),
+                        None => {
+                            let mut p = Vec::with_capacity(r.len() * 2);
+                            for &(_, phys, asize) in &blocks[r.clone()] {
+                                p.push(phys);
+                                zero_pieces(asize as usize - phys.len(), &mut p);
+                            }
+                            p
+                        }
                     };
                     col.push((r.clone(), *off, pieces));
                 }
