@@ -318,8 +318,10 @@ pub fn fits_granule(bytes: &[u8], unit: usize) -> bool {
 /// Reads this large or larger, of whole pages into a page-aligned buffer,
 /// go around the host's page cache (`FileDevice::read_at`): a mirror's
 /// records. Smaller ones, RAID-Z columns among them, keep the host's
-/// read-ahead: at 16 KiB a cold read of a raidz2 of six (32 KiB columns)
-/// took 0.64x the daemon CPU but ran at 0.73x the speed (bench/RESULTS.md).
+/// read-ahead. At 16 KiB a cold read of a raidz2 of six (32 KiB columns)
+/// took 0.57-0.65x the daemon CPU but ran at 0.73-0.91x the speed, with two
+/// prefetch threads and with four; four prefetch threads with buffered
+/// columns gave both (1.5x the speed, 0.57x the CPU; bench/RESULTS.md).
 pub const DIRECT_READ_MIN: usize = 64 << 10;
 
 /// Small writes that continue each other (RAID-Z columns of consecutive
