@@ -305,7 +305,7 @@ fn direct_unit(f: &File) -> usize {
 /// Whether `bytes` can be handed to a direct-I/O descriptor as it is: it
 /// starts on a [`DIRECT_ALIGN`] boundary and is whole units of it long.
 pub fn fits_direct(bytes: &[u8]) -> bool {
-    (bytes.as_ptr() as usize | bytes.len()).is_multiple_of(DIRECT_ALIGN)
+    fits_granule(bytes, DIRECT_ALIGN)
 }
 
 /// Whether `bytes` can be one piece of a direct write to a device whose
