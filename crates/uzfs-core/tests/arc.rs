@@ -233,3 +233,73 @@ fn recycled_record_buffers_never_leak_into_another_write() {
     p.export().expect("export");
     assert_zdb_clean(&disks, "after the writers");
 }
+
+/// Readers that miss on the same block at once (an application and the
+/// read-ahead, or several readers of one file) share one device read, as
+/// OpenZFS's ARC keeps a header for a read in flight: the first reads,
+/// the others wait for its bytes (`iohits`). A read that fails wakes its
+/// waiters, which read for themselves and get their own error.
+#[test]
+fn concurrent_misses_on_one_block_read_it_once() {
+    let world = SimWorld::new();
+    let (_disks, p) = one_disk_fs(&world, 41);
+    let fs = mount_fs(&p, "tank");
+    let rec = 128 << 10;
+    let data = pattern(41, 8 * rec);
+    let f = file(&fs, b"shared", &data);
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    // Warm what every read of the file needs (dnode, indirect block) with
+    // a read of record 0; records 1-7 stay cold.
+    assert!(fs.read(f, 0, 4096).expect("warm") == data[..4096]);
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let r = reads.clone();
+    // Every device read takes 50 ms: long enough for all four readers to
+    // miss before the first read completes.
+    world.set_read_hook(Some(std::sync::Arc::new(
+        move |_: &str, _: u64, _: usize| {
+            r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        },
+    )));
+    let iohits0 = p.io.cache.iohits();
+    let at = 3 * rec + 512;
+    let barrier = std::sync::Barrier::new(4);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                barrier.wait();
+                let got = fs.read(f, at as u64, 4096).expect("read");
+                assert!(got == data[at..at + 4096], "wrong bytes");
+            });
+        }
+    });
+    let n = reads.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(n, 1, "four readers of one cold record read it {n} times");
+    assert_eq!(
+        p.io.cache.iohits() - iohits0,
+        3,
+        "three waited for the read"
+    );
+
+    // The record's only copy fails to read: every reader gets EIO, none
+    // hangs waiting for a read that will never bring bytes.
+    p.io.cache.clear();
+    world.set_read_hook(None);
+    assert!(fs.read(f, 0, 4096).expect("warm") == data[..4096]);
+    world.set_read_hook(Some(std::sync::Arc::new(|_: &str, _: u64, _: usize| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    })));
+    _disks[0].fail_reads(true);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                barrier.wait();
+                assert_eq!(fs.read(f, (5 * rec) as u64, 4096), Err(libc::EIO));
+            });
+        }
+    });
+    _disks[0].fail_reads(false);
+    world.set_read_hook(None);
+    assert!(fs.read(f, (5 * rec) as u64, 4096).expect("read") == data[5 * rec..5 * rec + 4096]);
+}

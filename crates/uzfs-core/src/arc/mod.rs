@@ -39,6 +39,7 @@ pub const FLOOR_BYTES: u64 = 32 << 20;
 /// `memory.high`, a machine swapping page cache in and out).
 pub const STALL_SHRINK_PCT: f64 = 10.0;
 
+pub mod inflight;
 pub mod l2;
 pub mod lists;
 pub mod memory;
@@ -89,6 +90,12 @@ pub struct BlockCache {
     l2: std::sync::RwLock<Vec<Arc<l2::L2Device>>>,
     /// Round robin of the feed over several cache devices.
     l2_turn: AtomicU64,
+    /// Blocks being read after a miss, so a second miss waits for the
+    /// first read instead of reading again (`inflight.rs`).
+    inflight: inflight::InFlight<Key, Block>,
+    /// Misses that waited for a read in flight instead of reading
+    /// (OpenZFS's `iohits`; each is also counted as a miss).
+    iohits: AtomicU64,
 }
 
 /// Everything `uzfs arcstat` and the `arcstats` file show.
@@ -100,6 +107,8 @@ pub struct ArcStats {
     pub c_max: u64,
     /// The cache devices', summed.
     pub l2: l2::L2Stats,
+    /// Misses that waited for a read in flight (OpenZFS's `iohits`).
+    pub iohits: u64,
 }
 
 impl ArcStats {
@@ -110,6 +119,7 @@ impl ArcStats {
         vec![
             ("hits", c.hits),
             ("misses", c.misses),
+            ("iohits", self.iohits),
             ("demand_data_hits", c.demand_data_hits),
             ("demand_data_misses", c.demand_data_misses),
             ("demand_metadata_hits", c.demand_metadata_hits),
@@ -194,7 +204,25 @@ impl BlockCache {
             last_check: Mutex::new(None),
             born: Instant::now(),
             lists: Mutex::new(lists::Lists::new(max_bytes)),
+            inflight: inflight::InFlight::default(),
+            iohits: AtomicU64::new(0),
         }
+    }
+
+    /// After a miss on `k`: read it (and publish the bytes through the
+    /// guard once cached), or wait for the read already under way.
+    pub fn begin_read(&self, k: Key) -> inflight::Begun<'_, Key, Block> {
+        self.inflight.begin(k)
+    }
+
+    /// A miss was served by a read in flight.
+    pub fn count_iohit(&self) {
+        self.iohits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Misses served by a read in flight, since the cache was made.
+    pub fn iohits(&self) -> u64 {
+        self.iohits.load(Ordering::Relaxed)
     }
 
     /// The floor memory pressure cannot push it below (`arc_min`; at most
@@ -339,6 +367,7 @@ impl BlockCache {
             c_min: self.min_bytes,
             c_max: self.max_bytes,
             l2: self.l2_stats(),
+            iohits: self.iohits(),
         }
     }
 

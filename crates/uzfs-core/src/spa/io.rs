@@ -493,6 +493,33 @@ impl BlockReader for SpaIo {
         if tx::held_any() {
             self.reads_under_hold.fetch_add(1, Ordering::Relaxed);
         }
+        // Someone may be reading it already (the read-ahead, another
+        // reader): wait for those bytes. If that read fails, read anew.
+        let reading = match self.cache.begin_read(key) {
+            crate::arc::inflight::Begun::Read(r) => r,
+            crate::arc::inflight::Begun::Wait(w) => {
+                if let Some(v) = w.wait() {
+                    self.cache.count_iohit();
+                    tx::pin(key, &v);
+                    return Ok(v);
+                }
+                return self.read_bp_uncached(bp, key, class);
+            }
+        };
+        let v = self.read_bp_uncached(bp, key, class)?;
+        reading.done(v.clone());
+        Ok(v)
+    }
+}
+
+impl SpaIo {
+    /// A block not cached: from a cache device or the pool, then cached.
+    fn read_bp_uncached(
+        &self,
+        bp: &BlkPtr,
+        key: crate::arc::Key,
+        class: Class,
+    ) -> Result<Arc<Vec<u8>>> {
         // A cache device may hold it, as the ARC held it (verified there;
         // anything wrong and the pool is read as if it held nothing).
         if let Some(v) = self.cache.l2_read(&key) {

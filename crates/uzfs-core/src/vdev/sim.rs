@@ -72,9 +72,9 @@ struct WorldState {
 /// with no lock held: a test can hold a write in flight by blocking here.
 pub type WriteHook = Arc<dyn Fn(&str, u64, usize) + Send + Sync>;
 
-/// Called with (disk name, offset, length) after each read has its data,
-/// before it returns, with no lock held: a test can make a read that
-/// already got its bytes complete late by blocking here.
+/// Called with (disk name, offset, length) after each read has its data
+/// (or, made to fail by `fail_reads`, before it returns its error), with
+/// no lock held: a test can make a read complete late by blocking here.
 pub type ReadHook = WriteHook;
 
 /// Shared power supply of a set of simulated devices.
@@ -303,6 +303,12 @@ impl BlockDevice for SimDevice {
         self.world.tick()?;
         let st = lock(&self.disk.inner);
         if st.fail_reads {
+            drop(st);
+            // A failing read takes its time too (the hook may delay it).
+            let hook = lock(&self.world.read_hook).clone();
+            if let Some(h) = hook {
+                h(&self.disk.name, offset, buf.len());
+            }
             return Err(Error::Io {
                 path: self.disk.name.clone(),
                 source: std::io::Error::other("injected read error"),
