@@ -402,3 +402,232 @@ fn a_failed_read_of_a_partial_record_parks_the_sync_until_clear() {
         reimported_matches(p, &disks, 31, &[(ino, model)], &format!("mirror {mirror}"));
     }
 }
+
+/// A mount's kernel, for the model test below: the pages it holds are the
+/// writers' models (updated before each change reaches the ZPL, as the
+/// kernel's page cache is before its writeback), and it answers each
+/// request later, from another thread: a prefix of the range up to the
+/// model's size, sometimes cut short at a page (a page it no longer
+/// held), sometimes never; mostly with the model as it is when it
+/// answers (the kernel copies the pages then), sometimes as it was when
+/// asked (harsher than the kernel: pages a punch or truncate dropped
+/// meanwhile).
+struct FakeKernel {
+    tx: Mutex<std::sync::mpsc::Sender<Asked>>,
+    next: std::sync::atomic::AtomicU64,
+    files: Vec<(u64, Arc<Mutex<Vec<u8>>>)>,
+}
+
+/// (object, offset, length, request number, the model when asked)
+type Asked = (u64, u64, usize, u64, Option<Vec<u8>>);
+
+impl uzfs_core::zpl::pagecache::PageCache for FakeKernel {
+    fn request(&self, obj: u64, offset: u64, len: usize) -> u64 {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let then = n
+            .is_multiple_of(3)
+            .then(|| self.files.iter().find(|(i, _)| *i == obj))
+            .flatten()
+            .map(|(_, m)| m.lock().expect("model").clone());
+        let sent = self
+            .tx
+            .lock()
+            .expect("kernel")
+            .send((obj, offset, len, n, then))
+            .is_ok();
+        if sent {
+            n
+        } else {
+            0
+        }
+    }
+}
+
+/// Writes, punches, truncates and reads racing the sync thread and cache
+/// drops, as in `partial_records_under_concurrency_match_the_model`, but
+/// with the rest of each patched record coming from a kernel's page cache
+/// (`zpl/pagecache.rs`) answering late, short or never: every file matches
+/// its model throughout, after the sync and after import; zdb is clean.
+#[test]
+fn records_filled_from_the_kernels_pages_match_the_model() {
+    // Also writes the kernel is not asked about leave partial records
+    // (as for every test in this file).
+    uzfs_core::dmu::partial::set_fill_at_sync(true);
+    let mut all = uzfs_core::dmu::partial::Stats::default();
+    for seed in 0..env_u64("UZFS_PARTIAL_SEEDS", 4) {
+        let s = kernel_case(seed);
+        all.deferred += s.deferred;
+        all.retrieved += s.retrieved;
+        all.retrieve_missed += s.retrieve_missed;
+        all.filled_by_sync += s.filled_by_sync;
+    }
+    assert!(all.retrieved > 0, "{all:?}");
+    assert!(all.retrieve_missed > 0, "{all:?}");
+    assert!(all.filled_by_sync > 0, "{all:?}");
+}
+
+fn kernel_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
+    const WRITERS: usize = 2;
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 300 + seed);
+    let fs = Arc::new(mount_fs(&p, "tank"));
+    let mut files = Vec::new();
+    for w in 0..WRITERS {
+        let (ino, m) = laid_out(
+            &fs,
+            &p,
+            format!("k{w}").as_bytes(),
+            seed * 10 + w as u64,
+            24 * REC,
+        );
+        files.push((ino, Arc::new(Mutex::new(m))));
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<Asked>();
+    fs.set_page_cache(Arc::new(FakeKernel {
+        tx: Mutex::new(tx),
+        next: std::sync::atomic::AtomicU64::new(1),
+        files: files.clone(),
+    }));
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let kernel = {
+        let (fs, files, done) = (fs.clone(), files.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rng = SimRng::new(seed ^ 0x4e41);
+            loop {
+                let (obj, off, len, n, then) =
+                    match rx.recv_timeout(std::time::Duration::from_millis(5)) {
+                        Ok(r) => r,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            if done.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            continue;
+                        }
+                        Err(_) => break,
+                    };
+                if rng.chance(1, 10) {
+                    continue; // never answered
+                }
+                if rng.chance(1, 3) {
+                    std::thread::sleep(std::time::Duration::from_micros(rng.below(3000)));
+                }
+                let Some((_, m)) = files.iter().find(|(i, _)| *i == obj) else {
+                    continue;
+                };
+                let m = match then {
+                    Some(t) => t,
+                    None => m.lock().expect("model").clone(),
+                };
+                let (off, mut end) = (off as usize, (off as usize + len).min(m.len()));
+                if rng.chance(1, 8) {
+                    end = end.min(off + 4096 * rng.below(32) as usize);
+                }
+                let data = m[off.min(end)..end].to_vec();
+                fs.fill_from_page_cache(obj, off as u64, &data, n);
+            }
+        })
+    };
+    let syncer = {
+        let (p, stop) = (p.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = SimRng::new(seed ^ 0x5eed);
+            while !stop.load(Ordering::Relaxed) {
+                p.sync().expect("sync");
+                if rng.chance(1, 2) {
+                    p.io.cache.clear();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(rng.below(4)));
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        for (w, (ino, model)) in files.iter().enumerate() {
+            let (fs, ino) = (&fs, *ino);
+            s.spawn(move || {
+                let mut rng = SimRng::new(seed * 1000 + 500 + w as u64);
+                for step in 0..400 {
+                    let what = format!("seed {seed} writer {w} step {step}");
+                    let len = model.lock().expect("model").len().max(1);
+                    // The kernel's pages change first, then the daemon
+                    // hears of it.
+                    match rng.below(20) {
+                        0..=12 => {
+                            let off = rng.below(len as u64 + 4096) as usize;
+                            let most = if rng.chance(1, 4) { 3 * REC } else { 20_000 };
+                            let n = 1 + rng.below(most as u64) as usize;
+                            let mut d = vec![0u8; n];
+                            rng.fill(&mut d);
+                            {
+                                let mut m = model.lock().expect("model");
+                                if m.len() < off + n {
+                                    m.resize(off + n, 0);
+                                }
+                                m[off..off + n].copy_from_slice(&d);
+                            }
+                            fs.write(ino, off as u64, &d).expect("write");
+                        }
+                        13 => {
+                            let off = rng.below(len as u64) as usize;
+                            let n = 1 + rng.below(2 * REC as u64) as usize;
+                            {
+                                let mut m = model.lock().expect("model");
+                                let end = (off + n).min(m.len());
+                                m[off..end].fill(0);
+                            }
+                            fs.fallocate(
+                                ino,
+                                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                                off as u64,
+                                n as u64,
+                            )
+                            .expect("punch");
+                        }
+                        14 => {
+                            let size = rng.below(26 * REC as u64) as usize;
+                            model.lock().expect("model").resize(size, 0);
+                            let a = SetAttr {
+                                size: Some(size as u64),
+                                ..Default::default()
+                            };
+                            fs.setattr(ino, &a).expect("truncate");
+                        }
+                        _ => {
+                            let off = rng.below(len as u64) as usize;
+                            let n = 1 + rng.below(2 * REC as u64) as usize;
+                            let got = fs.read(ino, off as u64, n).expect("read");
+                            let m = model.lock().expect("model");
+                            let end = (off + n).min(m.len());
+                            assert!(got == m[off.min(end)..end], "{what}: read {off}+{n}");
+                        }
+                    }
+                }
+                let m = model.lock().expect("model");
+                check(fs, ino, &m, &format!("seed {seed} writer {w} at the end"));
+            });
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    syncer.join().expect("syncer");
+    done.store(true, Ordering::Relaxed);
+    kernel.join().expect("kernel");
+    let stats = p.io.partial.stats();
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    let files: Vec<(u64, Vec<u8>)> = files
+        .iter()
+        .map(|(ino, m)| (*ino, m.lock().expect("model").clone()))
+        .collect();
+    for (w, (ino, m)) in files.iter().enumerate() {
+        check(&fs, *ino, m, &format!("seed {seed} file {w} synced"));
+    }
+    drop(fs);
+    reimported_matches(
+        p,
+        &disks,
+        300 + seed,
+        &files,
+        &format!("kernel seed {seed}"),
+    );
+    stats
+}

@@ -50,7 +50,7 @@ fn rss_bytes() -> u64 {
 /// What the sync did with written file data besides caching it
 /// (`spa/io.rs`, `CacheWritten`; `dmu/bufpool.rs`), by name.
 /// And what became of records written in part (`dmu/partial.rs`).
-const WRITE_FIELDS: [&str; 7] = [
+const WRITE_FIELDS: [&str; 9] = [
     "uzfs_written_uncached_bytes",
     "uzfs_bufpool_reused",
     "uzfs_bufpool_size",
@@ -58,9 +58,11 @@ const WRITE_FIELDS: [&str; 7] = [
     "uzfs_partial_covered",
     "uzfs_partial_filled_read",
     "uzfs_partial_filled_sync",
+    "uzfs_partial_retrieved",
+    "uzfs_partial_retrieve_missed",
 ];
 
-fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 7] {
+fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 9] {
     use std::sync::atomic::Ordering::Relaxed;
     let s = p.io.partial.stats();
     let v = [
@@ -71,6 +73,8 @@ fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 7] {
         s.covered,
         s.filled_by_read,
         s.filled_by_sync,
+        s.retrieved,
+        s.retrieve_missed,
     ];
     std::array::from_fn(|i| (WRITE_FIELDS[i], v[i]))
 }

@@ -1373,3 +1373,97 @@ fn export_finishes_while_another_namespace_holds_a_copy_of_the_mount() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A write of part of a record that is neither dirty nor cached takes the
+/// rest of the record from the kernel's page cache above the mount
+/// (FUSE_NOTIFY_RETRIEVE), not from a device; when the kernel no longer
+/// holds the pages it reads the device. Either way the file reads back as
+/// written, after export and import, and zdb finds the pool clean.
+#[test]
+fn a_patched_record_comes_from_the_kernels_pages() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    let f = m.join("patched");
+    let rec = 128 << 10;
+    let records = 32;
+    let mut model = common::noise(21, records * rec);
+    write_synced(&f, &model).expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    let stat = |name: &str| common::arcstat(&e, name);
+    // Patch one page in every record, the ARC emptied first: the kernel
+    // holds every page (it wrote them).
+    let patch = |seed: u64, model: &mut Vec<u8>| {
+        e.ok(&["zinject", "-a", "tank"]);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .expect("open");
+        for r in 0..records {
+            let at = r * rec + 8192;
+            let page = common::noise(seed + r as u64, 4096);
+            file.write_all_at(&page, at as u64).expect("pwrite");
+            model[at..at + 4096].copy_from_slice(&page);
+        }
+        file.sync_all().expect("fsync");
+        e.ok(&["zpool", "sync", "tank"]);
+    };
+    // The arcstats file is rewritten every second: wait for a new one.
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(1300));
+    settle();
+    let (got0, missed0, dmis0) = (
+        stat("uzfs_partial_retrieved"),
+        stat("uzfs_partial_retrieve_missed"),
+        stat("demand_data_misses"),
+    );
+    patch(100, &mut model);
+    settle();
+    let got = stat("uzfs_partial_retrieved") - got0;
+    let dmis = stat("demand_data_misses") - dmis0;
+    assert!(
+        got >= records as u64,
+        "{got} records of {records} patched from the kernel's pages"
+    );
+    assert_eq!(dmis, 0, "data blocks read from the devices for the patches");
+    assert!(
+        std::fs::read(&f).expect("read") == model,
+        "the file after the patches"
+    );
+    // The kernel's pages dropped (they are clean after the fsync): the
+    // next patches read the rest of each record from the devices.
+    std::fs::write("/proc/sys/vm/drop_caches", "1").expect("drop_caches");
+    let (missed1, synced1) = (
+        stat("uzfs_partial_retrieve_missed"),
+        stat("uzfs_partial_filled_sync"),
+    );
+    assert_eq!(
+        missed1, missed0,
+        "retrievals missed while the kernel held every page"
+    );
+    patch(200, &mut model);
+    settle();
+    let missed = stat("uzfs_partial_retrieve_missed") - missed1;
+    let synced = stat("uzfs_partial_filled_sync") - synced1;
+    assert!(
+        missed >= records as u64,
+        "{missed} of {records} retrievals missed with the kernel's pages dropped"
+    );
+    // The sync read the rest of each record from the devices.
+    assert!(
+        synced >= records as u64,
+        "only {synced} records filled by the sync"
+    );
+    assert!(
+        std::fs::read(&f).expect("read") == model,
+        "the file after the second patches"
+    );
+    e.export_and_zdb("tank");
+    let dir = e.dir.path().to_str().expect("path").to_string();
+    e.ok(&["zpool", "import", "-d", &dir, "tank"]);
+    assert!(
+        std::fs::read(&f).expect("read") == model,
+        "the file after import"
+    );
+}

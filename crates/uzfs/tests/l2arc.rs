@@ -5,35 +5,9 @@
 //! changing what a read returns. Needs root and /dev/fuse.
 
 mod common;
-use common::{can_mount, Env, Rng};
+use common::{arcstat, can_mount, wait_for, Env, Rng};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-/// One figure of the daemon's `arcstats` file.
-fn arcstat(e: &Env, name: &str) -> u64 {
-    let text = std::fs::read_to_string(e.rundir.join("arcstats")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            (f.next() == Some(name)).then(|| f.nth(1).and_then(|v| v.parse().ok()))?
-        })
-        .unwrap_or(0)
-}
-
-/// Wait (up to 20 s) until `ok` holds of the arcstats file, which the
-/// daemon rewrites every second.
-fn wait_for(e: &Env, what: &str, ok: impl Fn(&Env) -> bool) {
-    let t = Instant::now();
-    while !ok(e) {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{what}: arcstats\n{}",
-            std::fs::read_to_string(e.rundir.join("arcstats")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// Read `path` cold: the kernel's pages of it dropped, the ARC emptied
 /// (`zinject -a`), so every block comes from the cache device or the pool.

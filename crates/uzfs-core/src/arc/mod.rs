@@ -312,6 +312,11 @@ impl BlockCache {
         l.lookup(k, lists::Access::new(class, !is_prefetch(), now))
     }
 
+    /// Whether block `k` is held (no access counted: nothing reads it).
+    pub fn contains(&self, k: &Key) -> bool {
+        self.lock().contains(k)
+    }
+
     /// Drop every cached block (after the media changed under the pool).
     pub fn clear(&self) {
         let mut gone = Vec::new();

@@ -73,6 +73,12 @@ pub trait BlockReader: Send + Sync {
     }
     /// Something happened to a partly written record (counted by a pool).
     fn partial_event(&self, _e: partial::Event) {}
+
+    /// Whether `bp`'s block is in memory (the cache, or pinned by this
+    /// thread): a read of it would touch no device.
+    fn holds(&self, _bp: &BlkPtr) -> bool {
+        false
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -868,7 +874,14 @@ impl Objset {
                 let base = self.resolve(obj, blkid, *below)?;
                 let whole = Arc::new(partial::merge(base, &data, &ranges)?);
                 if open {
-                    self.promote(obj, blkid, &data, &whole);
+                    self.promote(
+                        obj,
+                        blkid,
+                        &data,
+                        &whole,
+                        partial::Event::FilledByRead,
+                        None,
+                    );
                 }
                 Ok(Some(whole))
             }
@@ -878,27 +891,99 @@ impl Objset {
     /// The open txg's partial block `blkid` of `obj`, whose buffer was
     /// `data`, was filled in as `whole`: put it in its place unless a
     /// write changed it meanwhile (then a later read fills it again).
-    fn promote(&self, obj: u64, blkid: u64, data: &Arc<Vec<u8>>, whole: &Arc<Vec<u8>>) {
+    /// Whether it did (counted as `how`); never if `txg` is given and is
+    /// no longer the open txg.
+    #[allow(clippy::too_many_arguments)]
+    fn promote(
+        &self,
+        obj: u64,
+        blkid: u64,
+        data: &Arc<Vec<u8>>,
+        whole: &Arc<Vec<u8>>,
+        how: partial::Event,
+        txg: Option<u64>,
+    ) -> bool {
         let mut st = lock(&self.st);
+        if txg.is_some_and(|t| t != st.open.txg) {
+            return false;
+        }
         let Some(d) = st.open.objs.get_mut(&obj) else {
-            return;
+            return false;
         };
         if !d.partial.contains_key(&blkid) {
-            return;
+            return false;
         }
         if let Some(b) = d.blocks.get_mut(&blkid) {
             if Arc::ptr_eq(b, data) {
                 *b = whole.clone();
                 d.partial.remove(&blkid);
-                self.reader.partial_event(partial::Event::FilledByRead);
+                self.reader.partial_event(how);
+                return true;
             }
         }
+        false
     }
 
     /// Current contents of one level-0 block (`None` = hole, reads as zeros).
     pub fn read_block(&self, obj: u64, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
         let src = self.block_source(obj, blkid)?;
         self.resolve(obj, blkid, src)
+    }
+
+    /// Block `blkid` of `obj` as a write of part of it would have to read
+    /// it from a device: its pointer, when no txg in memory holds a newer
+    /// version and the block is not in memory. `None` otherwise (a hole,
+    /// a dirty or cached block: nothing to read).
+    pub fn uncached_block(&self, obj: u64, blkid: u64) -> Result<Option<BlkPtr>> {
+        let BlockSource::Tree(dn) = self.block_source(obj, blkid)? else {
+            return Ok(None);
+        };
+        Ok(find_l0_bp(&*self.reader, &dn, blkid)?.filter(|bp| !self.reader.holds(bp)))
+    }
+
+    /// Count what became of a partly written record (`dmu/partial.rs`).
+    pub fn partial_event(&self, e: partial::Event) {
+        self.reader.partial_event(e);
+    }
+
+    /// The open txg's partial block `blkid` of `obj` (`dmu/partial.rs`)
+    /// filled in from `base`, the whole record as the kernel's page cache
+    /// above the mount holds it (`zpl/pagecache.rs`; bytes past the
+    /// file's size already zero): the bytes written in this txg laid over
+    /// it, in place of the partial block. False if there is no such
+    /// partial block now (a later write or a punch replaced it, or the
+    /// sync took it): nothing changes, and the sync fills it as before.
+    ///
+    /// `txg`: the open txg the partial block was made in. A fill that
+    /// arrives after that txg closed is dropped: the bytes below the
+    /// partial block may have changed since the base was taken.
+    pub fn fill_partial(&self, obj: u64, blkid: u64, base: Vec<u8>, txg: u64) -> Result<bool> {
+        let BlockSource::Partial {
+            data,
+            ranges,
+            open: true,
+            ..
+        } = self.block_source(obj, blkid)?
+        else {
+            return Ok(false);
+        };
+        if base.len() != data.len() {
+            return Ok(false);
+        }
+        let whole = Arc::new(partial::merge(Some(Arc::new(base)), &data, &ranges)?);
+        Ok(self.promote(
+            obj,
+            blkid,
+            &data,
+            &whole,
+            partial::Event::Retrieved,
+            Some(txg),
+        ))
+    }
+
+    /// The txg this object set's changes go into now.
+    pub fn open_txg(&self) -> u64 {
+        lock(&self.st).open.txg
     }
 
     /// Whether block `blkid` of `obj` holds data (is not a hole): what

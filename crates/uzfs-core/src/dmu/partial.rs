@@ -77,7 +77,22 @@ pub fn set_fill_at_sync(on: bool) {
 }
 
 pub fn fill_at_sync() -> bool {
-    FILL_AT_SYNC.load(Ordering::Relaxed)
+    FILL_AT_SYNC.load(Ordering::Relaxed) || DEFER.with(|d| d.get())
+}
+
+thread_local! {
+    static DEFER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with writes of part of a record that is not in memory leaving
+/// a partial block, whatever [`set_fill_at_sync`] says: the POSIX layer's
+/// writes under a mount whose kernel will send the record's other bytes
+/// (`zpl/pagecache.rs`).
+pub fn deferring<R>(f: impl FnOnce() -> R) -> R {
+    let was = DEFER.with(|d| d.replace(true));
+    let r = f();
+    DEFER.with(|d| d.set(was));
+    r
 }
 
 /// What happened to partly written records (a pool's, `SpaIo::partial`).
@@ -91,6 +106,14 @@ pub struct Stats {
     pub filled_by_read: u64,
     /// Partial blocks the sync filled in.
     pub filled_by_sync: u64,
+    /// Writes of part of an uncached record whose other bytes came from
+    /// the kernel's page cache above the mount (`zpl::PageCache`), not
+    /// from a device.
+    pub retrieved: u64,
+    /// Writes that asked the kernel and did not get the whole record (it
+    /// no longer held every page, or did not answer in time): read from
+    /// a device instead.
+    pub retrieve_missed: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -99,11 +122,13 @@ pub enum Event {
     Covered,
     FilledByRead,
     FilledBySync,
+    Retrieved,
+    RetrieveMissed,
 }
 
 /// The counters behind [`Stats`].
 #[derive(Debug, Default)]
-pub struct Counters([AtomicU64; 4]);
+pub struct Counters([AtomicU64; 6]);
 
 impl Counters {
     pub fn count(&self, e: Event) {
@@ -117,6 +142,8 @@ impl Counters {
             covered: v(1),
             filled_by_read: v(2),
             filled_by_sync: v(3),
+            retrieved: v(4),
+            retrieve_missed: v(5),
         }
     }
 }

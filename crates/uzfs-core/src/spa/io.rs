@@ -466,6 +466,11 @@ impl BlockReader for SpaIo {
         self.partial.count(e);
     }
 
+    fn holds(&self, bp: &BlkPtr) -> bool {
+        let key = cache_key(bp);
+        tx::pinned(&key).is_some() || self.cache.contains(&key)
+    }
+
     fn cached(&self, bp: &BlkPtr) -> Option<Arc<Vec<u8>>> {
         let key = cache_key(bp);
         if let Some(v) = tx::pinned(&key) {

@@ -272,6 +272,13 @@ pub struct Zpl {
     /// POSIX ACLs are stored and enforced on this mount (`acl.rs`); set
     /// once the kernel agreed to check them, off otherwise.
     posix_acl: AtomicBool,
+    /// The page cache of the kernel above the mount, asked for the rest
+    /// of a record a write patches (`pagecache.rs`); none outside a mount.
+    page_cache: std::sync::OnceLock<Arc<dyn super::pagecache::PageCache>>,
+    /// Records asked of the kernel: (object, block) -> (the request's
+    /// number, the txg its partial block was made in). Only the answer
+    /// to the latest request of a record fills it, in that txg.
+    asked: Mutex<HashMap<(u64, u64), (u64, u64)>>,
 }
 
 /// A txg hold taken by [`Zpl::hold`], with the operation's intent-log
@@ -399,6 +406,8 @@ impl Zpl {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             opens: Mutex::new(opens),
             posix_acl: AtomicBool::new(false),
+            page_cache: std::sync::OnceLock::new(),
+            asked: Mutex::new(HashMap::new()),
         };
         zpl.getattr(zpl.root)
             .map_err(|_| Error::corrupt("master node", "root directory missing"))?;
@@ -556,6 +565,95 @@ impl Zpl {
                 let _ = self.os.read_block(obj, blk);
             }
         }
+    }
+
+    /// The kernel above the mount holds its pages (`pagecache.rs`).
+    pub fn set_page_cache(&self, pc: Arc<dyn super::pagecache::PageCache>) {
+        let _ = self.page_cache.set(pc);
+    }
+
+    /// Of the records a write of `[offset, end)` covers in part, those on
+    /// disk and not in memory, if the kernel can be asked for them
+    /// (`pagecache.rs`): the write leaves them partial, and the kernel's
+    /// answer fills them.
+    fn records_to_ask(&self, obj: u64, dn: &DnodePhys, offset: u64, end: u64) -> Vec<u64> {
+        if self.page_cache.get().is_none() {
+            return Vec::new();
+        }
+        let bs = dn.datablksz as u64;
+        let mut v = Vec::new();
+        for (cut, blk) in [(offset, offset / bs), (end, end / bs)] {
+            let partial = !cut.is_multiple_of(bs) && blk * bs < dn.size && !v.contains(&blk);
+            if partial && matches!(self.os.uncached_block(obj, blk), Ok(Some(_))) {
+                v.push(blk);
+            }
+        }
+        v
+    }
+
+    /// Ask the kernel for records `blks` of `obj` (block size `bs`), up to
+    /// the size the daemon knows (past it a record is zeros), which this
+    /// thread's write left partial in `txg`.
+    fn request_pages(&self, obj: u64, bs: u64, size: u64, blks: &[u64], txg: u64) {
+        let Some(pc) = self.page_cache.get() else {
+            return;
+        };
+        for &blk in blks {
+            let off = blk * bs;
+            let want = size.saturating_sub(off).min(bs) as usize;
+            if want == 0 {
+                continue;
+            }
+            // Recorded before the answer can arrive: under this lock.
+            let mut asked = lock(&self.asked);
+            if asked.len() > 65_536 {
+                // Answers that never came (the kernel drops a retrieval
+                // of an inode it no longer holds): forget them.
+                asked.clear();
+            }
+            let n = pc.request(obj, off, want);
+            if n != 0 {
+                asked.insert((obj, blk), (n, txg));
+            }
+        }
+    }
+
+    /// The kernel's answer to [`PageCache::request`](super::pagecache::PageCache::request):
+    /// `data`, the bytes of `obj` from `offset` it holds. Fills the open
+    /// txg's partial record there if the answer covers it up to the
+    /// file's size; otherwise the sync reads the record as before.
+    ///
+    /// `answer`: the number [`PageCache::request`](super::pagecache::PageCache::request)
+    /// returned. Answers to anything but a record's latest request are
+    /// dropped.
+    pub fn fill_from_page_cache(&self, obj: u64, offset: u64, data: &[u8], answer: u64) {
+        if self.page_cache.get().is_none() {
+            return;
+        }
+        let Ok(dn) = self.os.stat(obj) else { return };
+        let bs = dn.datablksz as u64;
+        if bs == 0 || !offset.is_multiple_of(bs) {
+            return;
+        }
+        let txg = {
+            let mut asked = lock(&self.asked);
+            match asked.get(&(obj, offset / bs)) {
+                Some(&(n, txg)) if n == answer => {
+                    asked.remove(&(obj, offset / bs));
+                    txg
+                }
+                _ => return,
+            }
+        };
+        let want = dn.size.saturating_sub(offset).min(bs) as usize;
+        if data.len() < want {
+            self.os
+                .partial_event(crate::dmu::partial::Event::RetrieveMissed);
+            return;
+        }
+        let mut base = data[..want].to_vec();
+        base.resize(bs as usize, 0);
+        let _ = self.os.fill_partial(obj, offset / bs, base, txg);
     }
 
     /// Block 0 of a single-block file, which a growth of its block size
@@ -1324,36 +1422,59 @@ impl Zpl {
         // single-block file about to grow its block: before the hold and
         // the object's lock (so concurrent writers to one file wait on each
         // other's memcpy, not on each other's disk reads).
+        // Records the kernel above the mount holds are asked of it, not
+        // read (`pagecache.rs`).
+        let asked = std::cell::RefCell::new(Vec::new());
         let _tx = self.hold(|| {
             if let Ok(dn) = self.os.stat(obj) {
                 let bs = dn.datablksz as u64;
-                if !offset.is_multiple_of(bs) {
+                let ask = self.records_to_ask(obj, &dn, offset, end);
+                let deferred = |blk: u64| ask.contains(&blk);
+                if !offset.is_multiple_of(bs) && !deferred(offset / bs) {
                     self.warm_patch(obj, &dn, offset / bs);
                 }
-                if !end.is_multiple_of(bs) && end / bs != offset / bs {
+                if !end.is_multiple_of(bs) && end / bs != offset / bs && !deferred(end / bs) {
                     self.warm_patch(obj, &dn, end / bs);
                 }
                 if end > bs {
                     self.warm_grow(obj, &dn);
                 }
+                *asked.borrow_mut() = ask;
             }
         });
-        let _g = self.lock_objs(&[obj]);
-        let (dn, mut z) = self.load(obj)?;
-        if z.is_dir() {
-            return Err(libc::EISDIR);
+        let asked = asked.into_inner();
+        let mut txg = 0;
+        let (r, dn) = {
+            let _g = self.lock_objs(&[obj]);
+            let (dn, mut z) = self.load(obj)?;
+            if z.is_dir() {
+                return Err(libc::EISDIR);
+            }
+            self.grow(obj, &dn, end)?;
+            if asked.is_empty() {
+                io(self.os.write(obj, offset, data))?;
+            } else {
+                io(crate::dmu::partial::deferring(|| {
+                    self.os.write(obj, offset, data)
+                }))?;
+                txg = self.os.open_txg();
+            }
+            let t = now_ns();
+            z.mtime = t;
+            z.ctime = t;
+            let old_mode = z.mode;
+            if kill {
+                z.mode = kill_suid(z.mode);
+            }
+            self.store(obj, &z)?;
+            ((data.len(), z.mode != old_mode), dn)
+        };
+        // Asked once the partial records exist, and with the object's
+        // lock released: the answer fills them under that lock's peers.
+        if !asked.is_empty() {
+            self.request_pages(obj, dn.datablksz as u64, dn.size.max(end), &asked, txg);
         }
-        self.grow(obj, &dn, end)?;
-        io(self.os.write(obj, offset, data))?;
-        let t = now_ns();
-        z.mtime = t;
-        z.ctime = t;
-        let old_mode = z.mode;
-        if kill {
-            z.mode = kill_suid(z.mode);
-        }
-        self.store(obj, &z)?;
-        Ok((data.len(), z.mode != old_mode))
+        Ok(r)
     }
 
     /// fallocate(2): mode 0 (extend), KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE,

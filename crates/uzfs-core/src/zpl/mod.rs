@@ -29,6 +29,7 @@
 pub mod acl;
 pub mod diff;
 pub mod fs;
+pub mod pagecache;
 pub mod verify;
 pub mod znode;
 

@@ -54,6 +54,8 @@ pub const FSYNCDIR: u32 = 30;
 pub const ACCESS: u32 = 34;
 pub const CREATE: u32 = 35;
 pub const INTERRUPT: u32 = 36;
+/// The kernel's answer to a FUSE_NOTIFY_RETRIEVE: pages it holds.
+pub const NOTIFY_REPLY: u32 = 41;
 pub const BATCH_FORGET: u32 = 42;
 pub const FALLOCATE: u32 = 43;
 pub const READDIRPLUS: u32 = 44;
@@ -118,6 +120,7 @@ pub fn name(opcode: u32) -> String {
         ACCESS => "access",
         CREATE => "create",
         INTERRUPT => "interrupt",
+        NOTIFY_REPLY => "notify_reply",
         BATCH_FORGET => "batch_forget",
         FALLOCATE => "fallocate",
         RENAME2 => "rename2",
@@ -698,6 +701,38 @@ pub fn notify_inval_attr(ino: u64) -> [u8; OUT_HEADER_LEN + 24] {
     m[24..32].copy_from_slice(&(-1i64).to_le_bytes());
     m[32..40].copy_from_slice(&0i64.to_le_bytes());
     m
+}
+
+/// `fuse_notify_code`: send back the file pages the kernel holds.
+pub const NOTIFY_RETRIEVE: i32 = 5;
+
+/// A FUSE_NOTIFY_RETRIEVE message: the kernel answers with a
+/// FUSE_NOTIFY_REPLY request (header `unique` = `unique`) carrying the
+/// pages of `ino` it holds up to date from `offset`, at most `size` bytes,
+/// stopping at the first page it does not hold.
+pub fn notify_retrieve(unique: u64, ino: u64, offset: u64, size: u32) -> [u8; OUT_HEADER_LEN + 32] {
+    let mut m = [0u8; OUT_HEADER_LEN + 32];
+    out_header(&mut m, (OUT_HEADER_LEN + 32) as u32, NOTIFY_RETRIEVE, 0);
+    m[16..24].copy_from_slice(&unique.to_le_bytes());
+    m[24..32].copy_from_slice(&ino.to_le_bytes());
+    m[32..40].copy_from_slice(&offset.to_le_bytes());
+    m[40..44].copy_from_slice(&size.to_le_bytes());
+    m
+}
+
+/// `sizeof(struct fuse_notify_retrieve_in)`, ahead of a NOTIFY_REPLY's data.
+pub const RETRIEVE_IN_LEN: usize = 40;
+
+/// A NOTIFY_REPLY's body (its `fuse_notify_retrieve_in`, then the bytes):
+/// (offset, the bytes). Kernels since 6.14 send the struct after a
+/// zero-length first argument, so it is at the start of the body on
+/// either transport.
+pub fn retrieved(body: &[u8]) -> Option<(u64, &[u8])> {
+    let r = Rd(body);
+    let offset = r.u64(8)?;
+    let size = r.u32(16)? as usize;
+    let data = body.get(RETRIEVE_IN_LEN..RETRIEVE_IN_LEN + size)?;
+    Some((offset, data))
 }
 
 /// A FUSE_NOTIFY_INVAL_INODE message for `ino` that drops its cached

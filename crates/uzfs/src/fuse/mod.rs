@@ -65,6 +65,9 @@ pub struct FuseFs {
     notifier: Arc<std::sync::OnceLock<Notifier>>,
     /// Files whose writeback lost data (`writeback.rs`).
     writeback: Arc<writeback::WritebackLatch>,
+    /// Answers to page retrievals numbered below this were asked for by
+    /// a tree this one replaced (`Handler::retrieved`).
+    first_retrieval: u64,
 }
 
 /// Nanoseconds of a SETATTR time: given, or now.
@@ -512,6 +515,58 @@ impl Handler for FuseFs {
     fn negotiated(&self, posix_acl: bool, notifier: Notifier) {
         self.zpl.set_posix_acl(posix_acl);
         let _ = self.notifier.set(notifier);
+        if let Some(pc) = self.kernel_pages() {
+            self.zpl.set_page_cache(pc);
+        }
+    }
+
+    fn retrieved(&self, unique: u64, nodeid: u64, offset: u64, data: &[u8]) {
+        // An answer to a retrieval sent for the tree a rollback replaced
+        // carries that tree's pages.
+        if unique < self.first_retrieval || ctldir::view_of(nodeid) != 0 {
+            return;
+        }
+        self.zpl
+            .fill_from_page_cache(self.obj(nodeid), offset, data, unique);
+    }
+}
+
+/// `UZFS_FUSE_RETRIEVE=0`: a write of part of an uncached record reads
+/// the rest from a device, never from the kernel's page cache
+/// (`uzfs_core::zpl::pagecache`). On by default.
+fn retrieve_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("UZFS_FUSE_RETRIEVE").map_or(true, |v| v != "0"))
+}
+
+/// The kernel's page cache of one mount, for the ZPL (`PageCache`).
+struct KernelPages {
+    notifier: Arc<std::sync::OnceLock<Notifier>>,
+    /// The root directory's object (node id `ROOT`): never a file.
+    root: u64,
+}
+
+impl uzfs_core::zpl::pagecache::PageCache for KernelPages {
+    fn request(&self, obj: u64, offset: u64, len: usize) -> u64 {
+        if obj == self.root || obj > ctldir::OBJ_MASK {
+            return 0;
+        }
+        // Head files' node ids are their object numbers (`Tree::ino`).
+        self.notifier
+            .get()
+            .map_or(0, |n| n.retrieve(obj, offset, len))
+    }
+}
+
+impl FuseFs {
+    /// The kernel's pages for this tree's writes, unless turned off.
+    fn kernel_pages(&self) -> Option<Arc<dyn uzfs_core::zpl::pagecache::PageCache>> {
+        retrieve_on().then(|| {
+            Arc::new(KernelPages {
+                notifier: self.notifier.clone(),
+                root: self.zpl.root,
+            }) as Arc<dyn uzfs_core::zpl::pagecache::PageCache>
+        })
     }
 }
 
@@ -796,6 +851,7 @@ pub fn mount(
         ctl: ctl.map(Arc::new),
         notifier: Default::default(),
         writeback: Default::default(),
+        first_retrieval: 0,
     }));
     let s = session::mount(
         fs.clone(),

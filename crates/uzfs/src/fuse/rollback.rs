@@ -226,17 +226,26 @@ impl Suspended<'_> {
             .into_iter()
             .map(|(dir, name)| (tree.ino(dir), name))
             .collect();
-        *self.cur = Arc::new(FuseFs {
+        let new = Arc::new(FuseFs {
             zpl: zpl.clone(),
             handles,
             ctl: old.ctl.clone(),
             notifier: old.notifier.clone(),
             writeback: old.writeback.clone(),
+            // Retrievals sent from now on are this tree's.
+            first_retrieval: super::session::next_retrieve_unique(),
         });
+        // The kernel's pages of changed files are the old tree's until
+        // step 4 drops them: writes read records from the devices until
+        // then (`Invalidation::send` hands the new tree the kernel's
+        // pages).
+        let pages = new.kernel_pages();
+        *self.cur = new;
         Invalidation {
             notifier: old.notifier.get().cloned(),
             inodes,
             names,
+            pages: pages.map(|p| (zpl, p)),
         }
     }
 }
@@ -248,6 +257,9 @@ pub struct Invalidation {
     inodes: Vec<u64>,
     /// (directory node id, name) lookups that expire.
     names: Vec<(u64, Vec<u8>)>,
+    /// The new tree, and the kernel's pages it may use once the old
+    /// tree's are dropped.
+    pages: Option<(Arc<Zpl>, Arc<dyn uzfs_core::zpl::pagecache::PageCache>)>,
 }
 
 impl Invalidation {
@@ -263,6 +275,9 @@ impl Invalidation {
                 n.inval_inode(ino);
             }
         }
+        if let Some((zpl, pc)) = self.pages {
+            zpl.set_page_cache(pc);
+        }
         (self.names.len(), self.inodes.len())
     }
 }
@@ -276,6 +291,12 @@ impl Handler for FuseMount {
 
     fn negotiated(&self, posix_acl: bool, notifier: Notifier) {
         self.cur().negotiated(posix_acl, notifier)
+    }
+
+    fn retrieved(&self, unique: u64, nodeid: u64, offset: u64, data: &[u8]) {
+        // Held like a request: a rollback waits for it.
+        let cur = self.cur.read().unwrap_or_else(|e| e.into_inner());
+        cur.retrieved(unique, nodeid, offset, data)
     }
 
     fn destroy(&self) {

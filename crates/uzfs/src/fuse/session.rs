@@ -58,6 +58,10 @@ pub trait Handler: Send + Sync + 'static {
     /// reaches the kernel's caches of this mount.
     fn negotiated(&self, _posix_acl: bool, _notifier: Notifier) {}
 
+    /// The kernel's answer to [`Notifier::retrieve`] number `unique`: the
+    /// bytes of `nodeid` from `offset` it holds.
+    fn retrieved(&self, _unique: u64, _nodeid: u64, _offset: u64, _data: &[u8]) {}
+
     /// The session ends (the mount went away).
     fn destroy(&self) {}
 }
@@ -88,6 +92,48 @@ impl Notifier {
     /// Expire the kernel's cached lookup of `name` in directory `parent`.
     pub fn inval_entry(&self, parent: u64, name: &[u8]) {
         let _ = (&mut &*self.0).write_all(&abi::notify_inval_entry(parent, name));
+    }
+
+    /// Ask the kernel for the bytes of inode `ino` it holds in its page
+    /// cache from `offset` (at most `len`, up to the first page it does
+    /// not hold). Returns at once: the answer is a NOTIFY_REPLY request,
+    /// handed to [`Handler::retrieved`] by whichever request thread takes
+    /// it. Returns the `unique` the answer will carry (0: not sent).
+    pub fn retrieve(&self, ino: u64, offset: u64, len: usize) -> u64 {
+        let unique = next_retrieve_unique();
+        let msg = abi::notify_retrieve(unique, ino, offset, len.min(u32::MAX as usize) as u32);
+        match (&mut &*self.0).write_all(&msg) {
+            Ok(()) => unique,
+            Err(_) => 0,
+        }
+    }
+}
+
+static RETRIEVE_UNIQUE: AtomicU64 = AtomicU64::new(1);
+/// Set in every `unique` a retrieval sends: the kernel numbers its own
+/// requests from 1 up, so an answer can never be taken for one of them
+/// (and, on /dev/fuse, is never replied to).
+pub const RETRIEVE_BIT: u64 = 1 << 63;
+
+/// The `unique` of the next retrieval: increasing, so a tree that must
+/// ignore answers to retrievals sent before it was installed (a
+/// rollback's) compares against this.
+pub fn next_retrieve_unique() -> u64 {
+    RETRIEVE_UNIQUE.fetch_add(1, Ordering::Relaxed) | RETRIEVE_BIT
+}
+
+/// A NOTIFY_REPLY request arrived (`body`: after the in-header): hand its
+/// bytes to the filesystem.
+fn deliver_retrieved(h: &InHeader, body: &[u8], fs: &dyn Handler) {
+    OPCODES[abi::NOTIFY_REPLY as usize].fetch_add(1, Ordering::Relaxed);
+    if h.unique & RETRIEVE_BIT == 0 {
+        return;
+    }
+    if let Some((offset, data)) = abi::retrieved(body) {
+        // A bug in the handler must not take the request thread down.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fs.retrieved(h.unique, h.nodeid, offset, data)
+        }));
     }
 }
 
@@ -443,6 +489,11 @@ fn classic_loop(dev: &File, fs: &dyn Handler) {
             continue;
         }
         let body = &req[abi::IN_HEADER_LEN..];
+        if h.opcode == abi::NOTIFY_REPLY {
+            // The kernel ended this request when it was read: no reply.
+            deliver_retrieved(&h, body, fs);
+            continue;
+        }
         let (ophdr, payload) = body.split_at(abi::op_header_len(h.opcode).min(body.len()));
         let (err, len) = serve(&h, ophdr, payload, fs, &mut outbuf[abi::OUT_HEADER_LEN..]);
         let total = abi::OUT_HEADER_LEN + len;
@@ -750,7 +801,12 @@ mod uring {
             let oplen = abi::op_header_len(h.opcode);
             let mut ophdr = [0u8; 128];
             ophdr[..oplen].copy_from_slice(&ent.header[OP_IN..OP_IN + oplen]);
-            let (err, len) = if plen <= SMALL {
+            let (err, len) = if h.opcode == abi::NOTIFY_REPLY {
+                // Over io_uring the entry is committed (with no payload)
+                // to be used again.
+                deliver_retrieved(&h, &ent.payload[..plen], fs);
+                (0, 0)
+            } else if plen <= SMALL {
                 small_in[..plen].copy_from_slice(&ent.payload[..plen]);
                 serve(&h, &ophdr[..oplen], &small_in[..plen], fs, &mut ent.payload)
             } else {

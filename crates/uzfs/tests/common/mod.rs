@@ -205,3 +205,28 @@ impl Drop for Env {
         let _ = self.run(&["daemon", "--stop"]);
     }
 }
+
+/// One figure of the daemon's `arcstats` file.
+pub fn arcstat(e: &Env, name: &str) -> u64 {
+    let text = std::fs::read_to_string(e.rundir.join("arcstats")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(name)).then(|| f.nth(1).and_then(|v| v.parse().ok()))?
+        })
+        .unwrap_or(0)
+}
+
+/// Wait (up to 20 s) until `ok` holds of the arcstats file, which the
+/// daemon rewrites every second.
+pub fn wait_for(e: &Env, what: &str, ok: impl Fn(&Env) -> bool) {
+    let t = std::time::Instant::now();
+    while !ok(e) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{what}: arcstats\n{}",
+            std::fs::read_to_string(e.rundir.join("arcstats")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
