@@ -1401,11 +1401,14 @@ fn a_patched_record_comes_from_the_kernels_pages() {
             .write(true)
             .open(&f)
             .expect("open");
+        // Two pages apart in each record: two WRITEs, the second finding
+        // the record still partial, waiting for the kernel's answer.
         for r in 0..records {
-            let at = r * rec + 8192;
-            let page = common::noise(seed + r as u64, 4096);
-            file.write_all_at(&page, at as u64).expect("pwrite");
-            model[at..at + 4096].copy_from_slice(&page);
+            for (i, at) in [r * rec + 8192, r * rec + 65536].into_iter().enumerate() {
+                let page = common::noise(seed + (2 * r + i) as u64, 4096);
+                file.write_all_at(&page, at as u64).expect("pwrite");
+                model[at..at + 4096].copy_from_slice(&page);
+            }
         }
         file.sync_all().expect("fsync");
         e.ok(&["zpool", "sync", "tank"]);

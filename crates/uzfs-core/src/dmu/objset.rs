@@ -941,6 +941,17 @@ impl Objset {
         Ok(find_l0_bp(&*self.reader, &dn, blkid)?.filter(|bp| !self.reader.holds(bp)))
     }
 
+    /// Whether block `blkid` of `obj` is a partial block of the open txg
+    /// (`dmu/partial.rs`): a write of part of it patches it, reading
+    /// nothing, if this thread is [`partial::deferring`].
+    pub fn is_partial(&self, obj: u64, blkid: u64) -> bool {
+        lock(&self.st)
+            .open
+            .objs
+            .get(&obj)
+            .is_some_and(|d| d.partial.contains_key(&blkid))
+    }
+
     /// Count what became of a partly written record (`dmu/partial.rs`).
     pub fn partial_event(&self, e: partial::Event) {
         self.reader.partial_event(e);

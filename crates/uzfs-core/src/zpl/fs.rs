@@ -575,20 +575,29 @@ impl Zpl {
     /// Of the records a write of `[offset, end)` covers in part, those on
     /// disk and not in memory, if the kernel can be asked for them
     /// (`pagecache.rs`): the write leaves them partial, and the kernel's
-    /// answer fills them.
-    fn records_to_ask(&self, obj: u64, dn: &DnodePhys, offset: u64, end: u64) -> Vec<u64> {
+    /// answer fills them. And whether the write must leave them partial
+    /// even if none is to be asked: a record an earlier write left
+    /// partial in this txg, awaiting its answer, is patched, not read.
+    fn records_to_ask(&self, obj: u64, dn: &DnodePhys, offset: u64, end: u64) -> (Vec<u64>, bool) {
         if self.page_cache.get().is_none() {
-            return Vec::new();
+            return (Vec::new(), false);
         }
         let bs = dn.datablksz as u64;
         let mut v = Vec::new();
+        let mut partial_already = false;
         for (cut, blk) in [(offset, offset / bs), (end, end / bs)] {
             let partial = !cut.is_multiple_of(bs) && blk * bs < dn.size && !v.contains(&blk);
-            if partial && matches!(self.os.uncached_block(obj, blk), Ok(Some(_))) {
+            if !partial {
+                continue;
+            }
+            if self.os.is_partial(obj, blk) {
+                partial_already = true;
+            } else if matches!(self.os.uncached_block(obj, blk), Ok(Some(_))) {
                 v.push(blk);
             }
         }
-        v
+        let defer = partial_already || !v.is_empty();
+        (v, defer)
     }
 
     /// Ask the kernel for records `blks` of `obj` (block size `bs`), up to
@@ -1424,12 +1433,13 @@ impl Zpl {
         // other's memcpy, not on each other's disk reads).
         // Records the kernel above the mount holds are asked of it, not
         // read (`pagecache.rs`).
-        let asked = std::cell::RefCell::new(Vec::new());
+        let asked = std::cell::RefCell::new((Vec::new(), false));
         let _tx = self.hold(|| {
             if let Ok(dn) = self.os.stat(obj) {
                 let bs = dn.datablksz as u64;
-                let ask = self.records_to_ask(obj, &dn, offset, end);
-                let deferred = |blk: u64| ask.contains(&blk);
+                let (ask, defer) = self.records_to_ask(obj, &dn, offset, end);
+                let deferred =
+                    |blk: u64| defer && (ask.contains(&blk) || self.os.is_partial(obj, blk));
                 if !offset.is_multiple_of(bs) && !deferred(offset / bs) {
                     self.warm_patch(obj, &dn, offset / bs);
                 }
@@ -1439,10 +1449,10 @@ impl Zpl {
                 if end > bs {
                     self.warm_grow(obj, &dn);
                 }
-                *asked.borrow_mut() = ask;
+                *asked.borrow_mut() = (ask, defer);
             }
         });
-        let asked = asked.into_inner();
+        let (asked, defer) = asked.into_inner();
         let mut txg = 0;
         let (r, dn) = {
             let _g = self.lock_objs(&[obj]);
@@ -1451,7 +1461,7 @@ impl Zpl {
                 return Err(libc::EISDIR);
             }
             self.grow(obj, &dn, end)?;
-            if asked.is_empty() {
+            if !defer {
                 io(self.os.write(obj, offset, data))?;
             } else {
                 io(crate::dmu::partial::deferring(|| {

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Writes of part of records that the daemon does not hold but the kernel
+# above the mount does (zpl/pagecache.rs): a SIZE file written with dd
+# (its pages stay in the kernel's page cache; `UZFS_ARC_CACHE_WRITES=never`
+# keeps them out of the ARC), the pool's device files dropped from the
+# host's page cache, then 16 KiB buffered random writes for RUNTIME s with
+# an end fsync (fio, --invalidate=0 so fio keeps the file's pages; fio's
+# own layout drops them, which is why bench/fs.sh cannot show this). Three
+# configurations interleaved on fresh pools (a mirror of two 8 GiB files):
+#
+#   retrieve   never, the rest of each record asked of the kernel (default)
+#   device     never, UZFS_FUSE_RETRIEVE=0: read from the pool
+#   always     written records kept in the ARC (the default policy)
+#
+# Per run: MiB/s, daemon CPU seconds, data blocks read from the devices
+# (`demand_data_misses` + `uzfs_partial_filled_sync`), records filled from
+# the kernel; then medians and ranges.
+#
+# usage: bench/retrieve_ab.sh [BIN] [ROUNDS]
+# env: DATA [/var/tmp/uzfs-retrieve]  SIZE [1G]  RUNTIME [10]
+set -euo pipefail
+[ "$(id -u)" = 0 ] || { echo "bench/retrieve_ab.sh: must run as root" >&2; exit 1; }
+U=$(realpath "${1:-target/release/uzfs}"); ROUNDS=${2:-3}
+D=${DATA:-/var/tmp/uzfs-retrieve}; SIZE=${SIZE:-1G}; RUNTIME=${RUNTIME:-10}
+export UZFS_RUNDIR="$D/run"
+OUT=$(mktemp)
+stat_of() { awk -v n="$1" '$1 == n {print $3}' "$UZFS_RUNDIR/arcstats"; }
+one() { # config
+  local cfg=$1
+  case $cfg in
+    retrieve) export UZFS_ARC_CACHE_WRITES=never UZFS_FUSE_RETRIEVE=1 ;;
+    device) export UZFS_ARC_CACHE_WRITES=never UZFS_FUSE_RETRIEVE=0 ;;
+    always) export UZFS_ARC_CACHE_WRITES=always UZFS_FUSE_RETRIEVE=1 ;;
+  esac
+  "$U" daemon --stop >/dev/null 2>&1 || true
+  rm -rf "$D"; mkdir -p "$D"; truncate -s 8G "$D/d0" "$D/d1"
+  "$U" zpool create -f -m "$D/mnt" rab mirror "$D/d0" "$D/d1" >/dev/null
+  head -c "$SIZE" /dev/urandom | dd of="$D/mnt/f" bs=1M iflag=fullblock status=none
+  sync
+  python3 - "$D/d0" "$D/d1" <<'PY'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PY
+  sleep 1.2
+  local P c0 c1 m0 s0 r0
+  P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
+  c0=$(awk '{print $14 + $15}' "/proc/$P/stat")
+  m0=$(stat_of demand_data_misses); s0=$(stat_of uzfs_partial_filled_sync); r0=$(stat_of uzfs_partial_retrieved)
+  fio --name=w --ioengine=psync --direct=0 --filename="$D/mnt/f" --size="$SIZE" --rw=randwrite \
+      --invalidate=0 --bs=16k --runtime="$RUNTIME" --time_based=1 --end_fsync=1 --overwrite=1 \
+      --refill_buffers=1 --output-format=json --output="$D/w.json" >/dev/null
+  "$U" zpool sync rab
+  c1=$(awk '{print $14 + $15}' "/proc/$P/stat")
+  sleep 1.2
+  python3 - "$D/w.json" "$cfg" "$c0" "$c1" "$(getconf CLK_TCK)" \
+      "$(( $(stat_of demand_data_misses) - m0 + $(stat_of uzfs_partial_filled_sync) - s0 ))" \
+      "$(( $(stat_of uzfs_partial_retrieved) - r0 ))" <<'PY' | tee -a "$OUT"
+import json, sys
+j, cfg, c0, c1, hz, dev, got = sys.argv[1:]
+bw = json.load(open(j))['jobs'][0]['write']['bw'] / 1024
+print(f"{cfg} MiB/s={bw:.1f} cpu_s={(float(c1) - float(c0)) / float(hz):.2f} device_reads={dev} from_kernel={got}")
+PY
+  "$U" zpool destroy rab >/dev/null; "$U" daemon --stop >/dev/null 2>&1 || true
+  rm -rf "$D"
+}
+for _ in $(seq "$ROUNDS"); do
+  for cfg in retrieve device always; do one $cfg; done
+done
+python3 - "$OUT" <<'PY'
+import sys, statistics as st, collections
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    runs[f[0]].append(dict(x.split('=') for x in f[1:]))
+print("| config | MiB/s median (range) | daemon CPU s median (range) | records read from the devices | records from the kernel |")
+print("|---|---|---|---|---|")
+for cfg, rs in runs.items():
+    def col(k, fmt):
+        v = [float(r[k]) for r in rs]
+        return f"{st.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})"
+    print(f"| {cfg} | {col('MiB/s', '.1f')} | {col('cpu_s', '.2f')} | {col('device_reads', '.0f')} | {col('from_kernel', '.0f')} |")
+PY
+rm -f "$OUT"
