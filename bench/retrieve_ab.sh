@@ -13,8 +13,10 @@
 #   always     written records kept in the ARC (the default policy)
 #
 # Per run: MiB/s, daemon CPU seconds, data blocks read from the devices
-# (`demand_data_misses` + `uzfs_partial_filled_sync`), records filled from
-# the kernel; then medians and ranges.
+# (`demand_data_misses` + `prefetch_data_misses` + `uzfs_partial_filled_sync`:
+# a partial record's old version is read ahead, and the sync reads what
+# is still missing), records filled from the kernel; then medians and
+# ranges.
 #
 # usage: bench/retrieve_ab.sh [BIN] [ROUNDS]
 # env: DATA [/var/tmp/uzfs-retrieve]  SIZE [1G]  RUNTIME [10]
@@ -48,7 +50,8 @@ PY
   local P c0 c1 m0 s0 r0
   P=$(cat "$UZFS_RUNDIR/uzfsd.pid")
   c0=$(awk '{print $14 + $15}' "/proc/$P/stat")
-  m0=$(stat_of demand_data_misses); s0=$(stat_of uzfs_partial_filled_sync); r0=$(stat_of uzfs_partial_retrieved)
+  m0=$(( $(stat_of demand_data_misses) + $(stat_of prefetch_data_misses) ))
+  s0=$(stat_of uzfs_partial_filled_sync); r0=$(stat_of uzfs_partial_retrieved)
   fio --name=w --ioengine=psync --direct=0 --filename="$D/mnt/f" --size="$SIZE" --rw=randwrite \
       --invalidate=0 --bs=16k --runtime="$RUNTIME" --time_based=1 --end_fsync=1 --overwrite=1 \
       --refill_buffers=1 --output-format=json --output="$D/w.json" >/dev/null
@@ -56,7 +59,7 @@ PY
   c1=$(awk '{print $14 + $15}' "/proc/$P/stat")
   sleep 1.2
   python3 - "$D/w.json" "$cfg" "$c0" "$c1" "$(getconf CLK_TCK)" \
-      "$(( $(stat_of demand_data_misses) - m0 + $(stat_of uzfs_partial_filled_sync) - s0 ))" \
+      "$(( $(stat_of demand_data_misses) + $(stat_of prefetch_data_misses) - m0 + $(stat_of uzfs_partial_filled_sync) - s0 ))" \
       "$(( $(stat_of uzfs_partial_retrieved) - r0 ))" <<'PY' | tee -a "$OUT"
 import json, sys
 j, cfg, c0, c1, hz, dev, got = sys.argv[1:]

@@ -1468,8 +1468,10 @@ impl Objset {
                             d.partial.insert(blkid, Ranges::new(boff, boff + n));
                             self.reader.partial_event(partial::Event::Deferred);
                             // Its old version starts on its way to the
-                            // cache now; nobody waits for it.
-                            if let Some(bp) = old {
+                            // cache now; nobody waits for it. Unless the
+                            // kernel above a mount is to send it
+                            // (`zpl/pagecache.rs`).
+                            if let Some(bp) = old.filter(|_| !partial::deferring_here()) {
                                 let reader = Arc::clone(&self.reader);
                                 crate::zio::fill_taskq().dispatch(move || {
                                     let _ = crate::arc::prefetching(|| reader.read_bp(&bp));

@@ -84,10 +84,19 @@ thread_local! {
     static DEFER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether this thread runs [`deferring`].
+pub fn deferring_here() -> bool {
+    DEFER.with(|d| d.get())
+}
+
 /// Run `f` with writes of part of a record that is not in memory leaving
 /// a partial block, whatever [`set_fill_at_sync`] says: the POSIX layer's
 /// writes under a mount whose kernel will send the record's other bytes
 /// (`zpl/pagecache.rs`).
+///
+/// Such a partial block's old version is not read ahead into the cache
+/// (as it is for fill-at-sync): the kernel's answer is expected to fill
+/// it, and the sync reads it only if that answer falls short.
 pub fn deferring<R>(f: impl FnOnce() -> R) -> R {
     let was = DEFER.with(|d| d.replace(true));
     let r = f();
