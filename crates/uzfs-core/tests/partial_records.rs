@@ -202,17 +202,119 @@ fn partial_writes_read_nothing_and_are_filled_right() {
 #[test]
 fn partial_records_under_concurrency_match_the_model() {
     uzfs_core::dmu::partial::set_fill_at_sync(true);
-    let mut all = uzfs_core::dmu::partial::Stats::default();
-    for seed in 0..env_u64("UZFS_PARTIAL_SEEDS", 4) {
-        let s = concurrency_case(seed);
-        all.deferred += s.deferred;
-        all.filled_by_sync += s.filled_by_sync;
-        all.filled_by_read += s.filled_by_read;
-    }
+    let all = over_seeds(concurrency_case);
     // Every path was taken.
     assert!(all.deferred > 0, "{all:?}");
     assert!(all.filled_by_sync > 0, "{all:?}");
     assert!(all.filled_by_read > 0, "{all:?}");
+}
+
+/// `case` for `UZFS_PARTIAL_SEEDS` seeds (default 4): what became of
+/// partial records, summed.
+fn over_seeds(case: fn(u64) -> uzfs_core::dmu::partial::Stats) -> uzfs_core::dmu::partial::Stats {
+    let mut all = uzfs_core::dmu::partial::Stats::default();
+    for seed in 0..env_u64("UZFS_PARTIAL_SEEDS", 4) {
+        let s = case(seed);
+        all.deferred += s.deferred;
+        all.covered += s.covered;
+        all.filled_by_read += s.filled_by_read;
+        all.filled_by_sync += s.filled_by_sync;
+        all.retrieved += s.retrieved;
+        all.retrieve_missed += s.retrieve_missed;
+    }
+    all
+}
+
+/// A writer per file, at once: 400 random operations each (`random_op`),
+/// then the file against its model. `stream` separates the random
+/// streams of different tests.
+fn run_writers(fs: &Zpl, files: &[(u64, &Mutex<Vec<u8>>)], seed: u64, stream: u64) {
+    std::thread::scope(|s| {
+        for (w, &(ino, model)) in files.iter().enumerate() {
+            s.spawn(move || {
+                let mut rng = SimRng::new(seed * 1000 + stream + w as u64);
+                for step in 0..400 {
+                    let what = format!("seed {seed} writer {w} step {step}");
+                    random_op(fs, ino, model, &mut rng, &what);
+                }
+                let m = model.lock().expect("model");
+                check(fs, ino, &m, &format!("seed {seed} writer {w} at the end"));
+            });
+        }
+    });
+}
+
+/// The sync in a loop, dropping the cache every other time, until `stop`.
+fn syncer(p: &Arc<Pool>, stop: &Arc<AtomicBool>, seed: u64) -> std::thread::JoinHandle<()> {
+    let (p, stop) = (p.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let mut rng = SimRng::new(seed ^ 0x5eed);
+        while !stop.load(Ordering::Relaxed) {
+            p.sync().expect("sync");
+            if rng.chance(1, 2) {
+                p.io.cache.clear();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(rng.below(4)));
+        }
+    })
+}
+
+/// One random operation on file `ino`: a write (mostly), a punch, a
+/// truncate or a read checked against `model`. The model changes first,
+/// then the ZPL hears of it, as a kernel's page cache changes before its
+/// writeback (the model is only read in between by a fake kernel).
+fn random_op(fs: &Zpl, ino: u64, model: &Mutex<Vec<u8>>, rng: &mut SimRng, what: &str) {
+    let len = model.lock().expect("model").len().max(1);
+    match rng.below(20) {
+        0..=12 => {
+            let off = rng.below(len as u64 + 4096) as usize;
+            let most = if rng.chance(1, 4) { 3 * REC } else { 20_000 };
+            let n = 1 + rng.below(most as u64) as usize;
+            let mut d = vec![0u8; n];
+            rng.fill(&mut d);
+            {
+                let mut m = model.lock().expect("model");
+                if m.len() < off + n {
+                    m.resize(off + n, 0);
+                }
+                m[off..off + n].copy_from_slice(&d);
+            }
+            fs.write(ino, off as u64, &d).expect("write");
+        }
+        13 => {
+            let off = rng.below(len as u64) as usize;
+            let n = 1 + rng.below(2 * REC as u64) as usize;
+            {
+                let mut m = model.lock().expect("model");
+                let end = (off + n).min(m.len());
+                m[off..end].fill(0);
+            }
+            fs.fallocate(
+                ino,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off as u64,
+                n as u64,
+            )
+            .expect("punch");
+        }
+        14 => {
+            let size = rng.below(26 * REC as u64) as usize;
+            model.lock().expect("model").resize(size, 0);
+            let a = SetAttr {
+                size: Some(size as u64),
+                ..Default::default()
+            };
+            fs.setattr(ino, &a).expect("truncate");
+        }
+        _ => {
+            let off = rng.below(len as u64) as usize;
+            let n = 1 + rng.below(2 * REC as u64) as usize;
+            let got = fs.read(ino, off as u64, n).expect("read");
+            let m = model.lock().expect("model");
+            let end = (off + n).min(m.len());
+            assert!(got == m[off.min(end)..end], "{what}: read {off}+{n}");
+        }
+    }
 }
 
 fn concurrency_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
@@ -241,19 +343,7 @@ fn concurrency_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
     }
     p.sync().expect("sync");
     let stop = Arc::new(AtomicBool::new(false));
-    let syncer = {
-        let (p, stop) = (p.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut rng = SimRng::new(seed ^ 0x5eed);
-            while !stop.load(Ordering::Relaxed) {
-                p.sync().expect("sync");
-                if rng.chance(1, 2) {
-                    p.io.cache.clear();
-                }
-                std::thread::sleep(std::time::Duration::from_millis(rng.below(4)));
-            }
-        })
-    };
+    let syncer = syncer(&p, &stop, seed);
     let reader = {
         let (fs, stop, inos) = (fs.clone(), stop.clone(), inos.clone());
         std::thread::spawn(move || {
@@ -266,59 +356,8 @@ fn concurrency_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
         })
     };
     let models: Vec<Mutex<Vec<u8>>> = models.into_iter().map(Mutex::new).collect();
-    std::thread::scope(|s| {
-        for (w, (&ino, model)) in inos.iter().zip(&models).enumerate() {
-            let fs = &fs;
-            s.spawn(move || {
-                let mut rng = SimRng::new(seed * 1000 + w as u64);
-                let mut model = model.lock().expect("model");
-                for step in 0..400 {
-                    let what = format!("seed {seed} writer {w} step {step}");
-                    let len = model.len().max(1);
-                    match rng.below(20) {
-                        0..=12 => {
-                            let off = rng.below(len as u64 + 4096) as usize;
-                            let most = if rng.chance(1, 4) { 3 * REC } else { 20_000 };
-                            let n = 1 + rng.below(most as u64) as usize;
-                            let mut d = vec![0u8; n];
-                            rng.fill(&mut d);
-                            write(fs, ino, &mut model, off, &d);
-                        }
-                        13 => {
-                            let off = rng.below(len as u64) as usize;
-                            let n = 1 + rng.below(2 * REC as u64) as usize;
-                            fs.fallocate(
-                                ino,
-                                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                                off as u64,
-                                n as u64,
-                            )
-                            .expect("punch");
-                            let end = (off + n).min(model.len());
-                            model[off..end].fill(0);
-                        }
-                        14 => {
-                            let size = rng.below(26 * REC as u64) as usize;
-                            truncate(fs, ino, &mut model, size);
-                        }
-                        _ => {
-                            let off = rng.below(len as u64) as usize;
-                            let n = 1 + rng.below(2 * REC as u64) as usize;
-                            let got = fs.read(ino, off as u64, n).expect("read");
-                            let end = (off + n).min(model.len());
-                            assert!(got == model[off.min(end)..end], "{what}: read {off}+{n}");
-                        }
-                    }
-                }
-                check(
-                    fs,
-                    ino,
-                    &model,
-                    &format!("seed {seed} writer {w} at the end"),
-                );
-            });
-        }
-    });
+    let owned: Vec<(u64, &Mutex<Vec<u8>>)> = inos.iter().copied().zip(&models).collect();
+    run_writers(&fs, &owned, seed, 0);
     stop.store(true, Ordering::Relaxed);
     syncer.join().expect("syncer");
     reader.join().expect("reader");
@@ -453,14 +492,7 @@ fn records_filled_from_the_kernels_pages_match_the_model() {
     // Also writes the kernel is not asked about leave partial records
     // (as for every test in this file).
     uzfs_core::dmu::partial::set_fill_at_sync(true);
-    let mut all = uzfs_core::dmu::partial::Stats::default();
-    for seed in 0..env_u64("UZFS_PARTIAL_SEEDS", 4) {
-        let s = kernel_case(seed);
-        all.deferred += s.deferred;
-        all.retrieved += s.retrieved;
-        all.retrieve_missed += s.retrieve_missed;
-        all.filled_by_sync += s.filled_by_sync;
-    }
+    let all = over_seeds(kernel_case);
     assert!(all.retrieved > 0, "{all:?}");
     assert!(all.retrieve_missed > 0, "{all:?}");
     assert!(all.filled_by_sync > 0, "{all:?}");
@@ -528,85 +560,9 @@ fn kernel_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
             }
         })
     };
-    let syncer = {
-        let (p, stop) = (p.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut rng = SimRng::new(seed ^ 0x5eed);
-            while !stop.load(Ordering::Relaxed) {
-                p.sync().expect("sync");
-                if rng.chance(1, 2) {
-                    p.io.cache.clear();
-                }
-                std::thread::sleep(std::time::Duration::from_millis(rng.below(4)));
-            }
-        })
-    };
-    std::thread::scope(|s| {
-        for (w, (ino, model)) in files.iter().enumerate() {
-            let (fs, ino) = (&fs, *ino);
-            s.spawn(move || {
-                let mut rng = SimRng::new(seed * 1000 + 500 + w as u64);
-                for step in 0..400 {
-                    let what = format!("seed {seed} writer {w} step {step}");
-                    let len = model.lock().expect("model").len().max(1);
-                    // The kernel's pages change first, then the daemon
-                    // hears of it.
-                    match rng.below(20) {
-                        0..=12 => {
-                            let off = rng.below(len as u64 + 4096) as usize;
-                            let most = if rng.chance(1, 4) { 3 * REC } else { 20_000 };
-                            let n = 1 + rng.below(most as u64) as usize;
-                            let mut d = vec![0u8; n];
-                            rng.fill(&mut d);
-                            {
-                                let mut m = model.lock().expect("model");
-                                if m.len() < off + n {
-                                    m.resize(off + n, 0);
-                                }
-                                m[off..off + n].copy_from_slice(&d);
-                            }
-                            fs.write(ino, off as u64, &d).expect("write");
-                        }
-                        13 => {
-                            let off = rng.below(len as u64) as usize;
-                            let n = 1 + rng.below(2 * REC as u64) as usize;
-                            {
-                                let mut m = model.lock().expect("model");
-                                let end = (off + n).min(m.len());
-                                m[off..end].fill(0);
-                            }
-                            fs.fallocate(
-                                ino,
-                                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                                off as u64,
-                                n as u64,
-                            )
-                            .expect("punch");
-                        }
-                        14 => {
-                            let size = rng.below(26 * REC as u64) as usize;
-                            model.lock().expect("model").resize(size, 0);
-                            let a = SetAttr {
-                                size: Some(size as u64),
-                                ..Default::default()
-                            };
-                            fs.setattr(ino, &a).expect("truncate");
-                        }
-                        _ => {
-                            let off = rng.below(len as u64) as usize;
-                            let n = 1 + rng.below(2 * REC as u64) as usize;
-                            let got = fs.read(ino, off as u64, n).expect("read");
-                            let m = model.lock().expect("model");
-                            let end = (off + n).min(m.len());
-                            assert!(got == m[off.min(end)..end], "{what}: read {off}+{n}");
-                        }
-                    }
-                }
-                let m = model.lock().expect("model");
-                check(fs, ino, &m, &format!("seed {seed} writer {w} at the end"));
-            });
-        }
-    });
+    let syncer = syncer(&p, &stop, seed);
+    let owned: Vec<(u64, &Mutex<Vec<u8>>)> = files.iter().map(|(i, m)| (*i, m.as_ref())).collect();
+    run_writers(&fs, &owned, seed, 500);
     stop.store(true, Ordering::Relaxed);
     syncer.join().expect("syncer");
     done.store(true, Ordering::Relaxed);
