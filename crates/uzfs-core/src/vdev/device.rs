@@ -317,12 +317,15 @@ pub fn fits_granule(bytes: &[u8], unit: usize) -> bool {
 
 /// Reads this large or larger, of whole pages into a page-aligned buffer,
 /// go around the host's page cache (`FileDevice::read_at`): a mirror's
-/// records. Smaller ones, RAID-Z columns among them, keep the host's
-/// read-ahead. At 16 KiB a cold read of a raidz2 of six (32 KiB columns)
-/// took 0.57-0.65x the daemon CPU but ran at 0.73-0.91x the speed, with two
-/// prefetch threads and with four; four prefetch threads with buffered
-/// columns gave both (1.5x the speed, 0.57x the CPU; bench/RESULTS.md).
-pub const DIRECT_READ_MIN: usize = 64 << 10;
+/// records, RAID-Z columns of 16 KiB and up, 16 KiB metadata blocks.
+/// Smaller ones keep the host's read-ahead. At 64 KiB (before), a cold
+/// read of a raidz2 of six (32 KiB columns) spent half its CPU in the
+/// kernel copying columns out of the host's page cache; at 16 KiB it took
+/// 0.6x the CPU but ran at 0.73-0.91x the speed while the reader and the
+/// read-ahead read the same records twice. Since a miss waits for a read
+/// in flight (`arc/inflight.rs`), 16 KiB runs at the same speed (556-558
+/// against 558-578 MiB/s) at 0.60x the CPU (bench/RESULTS.md).
+pub const DIRECT_READ_MIN: usize = 16 << 10;
 
 /// Small writes that continue each other (RAID-Z columns of consecutive
 /// blocks) are handed to writeback once their span reaches this size.
