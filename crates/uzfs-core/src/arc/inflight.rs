@@ -79,13 +79,9 @@ impl<K: std::hash::Hash + Eq + Copy, V: Clone> InFlight<K, V> {
         })
     }
 
-    /// Reads under way now.
-    pub fn len(&self) -> usize {
-        lock(&self.reads).len()
-    }
-
+    /// Whether no read is under way.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        lock(&self.reads).is_empty()
     }
 }
 

@@ -508,6 +508,16 @@ enum PatchBase {
 }
 
 /// Where the current contents of one block live.
+/// What filled a partial block in (`Objset::promote`).
+#[derive(Clone, Copy)]
+enum Fill {
+    /// A read of it, which resolved what lies below.
+    Read,
+    /// The kernel's pages above a mount (`zpl/pagecache.rs`): good only
+    /// while `txg`, the txg the partial block was made in, is open.
+    Kernel { txg: u64 },
+}
+
 enum BlockSource {
     Data(Arc<Vec<u8>>),
     Zero,
@@ -874,14 +884,7 @@ impl Objset {
                 let base = self.resolve(obj, blkid, *below)?;
                 let whole = Arc::new(partial::merge(base, &data, &ranges)?);
                 if open {
-                    self.promote(
-                        obj,
-                        blkid,
-                        &data,
-                        &whole,
-                        partial::Event::FilledByRead,
-                        None,
-                    );
+                    self.promote(obj, blkid, &data, &whole, Fill::Read);
                 }
                 Ok(Some(whole))
             }
@@ -891,22 +894,21 @@ impl Objset {
     /// The open txg's partial block `blkid` of `obj`, whose buffer was
     /// `data`, was filled in as `whole`: put it in its place unless a
     /// write changed it meanwhile (then a later read fills it again).
-    /// Whether it did (counted as `how`); never if `txg` is given and is
-    /// no longer the open txg.
-    #[allow(clippy::too_many_arguments)]
+    /// Whether it did (counted by `fill`'s event).
     fn promote(
         &self,
         obj: u64,
         blkid: u64,
         data: &Arc<Vec<u8>>,
         whole: &Arc<Vec<u8>>,
-        how: partial::Event,
-        txg: Option<u64>,
+        fill: Fill,
     ) -> bool {
         let mut st = lock(&self.st);
-        if txg.is_some_and(|t| t != st.open.txg) {
-            return false;
-        }
+        let how = match fill {
+            Fill::Read => partial::Event::FilledByRead,
+            Fill::Kernel { txg } if txg == st.open.txg => partial::Event::Retrieved,
+            Fill::Kernel { .. } => return false,
+        };
         let Some(d) = st.open.objs.get_mut(&obj) else {
             return false;
         };
@@ -982,14 +984,7 @@ impl Objset {
             return Ok(false);
         }
         let whole = Arc::new(partial::merge(Some(Arc::new(base)), &data, &ranges)?);
-        Ok(self.promote(
-            obj,
-            blkid,
-            &data,
-            &whole,
-            partial::Event::Retrieved,
-            Some(txg),
-        ))
+        Ok(self.promote(obj, blkid, &data, &whole, Fill::Kernel { txg }))
     }
 
     /// The txg this object set's changes go into now.

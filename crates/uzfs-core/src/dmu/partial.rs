@@ -77,7 +77,7 @@ pub fn set_fill_at_sync(on: bool) {
 }
 
 pub fn fill_at_sync() -> bool {
-    FILL_AT_SYNC.load(Ordering::Relaxed) || DEFER.with(|d| d.get())
+    FILL_AT_SYNC.load(Ordering::Relaxed) || deferring_here()
 }
 
 thread_local! {

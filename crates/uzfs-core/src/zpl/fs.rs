@@ -572,32 +572,36 @@ impl Zpl {
         let _ = self.page_cache.set(pc);
     }
 
-    /// Of the records a write of `[offset, end)` covers in part, those on
-    /// disk and not in memory, if the kernel can be asked for them
-    /// (`pagecache.rs`): the write leaves them partial, and the kernel's
-    /// answer fills them. And whether the write must leave them partial
-    /// even if none is to be asked: a record an earlier write left
-    /// partial in this txg, awaiting its answer, is patched, not read.
-    fn records_to_ask(&self, obj: u64, dn: &DnodePhys, offset: u64, end: u64) -> (Vec<u64>, bool) {
+    /// Of the records a write of `[offset, end)` covers in part, those it
+    /// leaves partial without reading them, if the kernel above the mount
+    /// can be asked (`pagecache.rs`): `(ask, deferred)`. `ask`: on disk
+    /// and not in memory, to be asked of the kernel, whose answer fills
+    /// them. `deferred`: those and any an earlier write left partial in
+    /// this txg, awaiting its answer, which is patched, not read.
+    fn records_to_ask(
+        &self,
+        obj: u64,
+        dn: &DnodePhys,
+        offset: u64,
+        end: u64,
+    ) -> (Vec<u64>, Vec<u64>) {
+        let (mut ask, mut deferred) = (Vec::new(), Vec::new());
         if self.page_cache.get().is_none() {
-            return (Vec::new(), false);
+            return (ask, deferred);
         }
         let bs = dn.datablksz as u64;
-        let mut v = Vec::new();
-        let mut partial_already = false;
         for (cut, blk) in [(offset, offset / bs), (end, end / bs)] {
-            let partial = !cut.is_multiple_of(bs) && blk * bs < dn.size && !v.contains(&blk);
-            if !partial {
+            if cut.is_multiple_of(bs) || blk * bs >= dn.size || deferred.contains(&blk) {
                 continue;
             }
             if self.os.is_partial(obj, blk) {
-                partial_already = true;
+                deferred.push(blk);
             } else if matches!(self.os.uncached_block(obj, blk), Ok(Some(_))) {
-                v.push(blk);
+                ask.push(blk);
+                deferred.push(blk);
             }
         }
-        let defer = partial_already || !v.is_empty();
-        (v, defer)
+        (ask, deferred)
     }
 
     /// Ask the kernel for records `blks` of `obj` (block size `bs`), up to
@@ -1433,26 +1437,27 @@ impl Zpl {
         // other's memcpy, not on each other's disk reads).
         // Records the kernel above the mount holds are asked of it, not
         // read (`pagecache.rs`).
-        let asked = std::cell::RefCell::new((Vec::new(), false));
+        let asked = std::cell::RefCell::new((Vec::new(), Vec::new()));
         let _tx = self.hold(|| {
             if let Ok(dn) = self.os.stat(obj) {
                 let bs = dn.datablksz as u64;
-                let (ask, defer) = self.records_to_ask(obj, &dn, offset, end);
-                let deferred =
-                    |blk: u64| defer && (ask.contains(&blk) || self.os.is_partial(obj, blk));
-                if !offset.is_multiple_of(bs) && !deferred(offset / bs) {
+                let (ask, deferred) = self.records_to_ask(obj, &dn, offset, end);
+                if !offset.is_multiple_of(bs) && !deferred.contains(&(offset / bs)) {
                     self.warm_patch(obj, &dn, offset / bs);
                 }
-                if !end.is_multiple_of(bs) && end / bs != offset / bs && !deferred(end / bs) {
+                if !end.is_multiple_of(bs)
+                    && end / bs != offset / bs
+                    && !deferred.contains(&(end / bs))
+                {
                     self.warm_patch(obj, &dn, end / bs);
                 }
                 if end > bs {
                     self.warm_grow(obj, &dn);
                 }
-                *asked.borrow_mut() = (ask, defer);
+                *asked.borrow_mut() = (ask, deferred);
             }
         });
-        let (asked, defer) = asked.into_inner();
+        let (asked, deferred) = asked.into_inner();
         let mut txg = 0;
         let (r, dn) = {
             let _g = self.lock_objs(&[obj]);
@@ -1461,7 +1466,7 @@ impl Zpl {
                 return Err(libc::EISDIR);
             }
             self.grow(obj, &dn, end)?;
-            if !defer {
+            if deferred.is_empty() {
                 io(self.os.write(obj, offset, data))?;
             } else {
                 io(crate::dmu::partial::deferring(|| {

@@ -54,8 +54,10 @@
 //! earlier request cannot fill a later partial block. And only in the txg
 //! the partial block was made in: once that txg closes, what lies below
 //! the next one may hold changes (a punch, say) that an answer prepared
-//! earlier lacks. The model test (`tests/partial_records.rs`) fails
-//! without either guard.
+//! earlier lacks. The model test (`tests/partial_records.rs`) catches
+//! the loss of the first guard at 30 seeds; the loss of the second only
+//! in some runs (one of two at 60 seeds): it takes a slow answer, a sync
+//! and a punch of the same record in between.
 //!
 //! # What it buys
 //!

@@ -777,6 +777,27 @@ pub fn out_header(h: &mut [u8], len: u32, error: i32, unique: u64) {
 mod tests {
     use super::*;
 
+    /// A NOTIFY_REPLY body comes from the kernel, but is checked like any
+    /// input: short, truncated or overlong ones give nothing.
+    #[test]
+    fn retrieved_bodies_are_checked() {
+        let mut body = vec![0u8; RETRIEVE_IN_LEN];
+        body[8..16].copy_from_slice(&(128u64 << 10).to_le_bytes());
+        body[16..20].copy_from_slice(&5u32.to_le_bytes());
+        body.extend_from_slice(b"hello");
+        assert_eq!(retrieved(&body), Some((128 << 10, &b"hello"[..])));
+        // The data shorter than its size says, the struct cut short, none.
+        assert_eq!(retrieved(&body[..body.len() - 1]), None);
+        assert_eq!(retrieved(&body[..19]), None);
+        assert_eq!(retrieved(&[]), None);
+        // A size past anything a body can hold.
+        body[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(retrieved(&body), None);
+        // An empty answer (the kernel holds no page there) is an answer.
+        body[16..20].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(retrieved(&body), Some((128 << 10, &b""[..])));
+    }
+
     fn hdr(opcode: u32) -> Vec<u8> {
         let mut h = vec![0u8; IN_HEADER_LEN];
         h[4..8].copy_from_slice(&opcode.to_le_bytes());
