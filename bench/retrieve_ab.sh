@@ -18,17 +18,34 @@
 # is still missing), records filled from the kernel; then medians and
 # ranges.
 #
+# With LAYOUT=fio the file is laid out as bench/fs.sh does (fio
+# --create_only, then sync) and the writer runs with fio's default
+# --invalidate=1, which drops the file's pages first: the kernel holds
+# nothing to answer with, so this measures what keeping written data in
+# the ARC (always) saves over reading the pool (never) in fs.sh's shape.
+#
 # usage: bench/retrieve_ab.sh [BIN] [ROUNDS]
 # env: DATA [/var/tmp/uzfs-retrieve]  SIZE [1G]  RUNTIME [10]
+#      LAYOUT [dd|fio]  CONFIGS ["retrieve device always"]; a config
+#      written CFG=PATH runs with the binary at PATH (two builds, one run)
+#      ARC_MAX [daemon default]: UZFS_ARC_MAX for every run
+#      BS [16k]: the writer's block size; FSYNC_EACH=1: an fsync after
+#      each write (bench/fs.sh's 4 KiB job is BS=4k FSYNC_EACH=1 SIZE=256M)
 set -euo pipefail
+command -v fio >/dev/null || apt-get install -y -q fio >/dev/null
 [ "$(id -u)" = 0 ] || { echo "bench/retrieve_ab.sh: must run as root" >&2; exit 1; }
 U=$(realpath "${1:-target/release/uzfs}"); ROUNDS=${2:-3}
 D=${DATA:-/var/tmp/uzfs-retrieve}; SIZE=${SIZE:-1G}; RUNTIME=${RUNTIME:-10}
+LAYOUT=${LAYOUT:-dd}; CONFIGS=${CONFIGS:-"retrieve device always"}
+BS=${BS:-16k}; FSYNC=; [ "${FSYNC_EACH:-0}" = 1 ] && FSYNC=--fsync=1
 export UZFS_RUNDIR="$D/run"
+[ -n "${ARC_MAX:-}" ] && export UZFS_ARC_MAX=$ARC_MAX
+INVALIDATE=0
 OUT=$(mktemp)
 stat_of() { awk -v n="$1" '$1 == n {print $3}' "$UZFS_RUNDIR/arcstats"; }
-one() { # config
-  local cfg=$1
+one() { # config[=binary]
+  local cfg=${1%%=*} U=$U label=$1
+  [[ $1 == *=* ]] && { U=$(realpath "${1#*=}"); label="$cfg@$(basename "$U")"; }
   case $cfg in
     retrieve) export UZFS_ARC_CACHE_WRITES=never UZFS_FUSE_RETRIEVE=1 ;;
     device) export UZFS_ARC_CACHE_WRITES=never UZFS_FUSE_RETRIEVE=0 ;;
@@ -37,7 +54,13 @@ one() { # config
   "$U" daemon --stop >/dev/null 2>&1 || true
   rm -rf "$D"; mkdir -p "$D"; truncate -s 8G "$D/d0" "$D/d1"
   "$U" zpool create -f -m "$D/mnt" rab mirror "$D/d0" "$D/d1" >/dev/null
-  head -c "$SIZE" /dev/urandom | dd of="$D/mnt/f" bs=1M iflag=fullblock status=none
+  if [ "$LAYOUT" = fio ]; then
+    fio --name=layout --ioengine=psync --direct=0 --filename="$D/mnt/f" --size="$SIZE" --rw=read \
+        --bs=1M --create_only=1 --refill_buffers=1 --output=/dev/null
+    INVALIDATE=1
+  else
+    head -c "$SIZE" /dev/urandom | dd of="$D/mnt/f" bs=1M iflag=fullblock status=none
+  fi
   sync
   python3 - "$D/d0" "$D/d1" <<'PY'
 import os, sys
@@ -53,12 +76,12 @@ PY
   m0=$(( $(stat_of demand_data_misses) + $(stat_of prefetch_data_misses) ))
   s0=$(stat_of uzfs_partial_filled_sync); r0=$(stat_of uzfs_partial_retrieved)
   fio --name=w --ioengine=psync --direct=0 --filename="$D/mnt/f" --size="$SIZE" --rw=randwrite \
-      --invalidate=0 --bs=16k --runtime="$RUNTIME" --time_based=1 --end_fsync=1 --overwrite=1 \
+      --invalidate=$INVALIDATE --bs="$BS" $FSYNC --runtime="$RUNTIME" --time_based=1 --end_fsync=1 --overwrite=1 \
       --refill_buffers=1 --output-format=json --output="$D/w.json" >/dev/null
   "$U" zpool sync rab
   c1=$(awk '{print $14 + $15}' "/proc/$P/stat")
   sleep 1.2
-  python3 - "$D/w.json" "$cfg" "$c0" "$c1" "$(getconf CLK_TCK)" \
+  python3 - "$D/w.json" "$label" "$c0" "$c1" "$(getconf CLK_TCK)" \
       "$(( $(stat_of demand_data_misses) + $(stat_of prefetch_data_misses) - m0 + $(stat_of uzfs_partial_filled_sync) - s0 ))" \
       "$(( $(stat_of uzfs_partial_retrieved) - r0 ))" <<'PY' | tee -a "$OUT"
 import json, sys
@@ -70,7 +93,7 @@ PY
   rm -rf "$D"
 }
 for _ in $(seq "$ROUNDS"); do
-  for cfg in retrieve device always; do one $cfg; done
+  for cfg in $CONFIGS; do one $cfg; done
 done
 python3 - "$OUT" <<'PY'
 import sys, statistics as st, collections

@@ -303,3 +303,119 @@ fn concurrent_misses_on_one_block_read_it_once() {
     world.set_read_hook(None);
     assert!(fs.read(f, (5 * rec) as u64, 4096).expect("read") == data[5 * rec..5 * rec + 4096]);
 }
+
+/// One copy of what a mount reads: records read whole for the kernel's
+/// page cache (`Zpl::read_for_kernel`, every cached FUSE read) leave the
+/// ARC, which the kernel now stands in for. What stays: a record read in
+/// part (the kernel holds only that part), a record held compressed, a
+/// record a snapshot shares (a read through `.zfs` or a clone is another
+/// file to the kernel), and everything read for a reader the kernel does
+/// not cache for (`read_into`: O_DIRECT). What the reads return is the
+/// same either way.
+#[test]
+fn records_read_whole_for_the_kernel_leave_the_cache() {
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 41);
+    let fs = mount_fs(&p, "tank");
+    let rec = 128 << 10;
+    let data = pattern(7, 16 * rec);
+    let f = file(&fs, b"noise", &data);
+    p.sync().expect("sync");
+    let stats = || p.io.cache.arcstats();
+    let read_k = |at: usize, len: usize| {
+        let mut b = Vec::new();
+        fs.read_for_kernel(f, at as u64, len, &mut b)
+            .expect("read for the kernel");
+        assert!(b == data[at..at + len], "bytes {at}+{len} read back");
+    };
+
+    // A cold read of the whole file: sixteen records from the device,
+    // none left in the cache.
+    p.io.cache.clear();
+    let (h0, m0) = (stats().counters.handed_off, p.io.cache.stats().2);
+    read_k(0, data.len());
+    let s = stats();
+    assert_eq!(s.counters.handed_off - h0, 16, "records handed off");
+    assert_eq!(s.sizes.data, 0, "file data left in the cache");
+    assert!(p.io.cache.stats().2 - m0 >= 16, "the records were read");
+
+    // A read for a reader the kernel does not cache for keeps them.
+    let mut b = Vec::new();
+    fs.read_into(f, 0, data.len(), &mut b).expect("direct read");
+    assert!(b == data);
+    assert_eq!(stats().sizes.data, data.len() as u64, "kept for O_DIRECT");
+    // ... and a read for the kernel of part of each record keeps them too.
+    p.io.cache.clear();
+    for r in 0..16 {
+        read_k(r * rec + 4096, 8192);
+    }
+    assert_eq!(stats().sizes.data, data.len() as u64, "parts read: kept");
+    // Reads crossing records: only those covered whole go.
+    let h1 = stats().counters.handed_off;
+    read_k(rec / 2, 3 * rec);
+    assert_eq!(stats().counters.handed_off - h1, 2, "two whole records");
+    assert_eq!(stats().sizes.data, 14 * rec as u64);
+
+    // Dirty data is not the cache's: reading it gives nothing up.
+    let fresh = pattern(8, 2 * rec);
+    fs.write(f, 0, &fresh).expect("write");
+    let h2 = stats().counters.handed_off;
+    let mut b = Vec::new();
+    fs.read_for_kernel(f, 0, 2 * rec, &mut b)
+        .expect("read dirty");
+    assert!(b == fresh, "the open txg's data");
+    assert_eq!(stats().counters.handed_off, h2, "nothing handed off");
+    p.sync().expect("sync");
+    let mut data = data;
+    data[..2 * rec].copy_from_slice(&fresh);
+
+    // Once a snapshot shares the records, they stay.
+    p.dsl_pool()
+        .create_snapshots(&["tank@s".to_string()])
+        .expect("snapshot");
+    p.io.cache.clear();
+    let h3 = stats().counters.handed_off;
+    let mut b = Vec::new();
+    fs.read_for_kernel(f, 0, data.len(), &mut b)
+        .expect("read shared");
+    assert!(b == data);
+    assert_eq!(stats().counters.handed_off, h3, "shared records handed off");
+    assert_eq!(stats().sizes.data, data.len() as u64, "shared records kept");
+
+    // A record written after the snapshot is the head's alone again.
+    let newer = pattern(9, rec);
+    fs.write(f, 4 * rec as u64, &newer).expect("write");
+    p.sync().expect("sync");
+    let h4 = stats().counters.handed_off;
+    let mut b = Vec::new();
+    fs.read_for_kernel(f, 4 * rec as u64, rec, &mut b)
+        .expect("read");
+    assert!(b == newer);
+    assert_eq!(stats().counters.handed_off - h4, 1, "the new record goes");
+    drop(fs);
+    p.export().expect("export");
+    assert_zdb_clean(&disks, "after the reads");
+}
+
+/// File data held compressed is a fraction of the kernel's copy and stays
+/// when read whole for the kernel.
+#[test]
+fn compressed_records_read_for_the_kernel_stay_cached() {
+    let world = SimWorld::new();
+    let (_disks, p) = one_disk_fs(&world, 42);
+    let ds = p.dsl_pool().dataset("tank").expect("dataset");
+    p.dsl_pool()
+        .set_prop(&ds, "compression", "lz4")
+        .expect("compression");
+    let fs = mount_fs(&p, "tank");
+    let data = text(1 << 20);
+    let f = file(&fs, b"text", &data);
+    p.sync().expect("sync");
+    p.io.cache.clear();
+    let mut b = Vec::new();
+    fs.read_for_kernel(f, 0, data.len(), &mut b).expect("read");
+    assert!(b == data);
+    let s = p.io.cache.arcstats();
+    assert_eq!(s.counters.handed_off, 0, "compressed records handed off");
+    assert!(s.sizes.data > 0 && s.sizes.data < 1 << 19, "{:?}", s.sizes);
+}

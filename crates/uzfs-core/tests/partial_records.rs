@@ -587,3 +587,65 @@ fn kernel_case(seed: u64) -> uzfs_core::dmu::partial::Stats {
     );
     stats
 }
+
+/// The kernel's answer for a partial block counts only in the txg the
+/// block was made in (`Objset::fill_partial`'s `txg`). The case it
+/// guards, set up deterministically: a record patched in txg T is asked
+/// for; T syncs (the sync fills the record from the device and writes
+/// it); a second patch in T+1 leaves a new partial block over T's
+/// version. The answer to T's question holds the record as it was before
+/// T's patch: laid over T+1's partial block it would undo T's patch.
+/// It is refused, and the record reads back with both patches.
+#[test]
+fn an_answer_for_a_closed_txg_never_fills_a_later_partial_block() {
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 61);
+    let fs = mount_fs(&p, "tank");
+    let (ino, mut model) = laid_out(&fs, &p, b"f", 3, 2 * REC);
+    let before = model[..REC].to_vec();
+    let defer = |off: usize, data: &[u8], model: &mut Vec<u8>| {
+        uzfs_core::dmu::partial::deferring(|| fs.os.write(ino, off as u64, data)).expect("write");
+        model[off..off + data.len()].copy_from_slice(data);
+    };
+
+    // T: a patch of the uncached record leaves a partial block.
+    p.io.cache.clear();
+    let t = fs.os.open_txg();
+    defer(1000, &pattern(4, 3000), &mut model);
+    assert!(fs.os.is_partial(ino, 0), "T's patch left no partial block");
+    p.sync().expect("sync T");
+
+    // T+1: another patch, over T's version, which is not in memory.
+    p.io.cache.clear();
+    defer(70_000, &pattern(5, 2000), &mut model);
+    assert!(
+        fs.os.is_partial(ino, 0),
+        "T+1's patch left no partial block"
+    );
+    assert!(fs.os.open_txg() > t);
+
+    // The kernel's late answer to T's question.
+    assert!(
+        !fs.os.fill_partial(ino, 0, before.clone(), t).expect("fill"),
+        "an answer for txg {t} filled a partial block of txg {}",
+        fs.os.open_txg()
+    );
+    check(&fs, ino, &model, "after the stale answer");
+    p.sync().expect("sync T+1");
+    p.io.cache.clear();
+    check(&fs, ino, &model, "synced");
+
+    // An answer in its own txg, with the record as it is, is taken.
+    p.io.cache.clear();
+    let now = fs.os.open_txg();
+    let base = model[..REC].to_vec();
+    defer(100_000, &pattern(6, 1000), &mut model);
+    assert!(
+        fs.os.fill_partial(ino, 0, base, now).expect("fill"),
+        "an answer in its own txg was refused"
+    );
+    check(&fs, ino, &model, "filled by the kernel");
+    p.sync().expect("sync");
+    drop(fs);
+    reimported_matches(p, &disks, 61, &[(ino, model)], "txg guard");
+}

@@ -71,6 +71,7 @@ fn main() {
     uzfs_core::spa::io::set_compressed_arc(
         std::env::var("UZFS_COMPRESSED_ARC").map_or(true, |v| v != "0"),
     );
+    uzfs_core::spa::io::set_hand_off(std::env::var("UZFS_ARC_HAND_OFF").map_or(true, |v| v != "0"));
     uzfs_core::dmu::partial::set_fill_at_sync(
         std::env::var("UZFS_FILL_AT_SYNC").is_ok_and(|v| v == "1"),
     );

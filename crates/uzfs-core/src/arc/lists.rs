@@ -195,6 +195,9 @@ pub struct Counters {
     pub evict_mfu: u64,
     /// Prefetched blocks evicted before any demand read used them.
     pub evict_prefetch_unused: u64,
+    /// Blocks taken out once delivered whole to the kernel's page cache
+    /// ([`Lists::remove`]).
+    pub handed_off: u64,
 }
 
 /// Sizes now, in bytes.
@@ -550,6 +553,28 @@ impl<V: Clone> Lists<V> {
         }
     }
 
+    /// Take block `k` out of the cache, leaving no ghost: its bytes now
+    /// live elsewhere (the kernel's page cache above a mount, `arc/mod.rs`
+    /// [`BlockCache::hand_off`](super::BlockCache::hand_off)), so a later
+    /// miss on it says nothing about this cache's split. `None` if it is
+    /// not held.
+    pub fn remove(&mut self, k: &Key) -> Option<Evicted<V>> {
+        let e = self.map.remove(k)?;
+        self.order[e.state][e.kind].remove(&e.tick);
+        self.size[e.state] -= e.size;
+        self.class_size[Self::class_slot(e.class)] -= e.size;
+        if e.kind == PREFETCH {
+            self.prefetch_size -= e.size;
+        }
+        self.counters.handed_off += 1;
+        Some(Evicted {
+            key: *k,
+            v: e.v,
+            class: e.class,
+            used: e.kind != PREFETCH,
+        })
+    }
+
     /// A new target (memory pressure or its end): evict down to it.
     pub fn set_target(&mut self, c: u64, evicted: &mut Vec<Evicted<V>>) {
         self.c = c;
@@ -805,8 +830,8 @@ mod tests {
         assert!(ghost_hits.0 > 500 && ghost_hits.1 > 500, "{ghost_hits:?}");
     }
 
-    /// Blocks of mixed sizes, metadata and prefetches, a target that moves:
-    /// the bounds hold after every step.
+    /// Blocks of mixed sizes, metadata and prefetches, a target that moves,
+    /// blocks taken out (`remove`): the bounds hold after every step.
     #[test]
     fn bounds_hold_with_mixed_sizes_classes_and_targets() {
         for seed in 0..20u64 {
@@ -822,6 +847,13 @@ mod tests {
                 };
                 let demand = x % 7 != 0 || i % 2 == 0;
                 read(&mut arc, x, size, Access::new(class, demand, now), &mut ev);
+                // Some blocks leave once read, as a mount's hand-offs do.
+                if x % 5 == 0 && i % 3 == 0 {
+                    let held = arc.contains(&key(x));
+                    let gone = arc.remove(&key(x));
+                    assert_eq!(gone.is_some(), held, "remove says what was held");
+                    assert!(!arc.contains(&key(x)), "removed, yet held");
+                }
                 if i % 1000 == 999 {
                     let c = [1 << 20, 300 << 10, 4 << 20, 64 << 10][(i / 1000) % 4];
                     arc.set_target(c, &mut ev);

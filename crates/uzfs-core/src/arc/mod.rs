@@ -135,6 +135,7 @@ impl ArcStats {
             ("uzfs_evict_mru", c.evict_mru),
             ("uzfs_evict_mfu", c.evict_mfu),
             ("uzfs_evict_prefetch_unused", c.evict_prefetch_unused),
+            ("uzfs_handed_off", c.handed_off),
             ("l2_hits", self.l2.hits),
             ("l2_misses", self.l2.misses),
             ("l2_read_bytes", self.l2.read_bytes),
@@ -315,6 +316,16 @@ impl BlockCache {
     /// Whether block `k` is held (no access counted: nothing reads it).
     pub fn contains(&self, k: &Key) -> bool {
         self.lock().contains(k)
+    }
+
+    /// Block `k` was delivered whole to the kernel's page cache above a
+    /// mount, which now holds it: take it out, so its bytes are held once
+    /// (docs/ARCHITECTURE.md, "one copy"). It goes as an evicted block
+    /// does (to a cache device's feed, if any, since the kernel may drop
+    /// its pages before the next read), but leaves no ghost.
+    pub fn hand_off(&self, k: &Key) {
+        let gone = self.lock().remove(k);
+        self.let_go(gone.into_iter().collect());
     }
 
     /// Drop every cached block (after the media changed under the pool).

@@ -79,6 +79,25 @@ pub trait BlockReader: Send + Sync {
     fn holds(&self, _bp: &BlkPtr) -> bool {
         false
     }
+    /// `bp`'s block was just read whole into the kernel's page cache above
+    /// a mount, which will hold it from now on: a reader with a cache may
+    /// let its own copy go ([`Objset::read_for_kernel`]).
+    fn handed_off(&self, _bp: &BlkPtr) {}
+}
+
+thread_local! {
+    static DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f`, whose writes bypass the kernel's page cache above a mount
+/// (O_DIRECT, a file opened with direct I/O): records they write whole
+/// are not [`DirtyObj::streamed`], so the cache keeps them whatever
+/// `CacheWritten` says (`spa/io.rs`): nobody else holds their bytes.
+pub fn direct_writes<R>(f: impl FnOnce() -> R) -> R {
+    let was = DIRECT.with(|d| d.replace(true));
+    let r = f();
+    DIRECT.with(|d| d.set(was));
+    r
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -151,6 +170,11 @@ pub trait BlockWriter {
     ) -> Result<Arc<Vec<u8>>> {
         Err(err)
     }
+    /// The sync is waiting on something other than its own writes (the
+    /// reads of partly written records): a moment to answer requests it
+    /// would otherwise answer at its next allocation (space lent to the
+    /// intent log, `spa/log_space.rs`). The default has none.
+    fn waiting(&mut self) {}
     /// What `bp` is charged to its object set's `used`: its allocated
     /// bytes, deflated by the pool's RAID-Z ratio (`VdevAlloc::deflate`).
     fn dsize(&self, bp: &BlkPtr) -> u64 {
@@ -932,6 +956,29 @@ impl Objset {
         self.resolve(obj, blkid, src)
     }
 
+    /// [`read_block`](Self::read_block), for a reader that keeps all of it
+    /// ([`Objset::read_for_kernel`]). A version in memory (dirty, being
+    /// synced) is not the cache's to give up.
+    fn read_block_handing_off(
+        &self,
+        obj: u64,
+        blkid: u64,
+        shared_below: u64,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
+        let dn = match self.block_source(obj, blkid)? {
+            BlockSource::Tree(dn) => dn,
+            src => return self.resolve(obj, blkid, src),
+        };
+        // The walk to the pointer caches the indirect blocks the read
+        // below walks again.
+        let bp = find_l0_bp(&*self.reader, &dn, blkid)?;
+        let data = self.resolve(obj, blkid, BlockSource::Tree(dn))?;
+        if let Some(bp) = bp.filter(|b| data.is_some() && b.birth > shared_below) {
+            self.reader.handed_off(&bp);
+        }
+        Ok(data)
+    }
+
     /// Block `blkid` of `obj` as a write of part of it would have to read
     /// it from a device: its pointer, when no txg in memory holds a newer
     /// version and the block is not in memory. `None` otherwise (a hole,
@@ -1029,13 +1076,47 @@ impl Objset {
     /// Read `buf.len()` bytes at `offset`. Holes and bytes past the end of
     /// the object read as zeros; the caller clips to the object size.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_handing_off(obj, offset, buf, None)
+    }
+
+    /// [`read`](Self::read) for the kernel's page cache above a mount,
+    /// which keeps what it is sent: each block the read covers whole and
+    /// takes from disk is offered back to the reader
+    /// ([`BlockReader::handed_off`]) so that its bytes are held once,
+    /// by the kernel. Not a block born at or before `shared_below`: a
+    /// snapshot or a clone shares it, and a read through one of those is
+    /// a different file to the kernel, which the cache should still serve
+    /// (docs/ARCHITECTURE.md, "one copy").
+    pub fn read_for_kernel(
+        &self,
+        obj: u64,
+        offset: u64,
+        buf: &mut [u8],
+        shared_below: u64,
+    ) -> Result<()> {
+        self.read_handing_off(obj, offset, buf, Some(shared_below))
+    }
+
+    fn read_handing_off(
+        &self,
+        obj: u64,
+        offset: u64,
+        buf: &mut [u8],
+        shared_below: Option<u64>,
+    ) -> Result<()> {
         let bs = self.stat(obj)?.datablksz as u64;
         let mut pos = 0usize;
         while pos < buf.len() {
             let off = offset + pos as u64;
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(buf.len() - pos);
-            match self.read_block(obj, blkid)? {
+            let block = match shared_below {
+                Some(below) if n == bs as usize => {
+                    self.read_block_handing_off(obj, blkid, below)?
+                }
+                _ => self.read_block(obj, blkid)?,
+            };
+            match block {
                 Some(b) => {
                     buf[pos..pos + n].copy_from_slice(b.get(boff..boff + n).ok_or_else(|| {
                         Error::corrupt("data block", format!("object {obj} block {blkid} short"))
@@ -1456,7 +1537,7 @@ impl Objset {
                         if keep {
                             kept = Some(Arc::clone(b));
                         }
-                        if n == bs as usize {
+                        if n == bs as usize && !DIRECT.with(|d| d.get()) {
                             d.streamed.insert(blkid);
                         }
                         if let Some(old) = sparse {
@@ -1869,6 +1950,9 @@ impl BlockWriter for Counting<'_> {
     fn dsize(&self, bp: &BlkPtr) -> u64 {
         self.inner.dsize(bp)
     }
+    fn waiting(&mut self) {
+        self.inner.waiting()
+    }
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
         let new = self.inner.write_bp(old, data, wp)?;
         self.charge(old, &new);
@@ -2108,7 +2192,18 @@ fn fill_partial(
                 })
             })
             .collect();
-        tasks.into_iter().map(|t| t.join()).collect()
+        // Joined one at a time, answering the intent log between them:
+        // hundreds of records read here take a second, and an fsync that
+        // needs log space meanwhile would otherwise wait for the whole
+        // sync (its request is answered only at an allocation).
+        tasks
+            .into_iter()
+            .map(|t| {
+                let r = t.join();
+                w.waiting();
+                r
+            })
+            .collect()
     });
     let mut out = BTreeMap::new();
     for ((blkid, old, data, ranges), read) in todo.into_iter().zip(reads) {

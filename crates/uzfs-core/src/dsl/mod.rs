@@ -1207,6 +1207,10 @@ impl DatasetCtx for DsCtx {
     fn live(&self) -> bool {
         self.pool.wait_out_suspension().is_none()
     }
+    /// A clone's starts at its origin's txg (`dsl/snapshot.rs`).
+    fn shared_below(&self) -> u64 {
+        self.ds.phys.read().prev_snap_txg
+    }
 }
 
 fn reservation_too_big() -> Error {

@@ -349,6 +349,15 @@ fn held_compressed(bp: &BlkPtr, class: Class) -> bool {
         && bp.compress != compress::Compression::Off
 }
 
+static HAND_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether file data read whole into the kernel's page cache above a
+/// mount leaves the cache (default on: one copy, docs/ARCHITECTURE.md).
+/// The binary maps `UZFS_ARC_HAND_OFF=0` here.
+pub fn set_hand_off(on: bool) {
+    HAND_OFF.store(on, Ordering::Relaxed);
+}
+
 static COMPRESSED_ARC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Whether blocks read from now on keep file data compressed in the
@@ -410,26 +419,28 @@ fn inflate(bp: &BlkPtr, key: crate::arc::Key, v: Arc<Vec<u8>>) -> Result<Arc<Vec
 ///
 /// The kernel's page cache above the mount holds those bytes and answers
 /// re-reads without asking the daemon, so a cached copy is a second one.
-/// But a writer that patches a record later (a database laying out its
-/// file, then writing pages) needs the rest of the record, and a record
-/// not cached costs a device read at its first patch: bench/fs.sh's 16 KiB
-/// random writes after fio's layout ran at 0.60x with `Never`, and keeping
-/// streamed data only while the cache had room (tried) cost 4 KiB fsyncs
-/// 13% with a 512 MiB cache and saved no CPU, since the allocator reuses
-/// what a full cache evicts (bench/RESULTS.md). So the default is
-/// `Always`; `Never` holds written data once, in the kernel, for streaming
-/// workloads (backups, logs, media), and recycles its buffers
-/// (`dmu/bufpool.rs`). Blocks patched in part and all metadata are always
-/// kept.
+/// The default is `Never`: written data is held once, by the kernel, and
+/// its buffers are recycled (`dmu/bufpool.rs`). What that once cost, a
+/// device read of the rest of a record at its first patch, is gone where
+/// the kernel still holds the record (it is asked for it,
+/// `zpl/pagecache.rs`) and where later writes cover the record within its
+/// txg (the partial block needs nothing, `dmu/partial.rs`); bench/fs.sh,
+/// whose fio drops the pages of the files it lays out, runs as fast
+/// (bench/RESULTS.md, "one copy by default"). Writes that bypass the
+/// kernel's cache (O_DIRECT, a direct-I/O mount: `objset::direct_writes`)
+/// are never streamed, so they are kept. Blocks patched in part and all
+/// metadata are always kept. `Always` keeps every written block, as
+/// OpenZFS's ARC does (`UZFS_ARC_CACHE_WRITES=always`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheWritten {
-    /// Keep every written block (default; OpenZFS's ARC does).
+    /// Keep every written block (OpenZFS's ARC does).
     Always,
-    /// Never keep streamed data: one copy, in the kernel's page cache.
+    /// Never keep streamed data: one copy, in the kernel's page cache
+    /// (default).
     Never,
 }
 
-static CACHE_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+static CACHE_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Set the policy for streamed writes (the binary maps
 /// `UZFS_ARC_CACHE_WRITES=always|never` here).
@@ -464,6 +475,16 @@ impl BlockReader for SpaIo {
 
     fn partial_event(&self, e: crate::dmu::partial::Event) {
         self.partial.count(e);
+    }
+
+    /// File data the kernel now holds whole leaves the cache, unless the
+    /// cache holds it compressed (a fraction of the kernel's copy, and a
+    /// re-read after the kernel drops its pages costs no device read).
+    fn handed_off(&self, bp: &BlkPtr) {
+        let class = Class::of(bp.level, bp.obj_type);
+        if class == Class::Data && !held_compressed(bp, class) && HAND_OFF.load(Ordering::Relaxed) {
+            self.cache.hand_off(&cache_key(bp));
+        }
     }
 
     fn holds(&self, bp: &BlkPtr) -> bool {

@@ -555,6 +555,11 @@ impl BlockWriter for SyncWriter<'_> {
     fn txg(&self) -> u64 {
         self.txg
     }
+    fn waiting(&mut self) {
+        if self.log_space.wanted() {
+            self.log_space.serve(self.alloc);
+        }
+    }
     fn read_again(
         &mut self,
         err: Error,

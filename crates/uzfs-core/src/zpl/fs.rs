@@ -46,6 +46,14 @@ pub trait DatasetCtx: Send + Sync {
     fn live(&self) -> bool {
         true
     }
+    /// Blocks born at or before this txg may be read through another
+    /// dataset (a snapshot of this one, or this clone's origin): the
+    /// dataset's latest snapshot's txg (OpenZFS's `ds_prev_snap_txg`).
+    /// Reads hand only younger blocks to the kernel's page cache
+    /// ([`Zpl::read_for_kernel`]). The default shares everything.
+    fn shared_below(&self) -> u64 {
+        u64::MAX
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -189,9 +197,24 @@ fn check_name(name: &[u8]) -> ZResult<()> {
 /// one stream per file): a read that starts where the previous one ended
 /// grows a window of blocks read ahead into the ARC by background threads.
 struct Prefetch {
-    /// obj -> (end of the last read, first block not yet prefetched, window)
-    streams: Mutex<HashMap<u64, (u64, u64, u64)>>,
-    tx: Mutex<Option<std::sync::mpsc::Sender<(u64, u64, u64)>>>,
+    streams: Arc<Streams>,
+    tx: Mutex<Option<std::sync::mpsc::Sender<FetchJob>>>,
+}
+
+/// (object, first block, end block, block size) to read ahead.
+type FetchJob = (u64, u64, u64, u64);
+
+/// obj -> (end of the last read, first block not yet prefetched, window)
+type Streams = Mutex<HashMap<u64, (u64, u64, u64)>>;
+
+/// Whether the reader of `obj`'s stream has read past block `blk` (of
+/// `bs` bytes): reading it ahead now is a wasted device read, since the
+/// records a reader takes whole into the kernel's page cache leave the
+/// ARC (`Zpl::read_for_kernel`).
+fn passed(streams: &Streams, obj: u64, blk: u64, bs: u64) -> bool {
+    lock(streams)
+        .get(&obj)
+        .is_some_and(|&(end, _, _)| end != u64::MAX && end >= (blk + 1) * bs)
 }
 
 const PREFETCH_MAX: u64 = 16 << 20;
@@ -205,19 +228,24 @@ const PREFETCH_THREADS: usize = 4;
 
 impl Prefetch {
     fn start(os: &Arc<Objset>) -> Prefetch {
-        let (tx, rx) = std::sync::mpsc::channel::<(u64, u64, u64)>();
+        let (tx, rx) = std::sync::mpsc::channel::<FetchJob>();
         let rx = Arc::new(Mutex::new(rx));
+        let streams: Arc<Streams> = Arc::default();
         for i in 0..PREFETCH_THREADS {
             let rx = rx.clone();
             let os = Arc::downgrade(os);
+            let streams = streams.clone();
             let _ = std::thread::Builder::new()
                 .name(format!("zfetch-{i}"))
                 .spawn(move || loop {
                     let job = lock(&rx).recv();
-                    let Ok((obj, from, to)) = job else { return };
+                    let Ok((obj, from, to, bs)) = job else { return };
                     let Some(os) = os.upgrade() else { return };
                     crate::arc::prefetching(|| {
                         for blk in from..to {
+                            if passed(&streams, obj, blk, bs) {
+                                continue;
+                            }
                             if os.read_block(obj, blk).is_err() {
                                 break;
                             }
@@ -226,7 +254,7 @@ impl Prefetch {
                 });
         }
         Prefetch {
-            streams: Mutex::new(HashMap::new()),
+            streams,
             tx: Mutex::new(Some(tx)),
         }
     }
@@ -249,7 +277,7 @@ impl Prefetch {
             let from = e.1.max(end.div_ceil(bs));
             let to = (end + window).min(size).div_ceil(bs);
             *e = (end, to.max(e.1), window);
-            (from < to).then_some((obj, from, to))
+            (from < to).then_some((obj, from, to, bs))
         };
         if let Some(j) = job {
             if let Some(tx) = lock(&self.tx).as_ref() {
@@ -1368,6 +1396,32 @@ impl Zpl {
     /// buffer per request cost page faults and zeroing on each (measured in
     /// the cold sequential read).
     pub fn read_into(&self, obj: u64, offset: u64, len: usize, buf: &mut Vec<u8>) -> ZResult<()> {
+        self.read_to(obj, offset, len, buf, false)
+    }
+
+    /// [`read_into`](Self::read_into) for the kernel's page cache above a
+    /// mount, which keeps what it gets: the records the read takes whole
+    /// from disk leave the block cache ([`Objset::read_for_kernel`]), so
+    /// file data is held once (docs/ARCHITECTURE.md, "one copy"). Records
+    /// a snapshot or clone shares stay ([`DatasetCtx::shared_below`]).
+    pub fn read_for_kernel(
+        &self,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> ZResult<()> {
+        self.read_to(obj, offset, len, buf, true)
+    }
+
+    fn read_to(
+        &self,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+        for_kernel: bool,
+    ) -> ZResult<()> {
         let (dn, z) = self.load(obj)?;
         if z.is_dir() {
             return Err(libc::EISDIR);
@@ -1385,7 +1439,13 @@ impl Zpl {
             buf.resize(n, 0);
         }
         buf.truncate(n);
-        io(self.os.read(obj, offset, buf))?;
+        if for_kernel {
+            io(self
+                .os
+                .read_for_kernel(obj, offset, buf, self.ctx.shared_below()))?;
+        } else {
+            io(self.os.read(obj, offset, buf))?;
+        }
         let props = self.ctx.props();
         if props.atime && !props.readonly {
             // relatime: only when the access time is older than the last

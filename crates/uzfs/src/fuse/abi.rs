@@ -263,10 +263,14 @@ pub enum Op<'a> {
     Read {
         offset: u64,
         size: u32,
+        /// The file's open flags (`O_DIRECT`: the kernel caches nothing).
+        flags: u32,
     },
     Write {
         offset: u64,
         write_flags: u32,
+        /// The file's open flags (`O_DIRECT`: the kernel caches nothing).
+        flags: u32,
         data: &'a [u8],
     },
     Statfs,
@@ -417,12 +421,16 @@ pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
         READ => Op::Read {
             offset: r.u64(8)?,
             size: r.u32(16)?,
+            // fuse_read_in.flags (protocol 7.9 and later).
+            flags: r.u32(32).unwrap_or(0),
         },
         WRITE => {
             let size = r.u32(16)? as usize;
             Op::Write {
                 offset: r.u64(8)?,
                 write_flags: r.u32(20)?,
+                // fuse_write_in.flags (protocol 7.9 and later).
+                flags: r.u32(32).unwrap_or(0),
                 data: payload.get(..size)?,
             }
         }

@@ -321,14 +321,22 @@ impl<'a> Tree<'a> {
     }
 
     /// `obj` here and below: the object number, not the FUSE inode.
-    fn read(&self, obj: u64, offset: u64, size: u32, out: &mut Out<'_>) -> ZResult<()> {
+    /// `flags`: the file's open flags. What the kernel reads into its page
+    /// cache it keeps, so the records sent whole leave the ARC
+    /// (`Zpl::read_for_kernel`); a direct-I/O read is cached by nobody else.
+    fn read(&self, obj: u64, offset: u64, size: u32, flags: u32, out: &mut Out<'_>) -> ZResult<()> {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        let kernel_keeps = flags & libc::O_DIRECT as u32 == 0 && !opened_direct(self.zpl);
         BUF.with(|b| {
             let mut b = b.borrow_mut();
             let want = (size as usize).min(out.room());
-            self.zpl.read_into(obj, offset, want, &mut b)?;
+            if kernel_keeps {
+                self.zpl.read_for_kernel(obj, offset, want, &mut b)?;
+            } else {
+                self.zpl.read_into(obj, offset, want, &mut b)?;
+            }
             out.put(&b);
             Ok(())
         })
@@ -409,7 +417,11 @@ impl<'a> Tree<'a> {
                 out.put(&t);
                 Ok(())
             }
-            Op::Read { offset, size } => self.read(obj, offset, size, out),
+            Op::Read {
+                offset,
+                size,
+                flags,
+            } => self.read(obj, offset, size, flags, out),
             Op::Getxattr { size, name } => match zpl.getxattr(obj, name) {
                 Err(libc::ENODATA) => Err(absent_xattr(name)),
                 v => xattr_reply(&v?, size, out),
@@ -579,6 +591,11 @@ fn direct_io_mount() -> bool {
     *ON.get_or_init(|| std::env::var("UZFS_FUSE_DIRECT_IO").is_ok_and(|v| v == "1"))
 }
 
+/// Whether `zpl`'s files are opened with direct I/O (`FuseFs::open_flags`).
+fn opened_direct(zpl: &Zpl) -> bool {
+    zpl.ctx().props().sync == SyncMode::Always || direct_io_mount()
+}
+
 impl FuseFs {
     fn sync_mode(&self) -> SyncMode {
         self.zpl.ctx().props().sync
@@ -589,7 +606,7 @@ impl FuseFs {
     /// or, on a `sync=always` dataset, with direct I/O: the writeback
     /// cache would acknowledge write(2) before the data reached the pool.
     fn open_flags(&self) -> u32 {
-        if self.sync_mode() == SyncMode::Always || direct_io_mount() {
+        if opened_direct(&self.zpl) {
             abi::FOPEN_DIRECT_IO
         } else {
             abi::FOPEN_KEEP_CACHE
@@ -680,8 +697,21 @@ impl FuseFs {
             Op::Write {
                 offset,
                 write_flags,
+                flags,
                 data,
-            } => self.write(h, obj, offset, write_flags, data, out),
+            } => {
+                // The kernel keeps what it wrote back from its page cache,
+                // and what a buffered write(2) put there.
+                let direct = write_flags & abi::WRITE_CACHE == 0
+                    && (flags & libc::O_DIRECT as u32 != 0 || opened_direct(zpl));
+                if direct {
+                    uzfs_core::dmu::objset::direct_writes(|| {
+                        self.write(h, obj, offset, write_flags, data, out)
+                    })
+                } else {
+                    self.write(h, obj, offset, write_flags, data, out)
+                }
+            }
             Op::Statfs => {
                 self.statfs(out);
                 Ok(())
