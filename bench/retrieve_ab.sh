@@ -12,7 +12,7 @@
 #   device     never, UZFS_FUSE_RETRIEVE=0: read from the pool
 #   always     written records kept in the ARC (the default policy)
 #
-# Per run: MiB/s, daemon CPU seconds, data blocks read from the devices
+# Per run: MiB/s, daemon CPU seconds, the longest fsync, data blocks read from the devices
 # (`demand_data_misses` + `prefetch_data_misses` + `uzfs_partial_filled_sync`:
 # a partial record's old version is read ahead, and the sync reads what
 # is still missing), records filled from the kernel; then medians and
@@ -86,8 +86,11 @@ PY
       "$(( $(stat_of uzfs_partial_retrieved) - r0 ))" <<'PY' | tee -a "$OUT"
 import json, sys
 j, cfg, c0, c1, hz, dev, got = sys.argv[1:]
-bw = json.load(open(j))['jobs'][0]['write']['bw'] / 1024
-print(f"{cfg} MiB/s={bw:.1f} cpu_s={(float(c1) - float(c0)) / float(hz):.2f} device_reads={dev} from_kernel={got}")
+job = json.load(open(j))['jobs'][0]
+bw = job['write']['bw'] / 1024
+# The longest fsync (FSYNC_EACH=1; else the end fsync), ms.
+fs_max = job.get('sync', {}).get('lat_ns', {}).get('max', 0) / 1e6
+print(f"{cfg} MiB/s={bw:.1f} cpu_s={(float(c1) - float(c0)) / float(hz):.2f} device_reads={dev} from_kernel={got} fsync_max_ms={fs_max:.1f}")
 PY
   "$U" zpool destroy rab >/dev/null; "$U" daemon --stop >/dev/null 2>&1 || true
   rm -rf "$D"
@@ -101,12 +104,12 @@ runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
     runs[f[0]].append(dict(x.split('=') for x in f[1:]))
-print("| config | MiB/s median (range) | daemon CPU s median (range) | records read from the devices | records from the kernel |")
-print("|---|---|---|---|---|")
+print("| config | MiB/s median (range) | daemon CPU s median (range) | records read from the devices | records from the kernel | longest fsync, ms |")
+print("|---|---|---|---|---|---|")
 for cfg, rs in runs.items():
     def col(k, fmt):
         v = [float(r[k]) for r in rs]
         return f"{st.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})"
-    print(f"| {cfg} | {col('MiB/s', '.1f')} | {col('cpu_s', '.2f')} | {col('device_reads', '.0f')} | {col('from_kernel', '.0f')} |")
+    print(f"| {cfg} | {col('MiB/s', '.1f')} | {col('cpu_s', '.2f')} | {col('device_reads', '.0f')} | {col('from_kernel', '.0f')} | {col('fsync_max_ms', '.1f')} |")
 PY
 rm -f "$OUT"

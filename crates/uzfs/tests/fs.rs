@@ -1476,3 +1476,87 @@ fn a_patched_record_comes_from_the_kernels_pages() {
         "the file after import"
     );
 }
+
+/// Drop the kernel's pages of `path` (clean after a sync).
+fn drop_pages(path: &Path) {
+    let f = std::fs::File::open(path).expect("open");
+    // SAFETY: posix_fadvise on an open descriptor, whole file.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0, "posix_fadvise");
+}
+
+/// One copy of what a mount reads (docs/ARCHITECTURE.md, "one copy"): a
+/// file read through the kernel's page cache leaves the ARC record by
+/// record as the kernel takes it (`uzfs_handed_off`); read with O_DIRECT
+/// (the READ carries the flag) it stays, since the kernel keeps nothing;
+/// and once a snapshot shares the records they stay however they are
+/// read.
+#[test]
+fn records_read_through_the_mount_are_held_once() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let m = pool(&e);
+    let f = m.join("once");
+    let size = 16 << 20;
+    let model = common::noise(31, size);
+    write_synced(&f, &model).expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    let stat = |name: &str| common::arcstat(&e, name);
+    let cold_read = || {
+        e.ok(&["zinject", "-a", "tank"]);
+        drop_pages(&f);
+        assert!(
+            std::fs::read(&f).expect("read") == model,
+            "the file reads back"
+        );
+    };
+    let handed0 = stat("uzfs_handed_off");
+    cold_read();
+    common::wait_for(&e, "the records handed off", |e| {
+        common::arcstat(e, "uzfs_handed_off") - handed0 >= 96
+    });
+    let data = stat("data_size");
+    assert!(
+        data <= 4 << 20,
+        "{data} bytes of file data cached after a 16 MiB read through the page cache"
+    );
+
+    // O_DIRECT: every record stays.
+    e.ok(&["zinject", "-a", "tank"]);
+    let out = Command::new("dd")
+        .arg(format!("if={}", f.display()))
+        .args(["of=/dev/null", "bs=1M", "iflag=direct", "status=none"])
+        .output()
+        .expect("dd");
+    assert!(
+        out.status.success(),
+        "dd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::wait_for(&e, "the O_DIRECT read cached", |e| {
+        common::arcstat(e, "data_size") >= size as u64
+    });
+
+    // Shared with a snapshot: nothing handed off.
+    e.ok(&["zfs", "snapshot", "tank@s"]);
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    let handed1 = stat("uzfs_handed_off");
+    cold_read();
+    common::wait_for(&e, "the shared records cached", |e| {
+        common::arcstat(e, "data_size") >= size as u64
+    });
+    assert_eq!(
+        stat("uzfs_handed_off"),
+        handed1,
+        "shared records handed off"
+    );
+}
