@@ -122,10 +122,12 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     l2.close();
 }
 
-/// With `CacheWritten::Never` (every test here may run under it), a
-/// stream of whole records is not cached (the kernel's page cache above a
-/// mount holds it): its buffers are recycled for the next writes, what it wrote reads back right from the devices, and a
-/// record patched in part is kept (a random writer patches it again).
+/// With `CacheWritten::Never` (the default), a stream of whole records
+/// written through the kernel's page cache is not cached (the page cache
+/// holds it): its buffers are recycled for the next writes, what it wrote
+/// reads back right from the devices; a record patched in part is kept
+/// (a random writer patches it again), and so is one written around the
+/// page cache.
 #[test]
 fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
     uzfs_core::spa::io::set_cache_written(uzfs_core::spa::io::CacheWritten::Never);
@@ -138,12 +140,15 @@ fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
         .mknod(fs.root, b"stream", REG, 0, 0, 0, None)
         .expect("create");
     let data = pattern(31, 24 << 20);
-    for (i, chunk) in data.chunks(1 << 20).enumerate() {
-        fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
-        if i % 4 == 3 {
-            p.sync().expect("sync");
+    // Written as a mount writes: through the kernel's page cache.
+    uzfs_core::dmu::objset::through_page_cache(|| {
+        for (i, chunk) in data.chunks(1 << 20).enumerate() {
+            fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
+            if i % 4 == 3 {
+                p.sync().expect("sync");
+            }
         }
-    }
+    });
     p.sync().expect("sync");
     let uncached =
         p.io.written_uncached
@@ -176,6 +181,18 @@ fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
         "the patched record was read from a device"
     );
     assert!(got[1000..1000 + 4096] == patch[..] && got[..1000] == data[5 * rec..at]);
+    // Written whole but not through the kernel's page cache (O_DIRECT,
+    // `uzfs object put`): nobody else holds it, so it is kept.
+    let around = pattern(33, rec);
+    fs.write(f.ino, (7 * rec) as u64, &around).expect("write");
+    p.sync().expect("sync");
+    let misses = p.io.cache.stats().2;
+    assert!(fs.read(f.ino, (7 * rec) as u64, rec).expect("read") == around);
+    assert_eq!(
+        p.io.cache.stats().2,
+        misses,
+        "a record written around the page cache was not kept"
+    );
     drop(fs);
     p.export().expect("export");
     assert_zdb_clean(&disks, "after the stream");
@@ -205,18 +222,20 @@ fn recycled_record_buffers_never_leak_into_another_write() {
         for t in 0..4u64 {
             let fs = fs.clone();
             s.spawn(move || {
-                let name = format!("w{t}");
-                let f = fs
-                    .mknod(fs.root, name.as_bytes(), REG, 0, 0, 0, None)
-                    .expect("create");
-                for round in 0..12u64 {
-                    let data = pattern(t * 100 + round, size);
-                    for (i, c) in data.chunks(256 << 10).enumerate() {
-                        fs.write(f.ino, (i * (256 << 10)) as u64, c).expect("write");
+                uzfs_core::dmu::objset::through_page_cache(|| {
+                    let name = format!("w{t}");
+                    let f = fs
+                        .mknod(fs.root, name.as_bytes(), REG, 0, 0, 0, None)
+                        .expect("create");
+                    for round in 0..12u64 {
+                        let data = pattern(t * 100 + round, size);
+                        for (i, c) in data.chunks(256 << 10).enumerate() {
+                            fs.write(f.ino, (i * (256 << 10)) as u64, c).expect("write");
+                        }
+                        let back = fs.read(f.ino, 0, size).expect("read");
+                        assert!(back == data, "writer {t} round {round}: wrong bytes");
                     }
-                    let back = fs.read(f.ino, 0, size).expect("read");
-                    assert!(back == data, "writer {t} round {round}: wrong bytes");
-                }
+                })
             });
         }
     });

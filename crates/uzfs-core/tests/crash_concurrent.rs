@@ -311,20 +311,24 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
                 seq: 0,
                 op: 0,
             };
+            // As a mount's writes: through the kernel's page cache, so
+            // that `Never` leaves streamed records uncached.
             std::thread::spawn(move || {
-                let mut done = 0;
-                for _ in 0..400 {
-                    match w.step(&fss, &fsynced[id as usize]) {
-                        Ok(()) => done += 1,
-                        Err(_) if world.power_lost() => break,
-                        Err(e) => assert!(
-                            allowed(e),
-                            "seed {seed}: worker {id}: errno {e} from operation kind {}",
-                            w.op
-                        ),
+                uzfs_core::dmu::objset::through_page_cache(|| {
+                    let mut done = 0;
+                    for _ in 0..400 {
+                        match w.step(&fss, &fsynced[id as usize]) {
+                            Ok(()) => done += 1,
+                            Err(_) if world.power_lost() => break,
+                            Err(e) => assert!(
+                                allowed(e),
+                                "seed {seed}: worker {id}: errno {e} from operation kind {}",
+                                w.op
+                            ),
+                        }
                     }
-                }
-                (w.open.len(), done)
+                    (w.open.len(), done)
+                })
             })
         })
         .collect();

@@ -86,17 +86,19 @@ pub trait BlockReader: Send + Sync {
 }
 
 thread_local! {
-    static DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static PAGE_CACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Run `f`, whose writes bypass the kernel's page cache above a mount
-/// (O_DIRECT, a file opened with direct I/O): records they write whole
-/// are not [`DirtyObj::streamed`], so the cache keeps them whatever
-/// `CacheWritten` says (`spa/io.rs`): nobody else holds their bytes.
-pub fn direct_writes<R>(f: impl FnOnce() -> R) -> R {
-    let was = DIRECT.with(|d| d.replace(true));
+/// Run `f`, whose writes come through the kernel's page cache above a
+/// mount (a FUSE write of a file not opened for direct I/O), which holds
+/// what they write: records they write whole are [`DirtyObj::streamed`],
+/// and the cache may leave them to the kernel (`CacheWritten`,
+/// `spa/io.rs`). Other writes (O_DIRECT, a direct-I/O mount, `uzfs object
+/// put`, the engine used as a library) have no other copy and are kept.
+pub fn through_page_cache<R>(f: impl FnOnce() -> R) -> R {
+    let was = PAGE_CACHED.with(|d| d.replace(true));
     let r = f();
-    DIRECT.with(|d| d.set(was));
+    PAGE_CACHED.with(|d| d.set(was));
     r
 }
 
@@ -1537,7 +1539,7 @@ impl Objset {
                         if keep {
                             kept = Some(Arc::clone(b));
                         }
-                        if n == bs as usize && !DIRECT.with(|d| d.get()) {
+                        if n == bs as usize && PAGE_CACHED.with(|d| d.get()) {
                             d.streamed.insert(blkid);
                         }
                         if let Some(old) = sparse {

@@ -426,9 +426,10 @@ fn inflate(bp: &BlkPtr, key: crate::arc::Key, v: Arc<Vec<u8>>) -> Result<Arc<Vec
 /// `zpl/pagecache.rs`) and where later writes cover the record within its
 /// txg (the partial block needs nothing, `dmu/partial.rs`); bench/fs.sh,
 /// whose fio drops the pages of the files it lays out, runs as fast
-/// (bench/RESULTS.md, "one copy by default"). Writes that bypass the
-/// kernel's cache (O_DIRECT, a direct-I/O mount: `objset::direct_writes`)
-/// are never streamed, so they are kept. Blocks patched in part and all
+/// (bench/RESULTS.md, "one copy by default"). Only writes that come
+/// through the kernel's cache are streamed (`objset::through_page_cache`):
+/// O_DIRECT, a direct-I/O mount and `uzfs object put` have no other copy,
+/// so what they write is kept. Blocks patched in part and all
 /// metadata are always kept. `Always` keeps every written block, as
 /// OpenZFS's ARC does (`UZFS_ARC_CACHE_WRITES=always`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -705,11 +705,11 @@ impl FuseFs {
                 let direct = write_flags & abi::WRITE_CACHE == 0
                     && (flags & libc::O_DIRECT as u32 != 0 || opened_direct(zpl));
                 if direct {
-                    uzfs_core::dmu::objset::direct_writes(|| {
+                    self.write(h, obj, offset, write_flags, data, out)
+                } else {
+                    uzfs_core::dmu::objset::through_page_cache(|| {
                         self.write(h, obj, offset, write_flags, data, out)
                     })
-                } else {
-                    self.write(h, obj, offset, write_flags, data, out)
                 }
             }
             Op::Statfs => {
