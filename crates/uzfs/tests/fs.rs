@@ -1477,21 +1477,6 @@ fn a_patched_record_comes_from_the_kernels_pages() {
     );
 }
 
-/// Drop the kernel's pages of `path` (clean after a sync).
-fn drop_pages(path: &Path) {
-    let f = std::fs::File::open(path).expect("open");
-    // SAFETY: posix_fadvise on an open descriptor, whole file.
-    let rc = unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-            0,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
-    assert_eq!(rc, 0, "posix_fadvise");
-}
-
 /// One copy of what a mount reads (docs/ARCHITECTURE.md, "one copy"): a
 /// file read through the kernel's page cache leaves the ARC record by
 /// record as the kernel takes it (`uzfs_handed_off`); read with O_DIRECT
@@ -1513,7 +1498,7 @@ fn records_read_through_the_mount_are_held_once() {
     let stat = |name: &str| common::arcstat(&e, name);
     let cold_read = || {
         e.ok(&["zinject", "-a", "tank"]);
-        drop_pages(&f);
+        common::drop_pages(&f);
         assert!(
             std::fs::read(&f).expect("read") == model,
             "the file reads back"

@@ -12,16 +12,7 @@ use std::path::{Path, PathBuf};
 /// Read `path` cold: the kernel's pages of it dropped, the ARC emptied
 /// (`zinject -a`), so every block comes from the cache device or the pool.
 fn read_cold(e: &Env, path: &Path) -> Vec<u8> {
-    let f = std::fs::File::open(path).expect("open");
-    // SAFETY: posix_fadvise on an open descriptor, whole file.
-    unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-            0,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
+    common::drop_pages(path);
     e.ok(&["zinject", "-a", "tank"]);
     std::fs::read(path).expect("read")
 }

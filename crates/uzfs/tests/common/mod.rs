@@ -230,3 +230,18 @@ pub fn wait_for(e: &Env, what: &str, ok: impl Fn(&Env) -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// Drop the kernel's pages of `path` (clean ones: after a sync).
+pub fn drop_pages(path: &Path) {
+    let f = std::fs::File::open(path).expect("open");
+    // SAFETY: posix_fadvise on an open descriptor, whole file.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0, "posix_fadvise");
+}
