@@ -30,3 +30,16 @@ pub mod zio;
 pub mod zpl;
 
 pub use error::{Error, Result};
+
+/// Run `f` with the calling thread's `flag` set, then put it back as it
+/// was: the per-thread modes (`arc::prefetching`, `dmu::partial::deferring`,
+/// `dmu::objset::through_page_cache`) are each one such flag.
+pub(crate) fn with_flag<R>(
+    flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    f: impl FnOnce() -> R,
+) -> R {
+    let was = flag.with(|d| d.replace(true));
+    let r = f();
+    flag.with(|d| d.set(was));
+    r
+}

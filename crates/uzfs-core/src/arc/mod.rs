@@ -60,10 +60,7 @@ thread_local! {
 /// Their device reads go in the async-read class (`vdev/queue.rs`).
 pub fn prefetching<R>(f: impl FnOnce() -> R) -> R {
     let _c = crate::vdev::queue::with_class(Some(crate::vdev::queue::IoClass::AsyncRead));
-    let was = PREFETCHING.with(|p| p.replace(true));
-    let r = f();
-    PREFETCHING.with(|p| p.set(was));
-    r
+    crate::with_flag(&PREFETCHING, f)
 }
 
 /// Whether this thread is reading ahead ([`prefetching`]).

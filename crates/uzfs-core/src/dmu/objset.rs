@@ -96,10 +96,7 @@ thread_local! {
 /// `spa/io.rs`). Other writes (O_DIRECT, a direct-I/O mount, `uzfs object
 /// put`, the engine used as a library) have no other copy and are kept.
 pub fn through_page_cache<R>(f: impl FnOnce() -> R) -> R {
-    let was = PAGE_CACHED.with(|d| d.replace(true));
-    let r = f();
-    PAGE_CACHED.with(|d| d.set(was));
-    r
+    crate::with_flag(&PAGE_CACHED, f)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -892,15 +889,7 @@ impl Objset {
         match src {
             BlockSource::Data(d) => Ok(Some(d)),
             BlockSource::Zero => Ok(None),
-            BlockSource::Tree(dn) => {
-                read_tree_block(&*self.reader, &dn, blkid).map_err(|e| match e {
-                    Error::Checksum(m) => Error::Checksum(format!(
-                        "object {obj} offset {}: {m}",
-                        blkid * dn.datablksz as u64
-                    )),
-                    e => e,
-                })
-            }
+            BlockSource::Tree(dn) => Ok(self.read_tree(obj, blkid, &dn)?.map(|(_, d)| d)),
             BlockSource::Partial {
                 data,
                 ranges,
@@ -971,14 +960,31 @@ impl Objset {
             BlockSource::Tree(dn) => dn,
             src => return self.resolve(obj, blkid, src),
         };
-        // The walk to the pointer caches the indirect blocks the read
-        // below walks again.
-        let bp = find_l0_bp(&*self.reader, &dn, blkid)?;
-        let data = self.resolve(obj, blkid, BlockSource::Tree(dn))?;
-        if let Some(bp) = bp.filter(|b| data.is_some() && b.birth > shared_below) {
+        let Some((bp, data)) = self.read_tree(obj, blkid, &dn)? else {
+            return Ok(None);
+        };
+        if bp.birth > shared_below {
             self.reader.handed_off(&bp);
         }
-        Ok(data)
+        Ok(Some(data))
+    }
+
+    /// Level-0 block `blkid` of `obj` from the tree under `dn`: its
+    /// pointer and bytes, or `None` for a hole; a checksum error names
+    /// the object and offset.
+    fn read_tree(
+        &self,
+        obj: u64,
+        blkid: u64,
+        dn: &DnodePhys,
+    ) -> Result<Option<(BlkPtr, Arc<Vec<u8>>)>> {
+        read_tree_block_bp(&*self.reader, dn, blkid).map_err(|e| match e {
+            Error::Checksum(m) => Error::Checksum(format!(
+                "object {obj} offset {}: {m}",
+                blkid * dn.datablksz as u64
+            )),
+            e => e,
+        })
     }
 
     /// Block `blkid` of `obj` as a write of part of it would have to read
@@ -2429,6 +2435,15 @@ pub fn read_tree_block(
     dn: &DnodePhys,
     blkid: u64,
 ) -> Result<Option<Arc<Vec<u8>>>> {
+    Ok(read_tree_block_bp(reader, dn, blkid)?.map(|(_, d)| d))
+}
+
+/// [`read_tree_block`], with the block's pointer.
+fn read_tree_block_bp(
+    reader: &dyn BlockReader,
+    dn: &DnodePhys,
+    blkid: u64,
+) -> Result<Option<(BlkPtr, Arc<Vec<u8>>)>> {
     let bp = match find_l0_bp(reader, dn, blkid)? {
         Some(bp) => bp,
         None => return Ok(None),
@@ -2440,7 +2455,7 @@ pub fn read_tree_block(
             format!("size {} != object block size {}", data.len(), dn.datablksz),
         ));
     }
-    Ok(Some(data))
+    Ok(Some((bp, data)))
 }
 
 /// The level-0 block pointer of `blkid`, or `None` for a hole.

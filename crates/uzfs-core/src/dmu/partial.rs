@@ -98,10 +98,7 @@ pub fn deferring_here() -> bool {
 /// (as it is for fill-at-sync): the kernel's answer is expected to fill
 /// it, and the sync reads it only if that answer falls short.
 pub fn deferring<R>(f: impl FnOnce() -> R) -> R {
-    let was = DEFER.with(|d| d.replace(true));
-    let r = f();
-    DEFER.with(|d| d.set(was));
-    r
+    crate::with_flag(&DEFER, f)
 }
 
 /// What happened to partly written records (a pool's, `SpaIo::partial`).

@@ -328,7 +328,7 @@ impl<'a> Tree<'a> {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let kernel_keeps = flags & libc::O_DIRECT as u32 == 0 && !opened_direct(self.zpl);
+        let kernel_keeps = kernel_caches(self.zpl, flags);
         BUF.with(|b| {
             let mut b = b.borrow_mut();
             let want = (size as usize).min(out.room());
@@ -596,6 +596,12 @@ fn opened_direct(zpl: &Zpl) -> bool {
     zpl.ctx().props().sync == SyncMode::Always || direct_io_mount()
 }
 
+/// Whether the kernel's page cache keeps what a read or write of a file
+/// opened with `flags` moves: neither O_DIRECT nor a direct-I/O open.
+fn kernel_caches(zpl: &Zpl, flags: u32) -> bool {
+    flags & libc::O_DIRECT as u32 == 0 && !opened_direct(zpl)
+}
+
 impl FuseFs {
     fn sync_mode(&self) -> SyncMode {
         self.zpl.ctx().props().sync
@@ -702,14 +708,12 @@ impl FuseFs {
             } => {
                 // The kernel keeps what it wrote back from its page cache,
                 // and what a buffered write(2) put there.
-                let direct = write_flags & abi::WRITE_CACHE == 0
-                    && (flags & libc::O_DIRECT as u32 != 0 || opened_direct(zpl));
-                if direct {
-                    self.write(h, obj, offset, write_flags, data, out)
-                } else {
+                if write_flags & abi::WRITE_CACHE != 0 || kernel_caches(zpl, flags) {
                     uzfs_core::dmu::objset::through_page_cache(|| {
                         self.write(h, obj, offset, write_flags, data, out)
                     })
+                } else {
+                    self.write(h, obj, offset, write_flags, data, out)
                 }
             }
             Op::Statfs => {
