@@ -813,6 +813,38 @@ mod tests {
         h
     }
 
+    /// READ and WRITE carry the file's open flags at byte 32
+    /// (`fuse_read_in`/`fuse_write_in` since protocol 7.9), which decide
+    /// whether the kernel caches what moves (`fuse/mod.rs`,
+    /// `kernel_caches`). An op header from before 7.9 ends before them: no
+    /// flags, not a refusal.
+    #[test]
+    fn read_and_write_carry_the_open_flags() {
+        let o_direct = libc::O_DIRECT as u32;
+        let mut h = vec![0u8; 40];
+        h[16..20].copy_from_slice(&4u32.to_le_bytes());
+        h[32..36].copy_from_slice(&o_direct.to_le_bytes());
+        match parse(READ, &h, &[]) {
+            Some(Op::Read { size: 4, flags, .. }) => assert_eq!(flags, o_direct),
+            o => panic!("{o:?}"),
+        }
+        match parse(WRITE, &h, b"data") {
+            Some(Op::Write { flags, data, .. }) => {
+                assert_eq!((flags, data), (o_direct, &b"data"[..]))
+            }
+            o => panic!("{o:?}"),
+        }
+        for old in [&h[..24], &h[..32]] {
+            match parse(READ, old, &[]) {
+                Some(Op::Read {
+                    size: 4, flags: 0, ..
+                }) => {}
+                o => panic!("{o:?}"),
+            }
+        }
+        assert!(parse(READ, &h[..16], &[]).is_none(), "no size: refused");
+    }
+
     #[test]
     fn requests_decode_and_malformed_ones_are_refused() {
         let h = InHeader::parse(&hdr(LOOKUP)).expect("header");
