@@ -32,14 +32,42 @@ pub mod zpl;
 pub use error::{Error, Result};
 
 /// Run `f` with the calling thread's `flag` set, then put it back as it
-/// was: the per-thread modes (`arc::prefetching`, `dmu::partial::deferring`,
+/// was, also when `f` panics (a FUSE request thread catches a handler's
+/// panic and serves the next request): the per-thread modes
+/// (`arc::prefetching`, `dmu::partial::deferring`,
 /// `dmu::objset::through_page_cache`) are each one such flag.
 pub(crate) fn with_flag<R>(
     flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
     f: impl FnOnce() -> R,
 ) -> R {
-    let was = flag.with(|d| d.replace(true));
-    let r = f();
-    flag.with(|d| d.set(was));
-    r
+    struct Restore(&'static std::thread::LocalKey<std::cell::Cell<bool>>, bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let was = self.1;
+            self.0.with(|d| d.set(was));
+        }
+    }
+    let _restore = Restore(flag, flag.with(|d| d.replace(true)));
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    thread_local! {
+        static FLAG: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[test]
+    fn a_flag_is_put_back_even_after_a_panic() {
+        assert!(super::with_flag(&FLAG, || FLAG.with(|f| f.get())));
+        assert!(!FLAG.with(|f| f.get()));
+        let r = std::panic::catch_unwind(|| super::with_flag(&FLAG, || panic!("handler")));
+        assert!(r.is_err());
+        assert!(!FLAG.with(|f| f.get()), "the flag outlived a panic");
+        // Nested: the inner call leaves the outer's setting.
+        super::with_flag(&FLAG, || {
+            super::with_flag(&FLAG, || ());
+            assert!(FLAG.with(|f| f.get()));
+        });
+    }
 }
