@@ -224,6 +224,9 @@ impl Daemon {
         if let Some(p) = env::<u64>("UZFS_DIRTY_SYNC_PCT") {
             t.dirty_sync_pct = p.clamp(1, 100);
         }
+        if let Some(p) = env::<u64>("UZFS_DIRTY_WHOLE_SYNC_PCT") {
+            t.dirty_whole_sync_pct = p.clamp(1, 100);
+        }
         if let Some(m) = env::<u64>("UZFS_ARC_MAX") {
             t.cache_bytes = m.max(1 << 20);
         }

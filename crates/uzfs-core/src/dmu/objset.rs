@@ -275,6 +275,11 @@ pub struct TxgDirty {
     pub objs: BTreeMap<u64, DirtyObj>,
     /// Bytes of dirty buffers held (for the write throttle).
     pub bytes: u64,
+    /// Of those, bytes of records that entered this txg written whole (a
+    /// stream). Nothing is gained by holding them longer (no rewrite
+    /// needs their old version), so they start a sync sooner than records
+    /// written in part (`Tunables::dirty_whole_sync_pct`).
+    pub whole: u64,
 }
 
 impl TxgDirty {
@@ -687,6 +692,11 @@ impl Objset {
     /// Bytes of dirty data in the open txg (not yet charged to `space`).
     pub fn open_dirty_bytes(&self) -> u64 {
         lock(&self.st).open.bytes
+    }
+
+    /// Bytes of records the open txg took written whole ([`TxgDirty::whole`]).
+    pub fn open_whole_bytes(&self) -> u64 {
+        lock(&self.st).open.whole
     }
 
     pub fn dirty_bytes(&self) -> u64 {
@@ -1209,6 +1219,7 @@ impl Objset {
             ..Default::default()
         };
         st.open.bytes -= released.min(st.open.bytes);
+        st.open.whole = st.open.whole.min(st.open.bytes);
         st.next_obj = st.next_obj.max(obj + 1);
         Ok(())
     }
@@ -1295,6 +1306,7 @@ impl Objset {
             ..Default::default()
         };
         st.open.bytes -= released.min(st.open.bytes);
+        st.open.whole = st.open.whole.min(st.open.bytes);
         if obj < st.next_obj {
             st.next_obj = obj;
         }
@@ -1362,6 +1374,7 @@ impl Objset {
             }
         };
         st.open.bytes = st.open.bytes - had.min(st.open.bytes) + added;
+        st.open.whole = st.open.whole.min(st.open.bytes);
         drop(st);
         self.note(Change::Grow { obj, blksz: new_bs });
         Ok(())
@@ -1386,6 +1399,7 @@ impl Objset {
         d.frees.push((start, end));
         let released = doomed.len() as u64 * bs;
         st.open.bytes -= released.min(st.open.bytes);
+        st.open.whole = st.open.whole.min(st.open.bytes);
         drop(st);
         self.note(Change::FreeRange { obj, start, end });
         Ok(())
@@ -1563,6 +1577,9 @@ impl Objset {
                             }
                         }
                         st.open.bytes += bs;
+                        if n == bs as usize {
+                            st.open.whole += bs;
+                        }
                         added += bs;
                     }
                 }

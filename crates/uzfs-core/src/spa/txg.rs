@@ -65,6 +65,10 @@ use std::time::{Duration, Instant};
 pub const MAX_SYNC_PASSES: u32 = 32;
 /// Dirty data is never held below this by a small cache (`Pool::dirty_limit`).
 pub const DIRTY_FLOOR: u64 = 32 << 20;
+/// The least whole-record data that starts a sync early
+/// (`Tunables::dirty_whole_sync_pct`): below it a txg's fixed cost (its
+/// MOS passes, uberblocks and flushes) would weigh on a stream.
+pub const WHOLE_SYNC_FLOOR: u64 = 64 << 20;
 
 /// Tunables, each documented with its default and what goes wrong if set badly.
 #[derive(Clone, Debug)]
@@ -83,6 +87,15 @@ pub struct Tunables {
     /// OpenZFS's is 20: at 50, 16 KiB random rewrites of the same records
     /// coalesce in one txg, `UZFS_DIRTY_SYNC_PCT`).
     pub dirty_sync_pct: u64,
+    /// Percent of the dirty limit that records written whole in the open
+    /// txg (a stream, [`TxgDirty::whole`]) start a sync at (default 10,
+    /// at least [`WHOLE_SYNC_FLOOR`], `UZFS_DIRTY_WHOLE_SYNC_PCT`). A
+    /// stream loses nothing by being written sooner, and a sync started
+    /// early overlaps the disk with the writer, leaves less for its
+    /// fsync, and frees the record buffers the stream refills
+    /// (`dmu/bufpool.rs`). Records written in part still wait for
+    /// `dirty_sync_pct`, so random rewrites keep coalescing.
+    pub dirty_whole_sync_pct: u64,
     /// Percent of dirty_max at which writers start being delayed (default 60).
     pub delay_min_pct: u64,
     /// Delay scale in ns (default 500,000, as zfs_delay_scale).
@@ -177,6 +190,7 @@ impl Default for Tunables {
             txg_timeout: Duration::from_secs(5),
             dirty_max: (ram / 10).min(4 << 30),
             dirty_sync_pct: 50,
+            dirty_whole_sync_pct: 10,
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
@@ -819,10 +833,28 @@ impl Pool {
         self.tun.dirty_max.min((c / 2).max(DIRTY_FLOOR)).max(1)
     }
 
-    /// A txg should start now: dirty data past its threshold, or the
-    /// intent log short of space (`LogSpace::pressed`).
+    /// Bytes of records the open txg took written whole, over all datasets.
+    fn open_whole_bytes(&self) -> u64 {
+        self.dsl
+            .list
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|d| d.os.open_whole_bytes())
+            .sum()
+    }
+
+    /// A txg should start now: dirty data past its threshold, records
+    /// written whole past theirs (a stream, `dirty_whole_sync_pct`), or
+    /// the intent log short of space (`LogSpace::pressed`).
     fn over_sync_threshold(&self) -> bool {
-        self.dirty_bytes() > self.dirty_limit() * self.tun.dirty_sync_pct / 100
+        let limit = self.dirty_limit();
+        let sync_at = limit * self.tun.dirty_sync_pct / 100;
+        let whole_at = (limit * self.tun.dirty_whole_sync_pct / 100)
+            .max(WHOLE_SYNC_FLOOR)
+            .min(sync_at);
+        self.dirty_bytes() > sync_at
+            || self.open_whole_bytes() > whole_at
             || self.log_space.pressed()
     }
 
