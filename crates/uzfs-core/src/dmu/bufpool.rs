@@ -34,8 +34,12 @@
 //! open txg draws on them, and dirty data and recycled buffers together
 //! stay within the dirty limit the daemon's memory budget already counts,
 //! however long a stream lasts. Past the cap a buffer is dropped. Buffers
-//! not asked for between two txg syncs are dropped at the second
+//! are dropped at a sync when no writer asked for one since the previous
 //! ([`BufPool::synced`]): an idle daemon gives them back within two txgs.
+//! Asked, not got: a writer faster than the disk asks while every buffer
+//! is still held by the txg being written, and the next sync starts the
+//! moment that one ends; counting only buffers handed out dropped each
+//! txg's buffers just as they came free (a 2 GiB stream reused none).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,7 +54,9 @@ const TRIES: usize = 4;
 pub struct BufPool {
     inner: Mutex<Inner>,
     cap: AtomicU64,
-    /// Something was taken since the last `synced`.
+    /// A writer asked since the last `synced` (whether or not a buffer
+    /// was free: one faster than the disk asks while all are still held
+    /// by the txg being written, and needs them the moment it ends).
     used: AtomicBool,
     /// Buffers handed out (counters for tests and `arcstats`).
     pub reused: AtomicU64,
@@ -106,6 +112,7 @@ impl BufPool {
     /// A buffer of exactly `len` bytes with arbitrary contents, if one is
     /// free. The caller overwrites all of it.
     pub fn take(&self, len: usize) -> Option<Vec<u8>> {
+        self.used.store(true, Ordering::Relaxed);
         let mut g = self.lock();
         let list = g.lists.get_mut(&len)?;
         for _ in 0..TRIES.min(list.len()) {
@@ -113,7 +120,6 @@ impl BufPool {
             match Arc::try_unwrap(b) {
                 Ok(v) => {
                     g.bytes -= len as u64;
-                    self.used.store(true, Ordering::Relaxed);
                     self.reused.fetch_add(1, Ordering::Relaxed);
                     return Some(v);
                 }
@@ -123,7 +129,7 @@ impl BufPool {
         None
     }
 
-    /// A txg finished syncing: if nothing was taken since the previous
+    /// A txg finished syncing: if no writer asked since the previous
     /// one, the writer has stopped, and the buffers go back to the
     /// allocator.
     pub fn synced(&self) {
@@ -189,5 +195,20 @@ mod tests {
         assert_eq!(p.bytes(), 4096, "a writer was active: kept");
         p.synced();
         assert_eq!(p.bytes(), 0, "idle for a txg: given back");
+    }
+
+    /// A writer faster than the disk asks while every buffer is still
+    /// held by the txg being written, and the next sync starts the moment
+    /// that one ends: the buffers it frees must still be there for it.
+    #[test]
+    fn a_writer_that_asked_while_all_were_held_keeps_them() {
+        let p = BufPool::new(1 << 20);
+        let b = Arc::new(vec![0u8; 4096]);
+        let held = b.clone();
+        p.give(b);
+        assert!(p.take(4096).is_none(), "still held by the syncing txg");
+        p.synced();
+        drop(held);
+        assert!(p.take(4096).is_some(), "dropped though a writer asked");
     }
 }
