@@ -196,8 +196,10 @@ pub struct Counters {
     /// Prefetched blocks evicted before any demand read used them.
     pub evict_prefetch_unused: u64,
     /// Blocks taken out once delivered whole to the kernel's page cache
-    /// ([`Lists::remove`]).
+    /// (`BlockCache::hand_off`).
     pub handed_off: u64,
+    /// Blocks taken out because the sync freed them (`BlockCache::freed`).
+    pub freed: u64,
 }
 
 /// Sizes now, in bytes.
@@ -555,9 +557,10 @@ impl<V: Clone> Lists<V> {
 
     /// Take block `k` out of the cache, leaving no ghost: its bytes now
     /// live elsewhere (the kernel's page cache above a mount, `arc/mod.rs`
-    /// [`BlockCache::hand_off`](super::BlockCache::hand_off)), so a later
-    /// miss on it says nothing about this cache's split. `None` if it is
-    /// not held.
+    /// [`BlockCache::hand_off`](super::BlockCache::hand_off)) or nowhere
+    /// (the sync freed it, [`BlockCache::freed`](super::BlockCache::freed)),
+    /// so a later miss on it says nothing about this cache's split. `None`
+    /// if it is not held. The caller counts it.
     pub fn remove(&mut self, k: &Key) -> Option<Evicted<V>> {
         let e = self.map.remove(k)?;
         self.order[e.state][e.kind].remove(&e.tick);
@@ -566,7 +569,6 @@ impl<V: Clone> Lists<V> {
         if e.kind == PREFETCH {
             self.prefetch_size -= e.size;
         }
-        self.counters.handed_off += 1;
         Some(Evicted {
             key: *k,
             v: e.v,

@@ -133,6 +133,7 @@ impl ArcStats {
             ("uzfs_evict_mfu", c.evict_mfu),
             ("uzfs_evict_prefetch_unused", c.evict_prefetch_unused),
             ("uzfs_handed_off", c.handed_off),
+            ("uzfs_freed", c.freed),
             ("l2_hits", self.l2.hits),
             ("l2_misses", self.l2.misses),
             ("l2_read_bytes", self.l2.read_bytes),
@@ -321,8 +322,29 @@ impl BlockCache {
     /// does (to a cache device's feed, if any, since the kernel may drop
     /// its pages before the next read), but leaves no ghost.
     pub fn hand_off(&self, k: &Key) {
-        let gone = self.lock().remove(k);
+        let gone = {
+            let mut l = self.lock();
+            let gone = l.remove(k);
+            l.counters.handed_off += gone.is_some() as u64;
+            gone
+        };
         self.let_go(gone.into_iter().collect());
+    }
+
+    /// Block `k` was freed (OpenZFS's `arc_freed`): nothing can ask for it
+    /// again, so it leaves at once, with no ghost and nothing for a cache
+    /// device. Without this a record rewritten in every txg kept each dead
+    /// version until it aged out, and a cache of twice the live records
+    /// held them once alive and once dead, reading the live ones back from
+    /// the devices at every sync (bench/RESULTS.md, "freed blocks").
+    pub fn freed(&self, k: &Key) {
+        let gone = {
+            let mut l = self.lock();
+            let gone = l.remove(k);
+            l.counters.freed += gone.is_some() as u64;
+            gone
+        };
+        drop(gone);
     }
 
     /// Drop every cached block (after the media changed under the pool).

@@ -701,6 +701,8 @@ impl BlockWriter for SyncWriter<'_> {
         for d in bp.dva.iter().filter(|d| d.is_valid()) {
             self.free_dva(d, immediate, bp.phys_birth);
         }
+        // No snapshot holds it: its cached copy is dead too.
+        self.io.block_freed(bp);
     }
 }
 
