@@ -709,9 +709,15 @@ impl Objset {
         lock(&self.st).open.bytes
     }
 
-    /// Bytes of records the open txg took written whole ([`TxgDirty::whole`]).
-    pub fn open_whole_bytes(&self) -> u64 {
-        lock(&self.st).open.whole
+    /// [`Objset::dirty_bytes`], and of the open txg's the bytes of records
+    /// it took written whole ([`TxgDirty::whole`]), under one lock (the
+    /// write throttle asks for both on every write).
+    pub fn dirty_and_whole_bytes(&self) -> (u64, u64) {
+        let st = lock(&self.st);
+        (
+            st.open.bytes + st.syncing.as_ref().map_or(0, |s| s.bytes),
+            st.open.whole,
+        )
     }
 
     pub fn dirty_bytes(&self) -> u64 {

@@ -810,15 +810,9 @@ pub(crate) fn start_sync_thread(pool: &Arc<Pool>) {
 }
 
 impl Pool {
+    /// Dirty bytes of the open and syncing txgs, every dataset and the MOS.
     pub fn dirty_bytes(&self) -> u64 {
-        self.dsl
-            .list
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .map(|d| d.os.dirty_bytes())
-            .sum::<u64>()
-            + self.mos.dirty_bytes()
+        self.dirty_and_whole_bytes().0
     }
 
     /// The most dirty data the open and syncing txgs may hold now:
@@ -835,15 +829,18 @@ impl Pool {
         self.tun.dirty_max.min((c / 2).max(DIRTY_FLOOR)).max(1)
     }
 
-    /// Bytes of records the open txg took written whole, over all datasets.
-    fn open_whole_bytes(&self) -> u64 {
-        self.dsl
+    /// Dirty bytes ([`Pool::dirty_bytes`]) and the bytes of records the
+    /// open txg took written whole, over all datasets, in one pass.
+    fn dirty_and_whole_bytes(&self) -> (u64, u64) {
+        let (dirty, whole) = self
+            .dsl
             .list
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .map(|d| d.os.open_whole_bytes())
-            .sum()
+            .map(|d| d.os.dirty_and_whole_bytes())
+            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+        (dirty + self.mos.dirty_bytes(), whole)
     }
 
     /// A txg should start now: dirty data past its threshold, records
@@ -855,9 +852,8 @@ impl Pool {
         let whole_at = (limit * self.tun.dirty_whole_sync_pct / 100)
             .max(WHOLE_SYNC_FLOOR)
             .min(sync_at);
-        self.dirty_bytes() > sync_at
-            || self.open_whole_bytes() > whole_at
-            || self.log_space.pressed()
+        let (dirty, whole) = self.dirty_and_whole_bytes();
+        dirty > sync_at || whole > whole_at || self.log_space.pressed()
     }
 
     fn has_pending_changes(&self) -> bool {
