@@ -322,13 +322,20 @@ impl BlockCache {
     /// does (to a cache device's feed, if any, since the kernel may drop
     /// its pages before the next read), but leaves no ghost.
     pub fn hand_off(&self, k: &Key) {
-        let gone = {
-            let mut l = self.lock();
-            let gone = l.remove(k);
-            l.counters.handed_off += gone.is_some() as u64;
-            gone
-        };
+        let gone = self.take_out(k, |c| &mut c.handed_off);
         self.let_go(gone.into_iter().collect());
+    }
+
+    /// Remove block `k` (no ghost), counted in the counter `which` picks.
+    fn take_out(
+        &self,
+        k: &Key,
+        which: impl FnOnce(&mut lists::Counters) -> &mut u64,
+    ) -> Option<Evicted<Block>> {
+        let mut l = self.lock();
+        let gone = l.remove(k);
+        *which(&mut l.counters) += gone.is_some() as u64;
+        gone
     }
 
     /// Block `k` was freed (OpenZFS's `arc_freed`): nothing can ask for it
@@ -338,13 +345,8 @@ impl BlockCache {
     /// held them once alive and once dead, reading the live ones back from
     /// the devices at every sync (bench/RESULTS.md, "freed blocks").
     pub fn freed(&self, k: &Key) {
-        let gone = {
-            let mut l = self.lock();
-            let gone = l.remove(k);
-            l.counters.freed += gone.is_some() as u64;
-            gone
-        };
-        drop(gone);
+        // Dropped here, outside the lock.
+        drop(self.take_out(k, |c| &mut c.freed));
     }
 
     /// Drop every cached block (after the media changed under the pool).

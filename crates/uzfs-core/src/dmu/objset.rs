@@ -293,6 +293,13 @@ impl TxgDirty {
         self.objs.is_empty()
     }
 
+    /// Dirty buffers of `less` bytes left the txg and `more` entered it
+    /// (not written whole); `whole` never counts more than is held.
+    fn resize(&mut self, less: u64, more: u64) {
+        self.bytes = self.bytes - less.min(self.bytes) + more;
+        self.whole = self.whole.min(self.bytes);
+    }
+
     /// Sync context: object `obj` is freed in this txg (whatever was
     /// changed in it here is dropped).
     pub fn free_object(&mut self, obj: u64) {
@@ -406,12 +413,12 @@ fn private_copy(
             "data block",
             format!("object {obj} block {blkid} has the wrong size"),
         )),
-        None => Ok(match reader.spare_buffer(bs as usize) {
-            Some(mut v) if v.len() == bs as usize => {
+        None => Ok(match spare(reader, bs as usize) {
+            Some(mut v) => {
                 v.fill(0);
                 v
             }
-            _ => vec![0u8; bs as usize],
+            None => vec![0u8; bs as usize],
         }),
     }
 }
@@ -419,13 +426,19 @@ fn private_copy(
 /// A new buffer holding `src`: a recycled one if the reader has one
 /// (no fresh pages to fault in), else a fresh copy.
 fn filled(reader: &dyn BlockReader, src: &[u8]) -> Vec<u8> {
-    match reader.spare_buffer(src.len()) {
-        Some(mut b) if b.len() == src.len() => {
+    match spare(reader, src.len()) {
+        Some(mut b) => {
             b.copy_from_slice(src);
             b
         }
-        _ => src.to_vec(),
+        None => src.to_vec(),
     }
+}
+
+/// A recycled buffer of exactly `len` bytes (arbitrary contents), if the
+/// reader has one.
+fn spare(reader: &dyn BlockReader, len: usize) -> Option<Vec<u8>> {
+    reader.spare_buffer(len).filter(|b| b.len() == len)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -721,8 +734,7 @@ impl Objset {
     }
 
     pub fn dirty_bytes(&self) -> u64 {
-        let st = lock(&self.st);
-        st.open.bytes + st.syncing.as_ref().map_or(0, |s| s.bytes)
+        self.dirty_and_whole_bytes().0
     }
 
     pub fn open_is_empty(&self) -> bool {
@@ -1245,8 +1257,7 @@ impl Objset {
             size: Some(0),
             ..Default::default()
         };
-        st.open.bytes -= released.min(st.open.bytes);
-        st.open.whole = st.open.whole.min(st.open.bytes);
+        st.open.resize(released, 0);
         st.next_obj = st.next_obj.max(obj + 1);
         Ok(())
     }
@@ -1332,8 +1343,7 @@ impl Objset {
             freed: true,
             ..Default::default()
         };
-        st.open.bytes -= released.min(st.open.bytes);
-        st.open.whole = st.open.whole.min(st.open.bytes);
+        st.open.resize(released, 0);
         if obj < st.next_obj {
             st.next_obj = obj;
         }
@@ -1400,8 +1410,7 @@ impl Objset {
                 0
             }
         };
-        st.open.bytes = st.open.bytes - had.min(st.open.bytes) + added;
-        st.open.whole = st.open.whole.min(st.open.bytes);
+        st.open.resize(had, added);
         drop(st);
         self.note(Change::Grow { obj, blksz: new_bs });
         Ok(())
@@ -1425,8 +1434,7 @@ impl Objset {
         }
         d.frees.push((start, end));
         let released = doomed.len() as u64 * bs;
-        st.open.bytes -= released.min(st.open.bytes);
-        st.open.whole = st.open.whole.min(st.open.bytes);
+        st.open.resize(released, 0);
         drop(st);
         self.note(Change::FreeRange { obj, start, end });
         Ok(())

@@ -117,6 +117,14 @@ impl DataErrors {
 }
 
 impl SpaIo {
+    /// Block `bp` was freed by a sync (no snapshot holds it): drop its
+    /// cached copy ([`crate::arc::BlockCache::freed`]).
+    pub fn block_freed(&self, bp: &BlkPtr) {
+        if !bp.is_hole() {
+            self.cache.freed(&cache_key(bp));
+        }
+    }
+
     pub fn new(vdevs: Vec<Arc<TopVdev>>, cache_bytes: u64, cache_min_bytes: u64) -> Self {
         SpaIo {
             vdevs: RwLock::new(vdevs),
@@ -328,16 +336,6 @@ impl SpaIo {
 
 /// The block cache's key for `bp`: its first copy's address and the first
 /// half of its checksum, so a block rewritten in place is a new key.
-impl SpaIo {
-    /// Block `bp` was freed by a sync (no snapshot holds it): drop its
-    /// cached copy ([`crate::arc::BlockCache::freed`]).
-    pub fn block_freed(&self, bp: &BlkPtr) {
-        if !bp.is_hole() {
-            self.cache.freed(&cache_key(bp));
-        }
-    }
-}
-
 fn cache_key(bp: &BlkPtr) -> crate::arc::Key {
     let mut ck = [0u8; 16];
     ck.copy_from_slice(&bp.checksum[..16]);

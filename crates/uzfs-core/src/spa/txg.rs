@@ -847,12 +847,17 @@ impl Pool {
     /// written whole past theirs (a stream, `dirty_whole_sync_pct`), or
     /// the intent log short of space (`LogSpace::pressed`).
     fn over_sync_threshold(&self) -> bool {
+        let (dirty, whole) = self.dirty_and_whole_bytes();
+        self.sync_due(dirty, whole)
+    }
+
+    /// [`Pool::over_sync_threshold`] for figures the caller already read.
+    fn sync_due(&self, dirty: u64, whole: u64) -> bool {
         let limit = self.dirty_limit();
         let sync_at = limit * self.tun.dirty_sync_pct / 100;
         let whole_at = (limit * self.tun.dirty_whole_sync_pct / 100)
             .max(WHOLE_SYNC_FLOOR)
             .min(sync_at);
-        let (dirty, whole) = self.dirty_and_whole_bytes();
         dirty > sync_at || whole > whole_at || self.log_space.pressed()
     }
 
@@ -1375,8 +1380,8 @@ impl Pool {
             if let Some(why) = self.suspended() {
                 return Err(Error::suspended(&self.name, &why));
             }
-            let dirty = self.dirty_bytes();
-            if self.over_sync_threshold() {
+            let (dirty, whole) = self.dirty_and_whole_bytes();
+            if self.sync_due(dirty, whole) {
                 lock(&self.txg).want_sync = true;
                 self.txg_cv.notify_all();
             }
