@@ -49,8 +49,10 @@ fn rss_bytes() -> u64 {
 
 /// What the sync did with written file data besides caching it
 /// (`spa/io.rs`, `CacheWritten`; `dmu/bufpool.rs`), by name.
-/// And what became of records written in part (`dmu/partial.rs`).
-const WRITE_FIELDS: [&str; 9] = [
+/// And what became of records written in part (`dmu/partial.rs`), and
+/// records given whole to the kernel's page cache after a read of part
+/// of them (`fuse/store.rs`; daemon-wide, the same in every pool's line).
+const WRITE_FIELDS: [&str; 11] = [
     "uzfs_written_uncached_bytes",
     "uzfs_bufpool_reused",
     "uzfs_bufpool_size",
@@ -60,9 +62,11 @@ const WRITE_FIELDS: [&str; 9] = [
     "uzfs_partial_filled_sync",
     "uzfs_partial_retrieved",
     "uzfs_partial_retrieve_missed",
+    "uzfs_kernel_stores",
+    "uzfs_kernel_stores_dropped",
 ];
 
-fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 9] {
+fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 11] {
     use std::sync::atomic::Ordering::Relaxed;
     let s = p.io.partial.stats();
     let v = [
@@ -75,6 +79,8 @@ fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 9] {
         s.filled_by_sync,
         s.retrieved,
         s.retrieve_missed,
+        crate::fuse::store::STORED.load(Relaxed),
+        crate::fuse::store::DROPPED.load(Relaxed),
     ];
     std::array::from_fn(|i| (WRITE_FIELDS[i], v[i]))
 }

@@ -89,7 +89,9 @@ impl Handler for Floor {
                 let a = self.make(h, name, libc::S_IFDIR | (mode & !umask & 0o7777))?;
                 out.entry(&a, 0, crate::fuse::abi::Ttl::both(TTL));
             }
-            Op::Create { mode, umask, name } => {
+            Op::Create {
+                mode, umask, name, ..
+            } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & !umask & 0o7777))?;
                 out.entry(&a, 0, crate::fuse::abi::Ttl::both(TTL));
                 out.open(0, FOPEN_KEEP_CACHE);
@@ -102,7 +104,7 @@ impl Handler for Floor {
                 out.written(data.len() as u32);
             }
             Op::Opendir => out.open(0, 0),
-            Op::Release | Op::Releasedir => {}
+            Op::Release { .. } | Op::Releasedir => {}
             Op::Getxattr { .. } => return Err(libc::ENODATA),
             _ => return Err(libc::ENOSYS),
         }

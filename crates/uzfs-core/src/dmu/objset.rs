@@ -574,6 +574,23 @@ enum Fill {
     Kernel { txg: u64 },
 }
 
+/// A record a read for the kernel's page cache covered only in part: the
+/// mount may give the kernel the rest
+/// (FUSE_NOTIFY_STORE, `uzfs/src/fuse/store.rs`), after which the cache
+/// need not keep it ([`Objset::kernel_holds`]).
+#[derive(Clone)]
+pub struct RecordPart {
+    /// The record's offset in the file.
+    pub offset: u64,
+    /// Bytes of it that are the file's (the ZPL cuts the last record
+    /// at the file's size).
+    pub len: usize,
+    /// Where a device holds it; none for a version in memory (dirty or
+    /// being synced), which the cache does not hold.
+    pub bp: Option<BlkPtr>,
+    pub data: Arc<Vec<u8>>,
+}
+
 enum BlockSource {
     Data(Arc<Vec<u8>>),
     Zero,
@@ -1012,6 +1029,45 @@ impl Objset {
         Ok(Some(data))
     }
 
+    /// [`read_block`](Self::read_block) of a block a read for the kernel
+    /// covers only in part (`bs`: the object's block size): noted in
+    /// `parts`, so that the kernel may be given the rest. Not a hole.
+    fn read_block_noting(
+        &self,
+        obj: u64,
+        blkid: u64,
+        bs: u64,
+        parts: &mut Vec<RecordPart>,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
+        let (bp, data) = match self.block_source(obj, blkid)? {
+            BlockSource::Tree(dn) => match self.read_tree(obj, blkid, &dn)? {
+                Some((bp, data)) => (Some(bp), data),
+                None => return Ok(None),
+            },
+            src => match self.resolve(obj, blkid, src)? {
+                Some(data) => (None, data),
+                None => return Ok(None),
+            },
+        };
+        parts.push(RecordPart {
+            offset: blkid * bs,
+            len: data.len(),
+            bp,
+            data: data.clone(),
+        });
+        Ok(Some(data))
+    }
+
+    /// The kernel's page cache now holds all of record `bp`, which a read
+    /// for it covered in part ([`RecordPart`]): the cache may let its
+    /// copy go, unless a snapshot or clone shares it (born at or before
+    /// `shared_below`).
+    pub fn kernel_holds(&self, bp: &BlkPtr, shared_below: u64) {
+        if bp.birth > shared_below {
+            self.reader.handed_off(bp);
+        }
+    }
+
     /// Level-0 block `blkid` of `obj` from the tree under `dn`: its
     /// pointer and bytes, or `None` for a hole; a checksum error names
     /// the object and offset.
@@ -1133,7 +1189,7 @@ impl Objset {
     /// Read `buf.len()` bytes at `offset`. Holes and bytes past the end of
     /// the object read as zeros; the caller clips to the object size.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_handing_off(obj, offset, buf, None)
+        self.read_handing_off(obj, offset, buf, None, None)
     }
 
     /// [`read`](Self::read) for the kernel's page cache above a mount,
@@ -1150,8 +1206,9 @@ impl Objset {
         offset: u64,
         buf: &mut [u8],
         shared_below: u64,
+        parts: Option<&mut Vec<RecordPart>>,
     ) -> Result<()> {
-        self.read_handing_off(obj, offset, buf, Some(shared_below))
+        self.read_handing_off(obj, offset, buf, Some(shared_below), parts)
     }
 
     fn read_handing_off(
@@ -1160,6 +1217,7 @@ impl Objset {
         offset: u64,
         buf: &mut [u8],
         shared_below: Option<u64>,
+        mut parts: Option<&mut Vec<RecordPart>>,
     ) -> Result<()> {
         let bs = self.stat(obj)?.datablksz as u64;
         let mut pos = 0usize;
@@ -1167,10 +1225,11 @@ impl Objset {
             let off = offset + pos as u64;
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(buf.len() - pos);
-            let block = match shared_below {
-                Some(below) if n == bs as usize => {
+            let block = match (shared_below, parts.as_deref_mut()) {
+                (Some(below), _) if n == bs as usize => {
                     self.read_block_handing_off(obj, blkid, below)?
                 }
+                (Some(_), Some(parts)) => self.read_block_noting(obj, blkid, bs, parts)?,
                 _ => self.read_block(obj, blkid)?,
             };
             match block {

@@ -5,9 +5,10 @@
 
 use super::acl;
 use super::znode::Znode;
+use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::changelog::OpScope;
 use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
-use crate::dmu::objset::Objset;
+use crate::dmu::objset::{Objset, RecordPart};
 use crate::dmu::tx;
 use crate::dmu::zap::{self, Zap};
 use crate::error::Error;
@@ -260,8 +261,9 @@ impl Prefetch {
     }
 
     /// A read of `[offset, end)` of `obj` (block size `bs`, file size
-    /// `size`) happened: maybe read further ahead.
-    fn note(&self, obj: u64, offset: u64, end: u64, bs: u64, size: u64) {
+    /// `size`) happened: maybe read further ahead. Whether it continues
+    /// a sequential stream.
+    fn note(&self, obj: u64, offset: u64, end: u64, bs: u64, size: u64) -> bool {
         let job = {
             let mut st = lock(&self.streams);
             if st.len() > 4096 {
@@ -271,7 +273,7 @@ impl Prefetch {
             if e.0 != offset {
                 // Not sequential: restart the stream here.
                 *e = (end, 0, 0);
-                return;
+                return false;
             }
             let window = (e.2 * 2).clamp(1 << 20, PREFETCH_MAX);
             let from = e.1.max(end.div_ceil(bs));
@@ -284,6 +286,7 @@ impl Prefetch {
                 let _ = tx.send(j);
             }
         }
+        true
     }
 }
 
@@ -1396,7 +1399,7 @@ impl Zpl {
     /// buffer per request cost page faults and zeroing on each (measured in
     /// the cold sequential read).
     pub fn read_into(&self, obj: u64, offset: u64, len: usize, buf: &mut Vec<u8>) -> ZResult<()> {
-        self.read_to(obj, offset, len, buf, false)
+        self.read_to(obj, offset, len, buf, None)
     }
 
     /// [`read_into`](Self::read_into) for the kernel's page cache above a
@@ -1411,16 +1414,41 @@ impl Zpl {
         len: usize,
         buf: &mut Vec<u8>,
     ) -> ZResult<()> {
-        self.read_to(obj, offset, len, buf, true)
+        self.read_to(obj, offset, len, buf, Some(None))
     }
 
+    /// [`read_for_kernel`](Self::read_for_kernel) that also notes in
+    /// `parts` the records it covers only in part and a device holds
+    /// (cut at the file's size), unless the file is being read
+    /// sequentially (the next reads cover the rest): the mount may give
+    /// the kernel the rest of each, then let the cache's copy go
+    /// ([`Zpl::kernel_holds`]).
+    pub fn read_for_kernel_noting(
+        &self,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+        parts: &mut Vec<RecordPart>,
+    ) -> ZResult<()> {
+        self.read_to(obj, offset, len, buf, Some(Some(parts)))
+    }
+
+    /// The kernel's page cache holds all of record `bp` of a file of this
+    /// filesystem ([`Objset::kernel_holds`]).
+    pub fn kernel_holds(&self, bp: &BlkPtr) {
+        self.os.kernel_holds(bp, self.ctx.shared_below());
+    }
+
+    /// `for_kernel`: `None` for a plain read; `Some(parts)` for the
+    /// kernel's page cache, noting partly covered records in `parts`.
     fn read_to(
         &self,
         obj: u64,
         offset: u64,
         len: usize,
         buf: &mut Vec<u8>,
-        for_kernel: bool,
+        for_kernel: Option<Option<&mut Vec<RecordPart>>>,
     ) -> ZResult<()> {
         let (dn, z) = self.load(obj)?;
         if z.is_dir() {
@@ -1431,20 +1459,33 @@ impl Zpl {
             return Ok(());
         }
         let n = (dn.size - offset).min(len as u64) as usize;
-        self.prefetch
-            .note(obj, offset, offset + n as u64, dn.datablksz as u64, dn.size);
+        let sequential =
+            self.prefetch
+                .note(obj, offset, offset + n as u64, dn.datablksz as u64, dn.size);
         // Every byte is overwritten below (holes as zeros), so old contents
         // may stay.
         if buf.len() < n {
             buf.resize(n, 0);
         }
         buf.truncate(n);
-        if for_kernel {
-            io(self
-                .os
-                .read_for_kernel(obj, offset, buf, self.ctx.shared_below()))?;
-        } else {
-            io(self.os.read(obj, offset, buf))?;
+        match for_kernel {
+            Some(parts) => {
+                let parts = parts.filter(|_| !sequential);
+                let noted = parts.as_ref().map_or(0, |p| p.len());
+                let below = self.ctx.shared_below();
+                match parts {
+                    Some(parts) => {
+                        io(self
+                            .os
+                            .read_for_kernel(obj, offset, buf, below, Some(&mut *parts)))?;
+                        for p in &mut parts[noted..] {
+                            p.len = p.len.min(dn.size.saturating_sub(p.offset) as usize);
+                        }
+                    }
+                    None => io(self.os.read_for_kernel(obj, offset, buf, below, None))?,
+                }
+            }
+            None => io(self.os.read(obj, offset, buf))?,
         }
         let props = self.ctx.props();
         if props.atime && !props.readonly {

@@ -274,7 +274,10 @@ pub enum Op<'a> {
         data: &'a [u8],
     },
     Statfs,
-    Release,
+    Release {
+        /// The open(2) flags the file was opened with.
+        flags: u32,
+    },
     Fsync,
     Setxattr {
         flags: u32,
@@ -305,6 +308,8 @@ pub enum Op<'a> {
     Releasedir,
     Fsyncdir,
     Create {
+        /// open(2)'s flags.
+        flags: u32,
         mode: u32,
         umask: u32,
         name: &'a [u8],
@@ -435,7 +440,7 @@ pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
             }
         }
         STATFS => Op::Statfs,
-        RELEASE => Op::Release,
+        RELEASE => Op::Release { flags: r.u32(8)? },
         FSYNC => Op::Fsync,
         SETXATTR => {
             let size = r.u32(0)? as usize;
@@ -465,6 +470,7 @@ pub fn parse<'a>(opcode: u32, h: &[u8], payload: &'a [u8]) -> Option<Op<'a>> {
         RELEASEDIR => Op::Releasedir,
         FSYNCDIR => Op::Fsyncdir,
         CREATE => Op::Create {
+            flags: r.u32(0)?,
             mode: r.u32(4)?,
             umask: r.u32(8)?,
             name: name_only(payload)?,
@@ -708,6 +714,22 @@ pub fn notify_inval_attr(ino: u64) -> [u8; OUT_HEADER_LEN + 24] {
     m[16..24].copy_from_slice(&ino.to_le_bytes());
     m[24..32].copy_from_slice(&(-1i64).to_le_bytes());
     m[32..40].copy_from_slice(&0i64.to_le_bytes());
+    m
+}
+
+/// `fuse_notify_code`: put bytes into a file's page cache.
+pub const NOTIFY_STORE: i32 = 4;
+
+/// The head of a FUSE_NOTIFY_STORE message (its `fuse_notify_store_out`),
+/// to be followed by the `size` bytes of node `ino` from `offset`. The
+/// kernel copies them over whatever pages it holds there and grows its
+/// idea of the file's size to `offset + size`.
+pub fn notify_store_head(ino: u64, offset: u64, size: u32) -> [u8; OUT_HEADER_LEN + 24] {
+    let mut m = [0u8; OUT_HEADER_LEN + 24];
+    out_header(&mut m, OUT_HEADER_LEN as u32 + 24 + size, NOTIFY_STORE, 0);
+    m[16..24].copy_from_slice(&ino.to_le_bytes());
+    m[24..32].copy_from_slice(&offset.to_le_bytes());
+    m[32..36].copy_from_slice(&size.to_le_bytes());
     m
 }
 

@@ -323,7 +323,7 @@ impl FuseFs {
                 out.open(0, abi::FOPEN_KEEP_CACHE);
                 Ok(())
             }
-            Op::Release | Op::Fsync | Op::Fsyncdir => Ok(()),
+            Op::Release { .. } | Op::Fsync | Op::Fsyncdir => Ok(()),
             Op::Statfs => {
                 self.statfs(out);
                 Ok(())

@@ -22,6 +22,7 @@ pub mod abi;
 pub mod ctldir;
 pub mod rollback;
 pub mod session;
+pub mod store;
 pub mod writeback;
 
 use abi::{FAttr, InHeader, Op, Out, Ttl};
@@ -65,6 +66,9 @@ pub struct FuseFs {
     notifier: Arc<std::sync::OnceLock<Notifier>>,
     /// Files whose writeback lost data (`writeback.rs`).
     writeback: Arc<writeback::WritebackLatch>,
+    /// Records given whole to the kernel after a read of part of them
+    /// (`store.rs`).
+    stores: Arc<store::Stores>,
     /// Answers to page retrievals numbered below this were asked for by
     /// a tree this one replaced (`Handler::retrieved`).
     first_retrieval: u64,
@@ -137,6 +141,7 @@ impl FuseFs {
             zpl: &self.zpl,
             tag: 0,
             handles: Some(&self.handles),
+            stores: Some((&self.stores, &self.zpl)),
         }
     }
 
@@ -207,8 +212,14 @@ impl FuseFs {
         let obj = self.obj(h.nodeid);
         if let Some(size) = size {
             self.writeback.truncated(h.nodeid, size);
+            // A writer while it runs (`store.rs`).
+            self.stores.writer(h.nodeid);
         }
-        let a = match self.zpl.setattr(obj, &a) {
+        let r = self.zpl.setattr(obj, &a);
+        if size.is_some() {
+            self.stores.done(h.nodeid);
+        }
+        let a = match r {
             // With the writeback cache the kernel writes back the times of
             // an inode it still caches after the file was unlinked and
             // freed (at syncfs, or at eviction). Nothing can see that file
@@ -246,6 +257,8 @@ struct Tree<'a> {
     tag: u64,
     /// The head's handles after a rollback (none in a snapshot's tree).
     handles: Option<&'a rollback::Handles>,
+    /// The head's stores of whole records (`store.rs`), and its ZPL.
+    stores: Option<(&'a store::Stores, &'a Arc<Zpl>)>,
 }
 
 impl<'a> Tree<'a> {
@@ -254,6 +267,7 @@ impl<'a> Tree<'a> {
             zpl,
             tag: view << ctldir::VIEW_SHIFT,
             handles: None,
+            stores: None,
         }
     }
 
@@ -323,22 +337,60 @@ impl<'a> Tree<'a> {
     /// `obj` here and below: the object number, not the FUSE inode.
     /// `flags`: the file's open flags. What the kernel reads into its page
     /// cache it keeps, so the records sent whole leave the ARC
-    /// (`Zpl::read_for_kernel`); a direct-I/O read is cached by nobody else.
-    fn read(&self, obj: u64, offset: u64, size: u32, flags: u32, out: &mut Out<'_>) -> ZResult<()> {
+    /// (`Zpl::read_for_kernel`), and the head gives it the rest of those
+    /// sent in part (`store.rs`); a direct-I/O read is cached by nobody
+    /// else.
+    fn read(
+        &self,
+        nodeid: u64,
+        obj: u64,
+        offset: u64,
+        size: u32,
+        flags: u32,
+        out: &mut Out<'_>,
+    ) -> ZResult<()> {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+            static PARTS: std::cell::RefCell<Vec<uzfs_core::dmu::objset::RecordPart>> =
+                const { std::cell::RefCell::new(Vec::new()) };
         }
         let kernel_keeps = kernel_caches(self.zpl, flags);
+        let stores = self
+            .stores
+            .filter(|_| kernel_keeps)
+            .and_then(|(s, zpl)| Some((s, zpl, s.ticket(nodeid)?)));
         BUF.with(|b| {
             let mut b = b.borrow_mut();
             let want = (size as usize).min(out.room());
-            if kernel_keeps {
-                self.zpl.read_for_kernel(obj, offset, want, &mut b)?;
-            } else {
-                self.zpl.read_into(obj, offset, want, &mut b)?;
+            match stores {
+                Some((s, zpl, ticket)) => PARTS.with(|p| {
+                    let mut p = p.borrow_mut();
+                    p.clear();
+                    match self
+                        .zpl
+                        .read_for_kernel_noting(obj, offset, want, &mut b, &mut p)
+                    {
+                        Ok(()) => {
+                            out.put(&b);
+                            s.queue(ticket, (offset, offset + b.len() as u64), &mut p, zpl);
+                            Ok(())
+                        }
+                        Err(e) => {
+                            s.drop_ticket(ticket);
+                            Err(e)
+                        }
+                    }
+                }),
+                None => {
+                    if kernel_keeps {
+                        self.zpl.read_for_kernel(obj, offset, want, &mut b)?;
+                    } else {
+                        self.zpl.read_into(obj, offset, want, &mut b)?;
+                    }
+                    out.put(&b);
+                    Ok(())
+                }
             }
-            out.put(&b);
-            Ok(())
         })
     }
 
@@ -421,7 +473,7 @@ impl<'a> Tree<'a> {
                 offset,
                 size,
                 flags,
-            } => self.read(obj, offset, size, flags, out),
+            } => self.read(h.nodeid, obj, offset, size, flags, out),
             Op::Getxattr { size, name } => match zpl.getxattr(obj, name) {
                 Err(libc::ENODATA) => Err(absent_xattr(name)),
                 v => xattr_reply(&v?, size, out),
@@ -514,6 +566,12 @@ impl Handler for FuseFs {
             Op::Link { oldnodeid, .. } => Some(self.obj(oldnodeid)),
             _ => None,
         };
+        // Counted before a stale release is answered below.
+        if let Op::Release { flags } = op {
+            if writes(flags) {
+                self.stores.done(h.nodeid);
+            }
+        }
         if self.handles.check(obj, other, &op)? {
             return Ok(());
         }
@@ -526,6 +584,7 @@ impl Handler for FuseFs {
 
     fn negotiated(&self, posix_acl: bool, notifier: Notifier) {
         self.zpl.set_posix_acl(posix_acl);
+        self.stores.start(notifier.clone());
         let _ = self.notifier.set(notifier);
         if let Some(pc) = self.kernel_pages() {
             self.zpl.set_page_cache(pc);
@@ -594,6 +653,11 @@ fn direct_io_mount() -> bool {
 /// Whether `zpl`'s files are opened with direct I/O (`FuseFs::open_flags`).
 fn opened_direct(zpl: &Zpl) -> bool {
     zpl.ctx().props().sync == SyncMode::Always || direct_io_mount()
+}
+
+/// Whether a handle opened with `flags` (open(2)'s) may write.
+fn writes(flags: u32) -> bool {
+    flags as i32 & libc::O_ACCMODE != libc::O_RDONLY
 }
 
 /// Whether the kernel's page cache keeps what a read or write of a file
@@ -695,8 +759,11 @@ impl FuseFs {
             Op::Link { oldnodeid, newname } => {
                 head.entry(zpl.link(self.obj(oldnodeid), obj, newname), out)
             }
-            Op::Open { .. } => {
+            Op::Open { flags } => {
                 zpl.open(obj)?;
+                if writes(flags) {
+                    self.stores.writer(h.nodeid);
+                }
                 out.open(0, self.open_flags());
                 Ok(())
             }
@@ -720,7 +787,7 @@ impl FuseFs {
                 self.statfs(out);
                 Ok(())
             }
-            Op::Release => {
+            Op::Release { .. } => {
                 self.writeback.settled(h.nodeid);
                 zpl.release(obj)
             }
@@ -744,9 +811,17 @@ impl FuseFs {
                 let visible = zpl.ctx().props().snapdir_visible;
                 head.readdir(obj, offset, size, plus, Some(visible), out)
             }
-            Op::Create { mode, umask, name } => {
+            Op::Create {
+                flags,
+                mode,
+                umask,
+                name,
+            } => {
                 let a = self.make(h, name, libc::S_IFREG | (mode & 0o7777), umask, 0, None)?;
                 zpl.open(a.ino)?;
+                if writes(flags) {
+                    self.stores.writer(head.ino(a.ino));
+                }
                 out.entry(&head.fattr(&a), head.hand_out(&a), head.ttl(&a));
                 out.open(0, self.open_flags());
                 Ok(())
@@ -885,6 +960,7 @@ pub fn mount(
         ctl: ctl.map(Arc::new),
         notifier: Default::default(),
         writeback: Default::default(),
+        stores: Default::default(),
         first_retrieval: 0,
     }));
     let s = session::mount(

@@ -107,8 +107,8 @@ impl Handles {
         let h = self.inner();
         if let Some(&kept) = h.stale.get(&obj) {
             return match op {
-                Op::Release | Op::Releasedir if !kept => Ok(true),
-                Op::Release | Op::Releasedir => Ok(false),
+                Op::Release { .. } | Op::Releasedir if !kept => Ok(true),
+                Op::Release { .. } | Op::Releasedir => Ok(false),
                 _ => Err(libc::ESTALE),
             };
         }
@@ -213,6 +213,7 @@ impl Suspended<'_> {
             zpl: &zpl,
             tag: 0,
             handles: None,
+            stores: None,
         };
         let inodes = t
             .gone
@@ -232,6 +233,7 @@ impl Suspended<'_> {
             ctl: old.ctl.clone(),
             notifier: old.notifier.clone(),
             writeback: old.writeback.clone(),
+            stores: old.stores.clone(),
             // Retrievals sent from now on are this tree's.
             first_retrieval: super::session::next_retrieve_unique(),
         });
@@ -242,6 +244,7 @@ impl Suspended<'_> {
         let pages = new.kernel_pages();
         *self.cur = new;
         Invalidation {
+            stores: old.stores.clone(),
             notifier: old.notifier.get().cloned(),
             inodes,
             names,
@@ -252,6 +255,8 @@ impl Suspended<'_> {
 
 /// Step 4: the kernel caches to drop after a swap.
 pub struct Invalidation {
+    /// Stores of the old tree's bytes, stale from now on (`store.rs`).
+    stores: Arc<super::store::Stores>,
     notifier: Option<Notifier>,
     /// Node ids whose attributes and pages go.
     inodes: Vec<u64>,
@@ -267,6 +272,8 @@ impl Invalidation {
     /// that starts meanwhile looks names up again before it reaches an
     /// inode whose attributes are still the old tree's.
     pub fn send(self) -> (usize, usize) {
+        // Before the pages go: what a store sends after this is dropped.
+        self.stores.rolled_back();
         if let Some(n) = &self.notifier {
             for (dir, name) in &self.names {
                 n.inval_entry(*dir, name);

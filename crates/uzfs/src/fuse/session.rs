@@ -94,6 +94,22 @@ impl Notifier {
         let _ = (&mut &*self.0).write_all(&abi::notify_inval_entry(parent, name));
     }
 
+    /// Put `data` into inode `ino`'s page cache at `offset`, over any
+    /// page it holds there (`fuse/store.rs` says when that is safe). The
+    /// kernel takes each page's lock in turn, so this waits for reads in
+    /// flight on those pages: never call it from a request thread.
+    pub fn store(&self, ino: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        let size =
+            u32::try_from(data.len()).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let head = abi::notify_store_head(ino, offset, size);
+        // One message, one write(2): the device takes it whole or not at all.
+        let n = (&*self.0).write_vectored(&[io::IoSlice::new(&head), io::IoSlice::new(data)])?;
+        if n != head.len() + data.len() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
+    }
+
     /// Ask the kernel for the bytes of inode `ino` it holds in its page
     /// cache from `offset` (at most `len`, up to the first page it does
     /// not hold). Returns at once: the answer is a NOTIFY_REPLY request,
