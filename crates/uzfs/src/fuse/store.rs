@@ -66,9 +66,12 @@ use std::time::Duration;
 use uzfs_core::dmu::objset::RecordPart;
 use uzfs_core::zpl::Zpl;
 
-/// Records waiting to be stored; past this a read's record is not stored
-/// (its next read asks the daemon, as without stores).
+/// Records waiting to be stored, and their bytes (a queued record's
+/// buffer lives on even if the ARC evicts it, outside the ARC's bound);
+/// past either a read's record is not stored (its next read asks the
+/// daemon, as without stores).
 const QUEUE: usize = 256;
+const QUEUE_BYTES: usize = 16 << 20;
 
 /// Records given to the kernel, and stores dropped.
 pub static STORED: AtomicU64 = AtomicU64::new(0);
@@ -107,6 +110,8 @@ struct State {
     sending: u32,
     /// (node id, record offset) queued, so a record is queued once.
     queued: HashSet<(u64, u64)>,
+    /// Bytes of the records queued.
+    queued_bytes: usize,
 }
 
 impl State {
@@ -223,6 +228,11 @@ impl Stores {
                 }
                 continue;
             }
+            let bytes = part.data.len();
+            if st.queued_bytes + bytes > QUEUE_BYTES {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             if !st.queued.insert((ino, part.offset)) {
                 continue;
             }
@@ -239,6 +249,7 @@ impl Stores {
             };
             match r {
                 Ok(()) => {
+                    st.queued_bytes += bytes;
                     if let Some(f) = st.files.get_mut(&ino) {
                         f.holds += 1;
                     }
@@ -321,6 +332,7 @@ impl Stores {
     fn claim(&self, j: &Job) -> bool {
         let mut st = lock(&self.state);
         st.queued.remove(&(j.ticket.ino, j.part.offset));
+        st.queued_bytes -= j.part.data.len();
         let epoch = st.epoch;
         let ok = match st.files.get_mut(&j.ticket.ino) {
             Some(f)
