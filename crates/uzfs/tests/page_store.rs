@@ -241,3 +241,71 @@ fn stores_never_land_over_writes_or_truncates() {
     );
     e.export_and_zdb("tank");
 }
+
+/// A rollback while readers run: stores of the bytes they read before it
+/// (queued, or held between their check and their copy) never land after
+/// the rollback dropped the kernel's pages of the file, so the file reads
+/// as the snapshot's, through the kernel's pages and from the pool.
+#[test]
+fn no_store_outlives_a_rollback() {
+    if !can_mount() {
+        return;
+    }
+    let (e, f, before) = setup(&[("UZFS_FUSE_STORE_DELAY_MS", "3")], 16);
+    e.ok(&["zfs", "snapshot", "tank@a"]);
+    let after = noise(8, before.len());
+    std::fs::write(&f, &after).expect("rewrite");
+    std::fs::File::open(&f)
+        .expect("open")
+        .sync_all()
+        .expect("fsync");
+    e.ok(&["zpool", "sync", "tank"]);
+    drop_pages(&f);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for t in 0..3u64 {
+        let (f, stop) = (f.clone(), stop.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut rng = Rng(0x2011_bac4 ^ (t + 1));
+            let mut b = vec![0u8; PAGE];
+            while !stop.load(Ordering::Relaxed) {
+                // A descriptor may go stale across the rollback: errors
+                // are expected here, only the final contents count.
+                let Ok(h) = std::fs::File::open(&f) else {
+                    continue;
+                };
+                // SAFETY: posix_fadvise on an open descriptor.
+                unsafe { libc::posix_fadvise(h.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+                for _ in 0..64 {
+                    let at = rng.below((16 << 20) / PAGE as u64) * PAGE as u64;
+                    let _ = h.read_at(&mut b, at);
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    e.ok(&["zfs", "rollback", "tank@a"]);
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("reader");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(arcstat(&e, "uzfs_kernel_stores") > 0, "no store happened");
+    let check = |when: &str| {
+        let got = std::fs::read(&f).expect("read back");
+        assert_eq!(got.len(), before.len(), "size {when}");
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != before[i]) {
+            let which = if got[i] == after[i] {
+                "the rewrite's"
+            } else {
+                "neither version's"
+            };
+            panic!("byte {i} is {which} {when}");
+        }
+    };
+    check("through the kernel's pages");
+    drop_pages(&f);
+    check("from the pool");
+    e.export_and_zdb("tank");
+}
