@@ -87,9 +87,14 @@ now() { echo "$EPOCHREALTIME"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b-a}'; }
 # Cold means uzfs's block cache too: the kernel's drop_caches cannot reach
 # memory in a user-space daemon, so `zinject -a` flushes it (OpenZFS's ARC
-# gives memory back to drop_caches through its shrinker).
+# gives memory back to drop_caches through its shrinker). And first the
+# open txg is written (`sync` reaches the daemon as writebacks only; without
+# `zpool sync` a walk right after the creates found their metadata still
+# dirty in memory at the default sizes, and read it from disk only where
+# a smaller dirty limit had synced it: a 512 MiB `arc_max` looked 0.66x).
 drop_caches() {
-  sync; echo 3 > /proc/sys/vm/drop_caches
+  sync; "$U" zpool sync bench_uzfs || metric FAIL_sync "zpool sync failed"
+  echo 3 > /proc/sys/vm/drop_caches
   "$U" zinject -a bench_uzfs || metric FAIL_flush "zinject -a failed"
 }
 fio_job() {
