@@ -39,9 +39,9 @@
 //!    (SETATTR of the size, possibly without a handle), or a rollback.
 //!    Each file counts its changes; a store carries the count seen before
 //!    its bytes were read and is dropped if the count moved. A truncate
-//!    is a writer while it runs. A rollback moves every file's count
-//!    ([`Stores::rolled_back`]) and waits for the store being sent before
-//!    the kernel's pages of changed files are dropped.
+//!    is a writer while it runs. A rollback moves an epoch every store
+//!    carries ([`Stores::rolled_back`]) and waits for the store being
+//!    sent before the kernel's pages of changed files are dropped.
 //! 3. **Size.** The kernel grows its size of the file to the end of a
 //!    store: stores stop at the file's size as read, and a truncate since
 //!    then is a change (2).
@@ -50,7 +50,10 @@
 //! the same pages, which request threads answer; a request thread waits
 //! for a store only in an OPEN or truncate of the same file, so the store
 //! can wait forever only if every request thread of a queue sits in one
-//! of those at once. Those waits log after a second.
+//! of those at once while a read of the same pages waits in that queue:
+//! a hang, never a wrong byte, and not seen; those waits log every
+//! second, naming the file. Removing it needs replies that can be
+//! deferred without holding a thread.
 //!
 //! Off under a memory cgroup limit (the pages a store creates are charged
 //! to the daemon's cgroup, not the reader's) and with `UZFS_FUSE_STORE=0`.
