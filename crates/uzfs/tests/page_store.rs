@@ -63,17 +63,22 @@ fn setup(envs: &[(&str, &str)], mb: usize) -> (Env, std::path::PathBuf, Vec<u8>)
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let m = e.tank();
-    let f = m.join("f");
+    let f = e.tank().join("f");
     let data = noise(7, mb << 20);
-    std::fs::write(&f, &data).expect("write");
-    std::fs::File::open(&f)
+    on_disk(&e, &f, &data);
+    (e, f, data)
+}
+
+/// `data` is `f`'s, on disk (written, fsynced, its txg synced), and the
+/// kernel holds none of its pages.
+fn on_disk(e: &Env, f: &Path, data: &[u8]) {
+    std::fs::write(f, data).expect("write");
+    std::fs::File::open(f)
         .expect("open")
         .sync_all()
         .expect("fsync");
     e.ok(&["zpool", "sync", "tank"]);
-    drop_pages(&f);
-    (e, f, data)
+    drop_pages(f);
 }
 
 #[test]
@@ -254,13 +259,7 @@ fn no_store_outlives_a_rollback() {
     let (e, f, before) = setup(&[("UZFS_FUSE_STORE_DELAY_MS", "3")], 16);
     e.ok(&["zfs", "snapshot", "tank@a"]);
     let after = noise(8, before.len());
-    std::fs::write(&f, &after).expect("rewrite");
-    std::fs::File::open(&f)
-        .expect("open")
-        .sync_all()
-        .expect("fsync");
-    e.ok(&["zpool", "sync", "tank"]);
-    drop_pages(&f);
+    on_disk(&e, &f, &after);
     let stop = Arc::new(AtomicBool::new(false));
     let mut readers = Vec::new();
     for t in 0..3u64 {
