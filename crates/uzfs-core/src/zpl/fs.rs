@@ -1418,8 +1418,8 @@ impl Zpl {
     }
 
     /// [`read_for_kernel`](Self::read_for_kernel) that also notes in
-    /// `parts` the records it covers only in part and a device holds
-    /// (cut at the file's size), unless the file is being read
+    /// `parts` the records it covers only in part (cut at the file's
+    /// size), unless the file is being read
     /// sequentially (the next reads cover the rest): the mount may give
     /// the kernel the rest of each, then let the cache's copy go
     /// ([`Zpl::kernel_holds`]).
