@@ -25,8 +25,9 @@ if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ] \
   export UZFS_REQUIRE_URING=${UZFS_REQUIRE_URING:-1}
 fi
 cargo test --workspace
-# The mount tests again over the other transport, /dev/fuse.
-UZFS_FUSE_URING=0 UZFS_REQUIRE_URING=0 cargo test -p uzfs --test fs
+# The mount tests again over the other transport, /dev/fuse (and the
+# page-cache stores, whose notifications share the request descriptors).
+UZFS_FUSE_URING=0 UZFS_REQUIRE_URING=0 cargo test -p uzfs --test fs --test page_store
 ./bench/run.sh --smoke
 ./bench/redundancy.sh --smoke
 ./bench/fs.sh --smoke
