@@ -47,12 +47,12 @@ fn resident(path: &Path) -> Vec<bool> {
 
 /// A read-only descriptor that tells the kernel not to read ahead, as
 /// fio's random jobs do.
-fn open_random(path: &Path) -> std::fs::File {
-    let f = std::fs::File::open(path).expect("open");
+fn open_random(path: &Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::File::open(path)?;
     // SAFETY: posix_fadvise on an open descriptor, whole file.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
     assert_eq!(rc, 0, "posix_fadvise");
-    f
+    Ok(f)
 }
 
 /// A pool with a file of `mb` MiB of noise written and synced to disk,
@@ -91,7 +91,7 @@ fn a_small_read_leaves_its_whole_record_in_the_kernel() {
         resident(&f).iter().all(|r| !r),
         "pages left after dropping them"
     );
-    let h = open_random(&f);
+    let h = open_random(&f).expect("open");
     let mut b = vec![0u8; PAGE];
     h.read_exact_at(&mut b, 2 * REC as u64 + 8192)
         .expect("read");
@@ -129,7 +129,7 @@ fn without_stores_a_small_read_leaves_one_page() {
         return;
     }
     let (_e, f, _) = setup(&[("UZFS_FUSE_STORE", "0")], 1);
-    let h = open_random(&f);
+    let h = open_random(&f).expect("open");
     let mut b = vec![0u8; PAGE];
     h.read_exact_at(&mut b, 2 * REC as u64 + 8192)
         .expect("read");
@@ -165,7 +165,7 @@ fn stores_never_land_over_writes_or_truncates() {
             let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let mut b = vec![0u8; PAGE];
             while !stop.load(Ordering::Relaxed) {
-                let h = open_random(&f);
+                let h = open_random(&f).expect("open");
                 for _ in 0..64 {
                     let len = model.lock().map(|m| m.len()).unwrap_or(0);
                     let at = rng.below((len / PAGE).max(1) as u64) * PAGE as u64;
@@ -270,11 +270,9 @@ fn no_store_outlives_a_rollback() {
             while !stop.load(Ordering::Relaxed) {
                 // A descriptor may go stale across the rollback: errors
                 // are expected here, only the final contents count.
-                let Ok(h) = std::fs::File::open(&f) else {
+                let Ok(h) = open_random(&f) else {
                     continue;
                 };
-                // SAFETY: posix_fadvise on an open descriptor.
-                unsafe { libc::posix_fadvise(h.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
                 for _ in 0..64 {
                     let at = rng.below((16 << 20) / PAGE as u64) * PAGE as u64;
                     let _ = h.read_at(&mut b, at);

@@ -574,6 +574,9 @@ enum Fill {
     Kernel { txg: u64 },
 }
 
+/// A level-0 block's bytes, `None` for a hole.
+type Block = Option<Arc<Vec<u8>>>;
+
 /// A record a read for the kernel's page cache covered only in part: the
 /// mount may give the kernel the rest
 /// (FUSE_NOTIFY_STORE, `uzfs/src/fuse/store.rs`), after which the cache
@@ -1007,61 +1010,23 @@ impl Objset {
         self.resolve(obj, blkid, src)
     }
 
-    /// [`read_block`](Self::read_block), for a reader that keeps all of it
-    /// ([`Objset::read_for_kernel`]). A version in memory (dirty, being
-    /// synced) is not the cache's to give up.
-    fn read_block_handing_off(
-        &self,
-        obj: u64,
-        blkid: u64,
-        shared_below: u64,
-    ) -> Result<Option<Arc<Vec<u8>>>> {
-        let dn = match self.block_source(obj, blkid)? {
-            BlockSource::Tree(dn) => dn,
-            src => return self.resolve(obj, blkid, src),
-        };
-        let Some((bp, data)) = self.read_tree(obj, blkid, &dn)? else {
-            return Ok(None);
-        };
-        if bp.birth > shared_below {
-            self.reader.handed_off(&bp);
-        }
-        Ok(Some(data))
-    }
-
-    /// [`read_block`](Self::read_block) of a block a read for the kernel
-    /// covers only in part (`bs`: the object's block size): noted in
-    /// `parts`, so that the kernel may be given the rest. Not a hole.
-    fn read_block_noting(
-        &self,
-        obj: u64,
-        blkid: u64,
-        bs: u64,
-        parts: &mut Vec<RecordPart>,
-    ) -> Result<Option<Arc<Vec<u8>>>> {
-        let (bp, data) = match self.block_source(obj, blkid)? {
+    /// [`read_block`](Self::read_block), with the block's pointer when a
+    /// device holds it as read (not a version in memory: dirty, being
+    /// synced, or partly written).
+    fn read_block_bp(&self, obj: u64, blkid: u64) -> Result<(Option<BlkPtr>, Block)> {
+        Ok(match self.block_source(obj, blkid)? {
             BlockSource::Tree(dn) => match self.read_tree(obj, blkid, &dn)? {
-                Some((bp, data)) => (Some(bp), data),
-                None => return Ok(None),
+                Some((bp, data)) => (Some(bp), Some(data)),
+                None => (None, None),
             },
-            src => match self.resolve(obj, blkid, src)? {
-                Some(data) => (None, data),
-                None => return Ok(None),
-            },
-        };
-        parts.push(RecordPart {
-            offset: blkid * bs,
-            len: data.len(),
-            bp,
-            data: data.clone(),
-        });
-        Ok(Some(data))
+            src => (None, self.resolve(obj, blkid, src)?),
+        })
     }
 
-    /// The kernel's page cache now holds all of record `bp`, which a read
-    /// for it covered in part ([`RecordPart`]): the cache may let its
-    /// copy go, unless a snapshot or clone shares it (born at or before
-    /// `shared_below`).
+    /// The kernel's page cache now holds all of record `bp`: the cache
+    /// may let its copy go ([`BlockReader::handed_off`]), unless a
+    /// snapshot or clone shares it (born at or before `shared_below`). A
+    /// version in memory has no `bp`: it is not the cache's to give up.
     pub fn kernel_holds(&self, bp: &BlkPtr, shared_below: u64) {
         if bp.birth > shared_below {
             self.reader.handed_off(bp);
@@ -1226,10 +1191,28 @@ impl Objset {
             let (blkid, boff) = (off / bs, (off % bs) as usize);
             let n = (bs as usize - boff).min(buf.len() - pos);
             let block = match (shared_below, parts.as_deref_mut()) {
+                // Read whole for the kernel, which keeps it.
                 (Some(below), _) if n == bs as usize => {
-                    self.read_block_handing_off(obj, blkid, below)?
+                    let (bp, data) = self.read_block_bp(obj, blkid)?;
+                    if let Some(bp) = &bp {
+                        self.kernel_holds(bp, below);
+                    }
+                    data
                 }
-                (Some(_), Some(parts)) => self.read_block_noting(obj, blkid, bs, parts)?,
+                // Read in part for the kernel: the mount may give it the
+                // rest ([`RecordPart`]).
+                (Some(_), Some(parts)) => {
+                    let (bp, data) = self.read_block_bp(obj, blkid)?;
+                    if let Some(data) = &data {
+                        parts.push(RecordPart {
+                            offset: blkid * bs,
+                            len: data.len(),
+                            bp,
+                            data: Arc::clone(data),
+                        });
+                    }
+                    data
+                }
                 _ => self.read_block(obj, blkid)?,
             };
             match block {

@@ -5,7 +5,6 @@
 
 use super::acl;
 use super::znode::Znode;
-use crate::dmu::blkptr::BlkPtr;
 use crate::dmu::changelog::OpScope;
 use crate::dmu::dnode::{ot, DnodePhys, ObjProps};
 use crate::dmu::objset::{Objset, RecordPart};
@@ -1434,10 +1433,13 @@ impl Zpl {
         self.read_to(obj, offset, len, buf, Some(Some(parts)))
     }
 
-    /// The kernel's page cache holds all of record `bp` of a file of this
-    /// filesystem ([`Objset::kernel_holds`]).
-    pub fn kernel_holds(&self, bp: &BlkPtr) {
-        self.os.kernel_holds(bp, self.ctx.shared_below());
+    /// The kernel's page cache holds all of record `part` of a file of
+    /// this filesystem ([`Objset::kernel_holds`]; nothing for a version
+    /// in memory).
+    pub fn kernel_holds(&self, part: &RecordPart) {
+        if let Some(bp) = &part.bp {
+            self.os.kernel_holds(bp, self.ctx.shared_below());
+        }
     }
 
     /// `for_kernel`: `None` for a plain read; `Some(parts)` for the
@@ -1470,19 +1472,14 @@ impl Zpl {
         buf.truncate(n);
         match for_kernel {
             Some(parts) => {
-                let parts = parts.filter(|_| !sequential);
+                let mut parts = parts.filter(|_| !sequential);
                 let noted = parts.as_ref().map_or(0, |p| p.len());
                 let below = self.ctx.shared_below();
-                match parts {
-                    Some(parts) => {
-                        io(self
-                            .os
-                            .read_for_kernel(obj, offset, buf, below, Some(&mut *parts)))?;
-                        for p in &mut parts[noted..] {
-                            p.len = p.len.min(dn.size.saturating_sub(p.offset) as usize);
-                        }
-                    }
-                    None => io(self.os.read_for_kernel(obj, offset, buf, below, None))?,
+                io(self
+                    .os
+                    .read_for_kernel(obj, offset, buf, below, parts.as_deref_mut()))?;
+                for p in parts.into_iter().flat_map(|p| &mut p[noted..]) {
+                    p.len = p.len.min(dn.size.saturating_sub(p.offset) as usize);
                 }
             }
             None => io(self.os.read(obj, offset, buf))?,

@@ -366,31 +366,20 @@ impl<'a> Tree<'a> {
                 Some((s, zpl, ticket)) => PARTS.with(|p| {
                     let mut p = p.borrow_mut();
                     p.clear();
-                    match self
+                    let r = self
                         .zpl
-                        .read_for_kernel_noting(obj, offset, want, &mut b, &mut p)
-                    {
-                        Ok(()) => {
-                            out.put(&b);
-                            s.queue(ticket, (offset, offset + b.len() as u64), &mut p, zpl);
-                            Ok(())
-                        }
-                        Err(e) => {
-                            s.drop_ticket(ticket);
-                            Err(e)
-                        }
+                        .read_for_kernel_noting(obj, offset, want, &mut b, &mut p);
+                    match r {
+                        Ok(()) => s.queue(ticket, (offset, offset + b.len() as u64), &mut p, zpl),
+                        Err(_) => s.drop_ticket(ticket),
                     }
+                    r
                 }),
-                None => {
-                    if kernel_keeps {
-                        self.zpl.read_for_kernel(obj, offset, want, &mut b)?;
-                    } else {
-                        self.zpl.read_into(obj, offset, want, &mut b)?;
-                    }
-                    out.put(&b);
-                    Ok(())
-                }
-            }
+                None if kernel_keeps => self.zpl.read_for_kernel(obj, offset, want, &mut b),
+                None => self.zpl.read_into(obj, offset, want, &mut b),
+            }?;
+            out.put(&b);
+            Ok(())
         })
     }
 

@@ -118,6 +118,14 @@ struct State {
 }
 
 impl State {
+    /// A ticket or store of `ino` is done with.
+    fn release(&mut self, ino: u64) {
+        if let Some(f) = self.files.get_mut(&ino) {
+            f.holds -= 1;
+        }
+        self.prune(ino);
+    }
+
     /// Forget `ino` if nothing refers to it any more.
     fn prune(&mut self, ino: u64) {
         if self
@@ -148,20 +156,11 @@ struct Job {
 }
 
 /// The stores of one mount (shared by the trees a rollback swaps).
+#[derive(Default)]
 pub struct Stores {
     state: Mutex<State>,
     idle: Condvar,
     tx: Mutex<Option<SyncSender<Job>>>,
-}
-
-impl Default for Stores {
-    fn default() -> Self {
-        Stores {
-            state: Mutex::new(State::default()),
-            idle: Condvar::new(),
-            tx: Mutex::new(None),
-        }
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,9 +225,7 @@ impl Stores {
         for part in parts.drain(..) {
             let (from, to) = (part.offset, part.offset + part.len as u64);
             if sent.0 <= from && to <= sent.1 {
-                if let Some(bp) = &part.bp {
-                    zpl.kernel_holds(bp);
-                }
+                zpl.kernel_holds(&part);
                 continue;
             }
             let bytes = part.data.len();
@@ -263,19 +260,13 @@ impl Stores {
                 }
             }
         }
-        if let Some(f) = st.files.get_mut(&ino) {
-            f.holds -= 1;
-        }
-        st.prune(ino);
+        // The ticket's own hold.
+        st.release(ino);
     }
 
     /// Give back a ticket that queued nothing (the read failed).
     pub fn drop_ticket(&self, ticket: Ticket) {
-        let mut st = lock(&self.state);
-        if let Some(f) = st.files.get_mut(&ticket.ino) {
-            f.holds -= 1;
-        }
-        st.prune(ticket.ino);
+        lock(&self.state).release(ticket.ino);
     }
 
     /// Node `ino` gets a writer (an OPEN or CREATE for writing, answered
@@ -349,10 +340,7 @@ impl Stores {
         if ok {
             st.sending += 1;
         } else {
-            if let Some(f) = st.files.get_mut(&j.ticket.ino) {
-                f.holds -= 1;
-            }
-            st.prune(j.ticket.ino);
+            st.release(j.ticket.ino);
         }
         ok
     }
@@ -363,9 +351,8 @@ impl Stores {
         st.sending -= 1;
         if let Some(f) = st.files.get_mut(&j.ticket.ino) {
             f.sending -= 1;
-            f.holds -= 1;
         }
-        st.prune(j.ticket.ino);
+        st.release(j.ticket.ino);
         drop(st);
         self.idle.notify_all();
     }
@@ -391,9 +378,7 @@ fn sender(stores: std::sync::Weak<Stores>, rx: Receiver<Job>, notifier: Notifier
         stores.sent(&j);
         if ok {
             STORED.fetch_add(1, Ordering::Relaxed);
-            if let Some(bp) = &j.part.bp {
-                j.zpl.kernel_holds(bp);
-            }
+            j.zpl.kernel_holds(&j.part);
         }
     }
 }
