@@ -480,6 +480,8 @@ pub fn return_free_memory() {
 pub fn run(rundir: &Path) -> i32 {
     limit_malloc_arenas();
     init_logging();
+    // Before any thread: the flag is inherited by threads created later.
+    crate::fuse::bdi::mark_io_flusher();
     if let Err(e) = prepare_rundir(rundir) {
         log::error!("cannot create run directory {}: {e}", rundir.display());
         return 1;

@@ -19,6 +19,7 @@
 //! bit and setattr rights exactly as for a local filesystem.
 
 pub mod abi;
+pub mod bdi;
 pub mod ctldir;
 pub mod rollback;
 pub mod session;

@@ -1,0 +1,186 @@
+//! The mount's share of the kernel's dirty pages.
+//!
+//! With the writeback cache a write(2) into a FUSE file dirties the
+//! kernel's pages and returns; the kernel writes them back to the daemon
+//! later, as it does for a local filesystem. But the kernel gives each
+//! FUSE mount a backing device (bdi) with `strict_limit` set and
+//! `max_ratio` 1: the mount may hold 1% of the dirty threshold (48 MB on
+//! this 24 GiB machine), and a writer past that waits for the daemon even
+//! while the machine has gigabytes of dirty headroom. The kernel does so
+//! because an unprivileged FUSE server may be slow or hostile, and only it
+//! can clean its pages.
+//!
+//! What that costs uzfs: random 16 KiB writes over a 1 GiB file of 128
+//! KiB records. Throttled at 48 MB, each record reaches the daemon with
+//! one or two 16 KiB pieces written, and a txg writes it whole for them
+//! (eight times the bytes). With a 512 MiB `arc_max` (dirty data held to
+//! 256 MiB) that ran at 53-65 MiB/s where ext4 runs at 900; at the default
+//! sizes the daemon's own dirty records held the whole file instead, at
+//! the price of a gigabyte of daemon memory. Let the kernel hold those
+//! pages as it would for ext4, and the same records reach the daemon
+//! whole or nearly: the page cache is the write buffer, as it is the read
+//! cache (one copy, docs/ARCHITECTURE.md).
+//!
+//! So, after mounting, the daemon (root: it mounted) raises its bdi's
+//! `max_ratio` in `/sys/class/bdi/MAJ:MIN/` to 25% of the dirty
+//! threshold (`UZFS_FUSE_DIRTY_RATIO`; 1 is the kernel's). The strict
+//! limit stays: the mount never holds more than that share, whatever the
+//! global dirty count, so one mount's pages can never by themselves push
+//! the machine past the point (half-way between `vm.dirty_background_ratio`
+//! and `vm.dirty_ratio`, 75% of the threshold by default) where every
+//! writer is throttled, the daemon's own buffered writes to file vdevs
+//! included. Background writeback of the mount begins at half its limit.
+//! The pages count against the machine's dirty limits, not the daemon's
+//! RSS, and reach the pool within `vm.dirty_expire_centisecs` plus a txg
+//! unless an fsync, a close, a snapshot or an export sends them first.
+//!
+//! Where it is allowed (CAP_SYS_RESOURCE, which containers often drop)
+//! the daemon also marks itself an I/O flusher (`PR_SET_IO_FLUSHER`,
+//! [`mark_io_flusher`]), as the kernel documents for user-space block
+//! and filesystem servers: its buffered writes are throttled only against
+//! the device they go to, and its allocations never wait on I/O in
+//! reclaim.
+//!
+//! Where /sys is read-only (some containers) the kernel's limit stays and
+//! the log says so.
+
+use std::path::Path;
+
+/// `prctl(PR_SET_IO_FLUSHER)` (Linux 5.6; libc lacks the constant for
+/// glibc targets).
+const PR_SET_IO_FLUSHER: libc::c_int = 57;
+
+/// The share of the dirty threshold a mount may hold, in percent.
+const DEFAULT_RATIO: u32 = 25;
+
+/// Mark the calling thread, and every thread it creates afterwards, an
+/// I/O flusher. Call before any thread is spawned. Best effort: needs
+/// CAP_SYS_RESOURCE.
+pub fn mark_io_flusher() -> bool {
+    // SAFETY: prctl with integer arguments only; no memory is passed.
+    let r = unsafe {
+        libc::prctl(
+            PR_SET_IO_FLUSHER,
+            1 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if r != 0 {
+        log::debug!(
+            "PR_SET_IO_FLUSHER refused ({})",
+            std::io::Error::last_os_error()
+        );
+    }
+    r == 0
+}
+
+/// `UZFS_FUSE_DIRTY_RATIO` (1-100), else [`DEFAULT_RATIO`].
+fn wanted_ratio() -> u32 {
+    std::env::var("UZFS_FUSE_DIRTY_RATIO")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| (1..=100).contains(r))
+        .unwrap_or(DEFAULT_RATIO)
+}
+
+/// Give the FUSE mount at `mountpoint` its share of the dirty threshold
+/// (see the module comment). Returns the bdi's name and the ratio set.
+pub fn set_dirty_share(mountpoint: &Path) -> Option<(String, u32)> {
+    let ratio = wanted_ratio();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let bdi = fuse_mount_dev(&mountinfo, mountpoint)?;
+    let knob = Path::new("/sys/class/bdi").join(&bdi).join("max_ratio");
+    match std::fs::write(&knob, ratio.to_string()) {
+        Ok(()) => Some((bdi, ratio)),
+        Err(e) => {
+            log::info!(
+                "{}: the kernel's dirty-page limit for FUSE stays ({}: {e})",
+                mountpoint.display(),
+                knob.display()
+            );
+            None
+        }
+    }
+}
+
+/// The `MAJ:MIN` of the last FUSE mount at `mountpoint` in a
+/// `/proc/self/mountinfo` text (the last: a mount stacked over older ones
+/// is listed after them).
+fn fuse_mount_dev(mountinfo: &str, mountpoint: &Path) -> Option<String> {
+    let want = mountpoint.to_str()?;
+    let mut found = None;
+    for line in mountinfo.lines() {
+        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+        let mut fields = line.split(' ');
+        let (Some(_), Some(_), Some(dev), Some(_), Some(at)) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            continue;
+        };
+        let fstype = line.split(" - ").nth(1).and_then(|s| s.split(' ').next());
+        let is_fuse = fstype.is_some_and(|t| t == "fuse" || t.starts_with("fuse."));
+        if is_fuse && unescape(at) == want {
+            found = Some(dev.to_string());
+        }
+    }
+    found
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:41 / /mnt/a\\040b rw,nosuid shared:2 - fuse.uzfs p1 rw,user_id=0
+41 22 0:42 / /mnt/c rw shared:3 - fuse.uzfs p2/fs rw,user_id=0
+42 41 0:43 / /mnt/c rw shared:4 - fuse.uzfs p3 rw,user_id=0
+43 22 0:44 / /mnt/d rw shared:5 - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn finds_the_top_fuse_mount() {
+        assert_eq!(
+            fuse_mount_dev(INFO, Path::new("/mnt/a b")).as_deref(),
+            Some("0:41")
+        );
+        assert_eq!(
+            fuse_mount_dev(INFO, Path::new("/mnt/c")).as_deref(),
+            Some("0:43")
+        );
+        assert_eq!(fuse_mount_dev(INFO, Path::new("/mnt/d")), None);
+        assert_eq!(fuse_mount_dev(INFO, Path::new("/mnt")), None);
+    }
+
+    #[test]
+    fn unescapes_octal() {
+        assert_eq!(unescape("/a\\040b\\134c"), "/a b\\c");
+        assert_eq!(unescape("/x\\04"), "/x\\04");
+    }
+}
