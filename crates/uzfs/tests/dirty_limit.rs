@@ -1,6 +1,7 @@
-//! A mount may hold a quarter of the kernel's dirty threshold, not FUSE's
-//! 1% (`fuse/bdi.rs`), the daemon is an I/O flusher where it may be, and
-//! what the kernel holds dirty reaches the pool whole.
+//! With `UZFS_FUSE_STRICT_LIMIT=0` a mount's dirty pages are limited as a
+//! local filesystem's are, not by FUSE's strict 1% (`fuse/bdi.rs`); by
+//! default the kernel's limit stays. The daemon is an I/O flusher where it
+//! may be, and what the kernel holds dirty reaches the pool whole.
 
 mod common;
 
@@ -47,18 +48,17 @@ fn task_flags(pid: i32) -> u64 {
 }
 
 #[test]
-fn mount_holds_a_quarter_of_the_dirty_threshold() {
+fn strict_limit_kept_or_lifted() {
     if !can_mount() {
         return;
     }
     let e = Env::new();
     let mnt = e.tank();
     assert_eq!(
-        bdi_knob(&mnt, "max_ratio"),
-        "25",
-        "a quarter of the threshold"
+        bdi_knob(&mnt, "strict_limit"),
+        "1",
+        "the kernel's by default"
     );
-    assert_eq!(bdi_knob(&mnt, "strict_limit"), "1", "held to it strictly");
     let flags = task_flags(e.daemon_pid());
     if has_sys_resource() {
         assert_eq!(
@@ -70,26 +70,32 @@ fn mount_holds_a_quarter_of_the_dirty_threshold() {
         eprintln!("no CAP_SYS_RESOURCE here: the I/O flusher mark is not checked");
     }
 
-    let mut kept = Env::new();
-    kept.envs = vec![("UZFS_FUSE_DIRTY_RATIO".into(), "1".into())];
-    let mnt = kept.tank();
+    let mut lifted = Env::new();
+    lifted.envs = vec![("UZFS_FUSE_STRICT_LIMIT".into(), "0".into())];
+    let mnt = lifted.tank();
+    assert_eq!(
+        bdi_knob(&mnt, "strict_limit"),
+        "0",
+        "UZFS_FUSE_STRICT_LIMIT=0 lifts it"
+    );
     assert_eq!(
         bdi_knob(&mnt, "max_ratio"),
         "1",
-        "UZFS_FUSE_DIRTY_RATIO=1: the kernel's"
+        "writeback still starts at 1%"
     );
 }
 
 /// 16 KiB pieces written at random over a 96 MiB file with no fsync (past
-/// the 1% a FUSE mount may otherwise hold dirty), the file closed (which
-/// writes its pages back) and the pool exported and imported: the file
-/// is the model, and zdb is clean.
+/// the 1% a FUSE mount holds dirty with the strict limit), on a mount
+/// without it, the file closed (which writes its pages back) and the pool
+/// exported and imported: the file is the model, and zdb is clean.
 #[test]
 fn dirty_pages_reach_the_pool_whole() {
     if !can_mount() {
         return;
     }
-    let e = Env::new();
+    let mut e = Env::new();
+    e.envs = vec![("UZFS_FUSE_STRICT_LIMIT".into(), "0".into())];
     let mnt = e.tank();
     let path = mnt.join("f");
     const LEN: usize = 96 << 20;

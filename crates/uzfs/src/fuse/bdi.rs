@@ -21,37 +21,46 @@
 //! whole or nearly: the page cache is the write buffer, as it is the read
 //! cache (one copy, docs/ARCHITECTURE.md).
 //!
-//! So, after mounting, the daemon (root: it mounted) raises its bdi's
-//! `max_ratio` in `/sys/class/bdi/MAJ:MIN/` to 25% of the dirty
-//! threshold (`UZFS_FUSE_DIRTY_RATIO`; 1 is the kernel's). The strict
-//! limit stays: the mount never holds more than that share, whatever the
-//! global dirty count, so one mount's pages can never by themselves push
-//! the machine past the point (half-way between `vm.dirty_background_ratio`
-//! and `vm.dirty_ratio`, 75% of the threshold by default) where every
-//! writer is throttled, the daemon's own buffered writes to file vdevs
-//! included. Background writeback of the mount begins at half its limit.
+//! With `UZFS_FUSE_STRICT_LIMIT=0` the daemon (root: it mounted) clears
+//! its bdi's `strict_limit` in `/sys/class/bdi/MAJ:MIN/` and keeps
+//! `max_ratio` 1. A writer is then throttled as a local filesystem's is,
+//! by the global `vm.dirty_ratio`, and pages it rewrites while they wait
+//! are sent once: fs.sh's 16 KiB random writes run 7-8x faster with a 512
+//! MiB `arc_max` (bench/RESULTS.md, "the kernel as the write buffer").
+//!
+//! It is not the default, because the kernel then starts writeback of the
+//! mount only when the whole machine passes `vm.dirty_background_ratio`
+//! (or an fsync, or the flusher's 5 s round): a 1 GiB sequential write
+//! sat in the page cache whole (915 MB dirty, none under writeback) until
+//! its end fsync, with the daemon idle meanwhile, and ran at 0.76-0.84x.
+//! With the strict limit the kernel starts writeback at half the mount's
+//! limit; raising `max_ratio` to 25 under it (tried) delayed that start
+//! the same way (0.76x). Flipping the limit by what the daemon sees (parts
+//! of records arriving: lift it; whole records: restore it) is the next
+//! step, not built.
+//!
 //! The pages count against the machine's dirty limits, not the daemon's
 //! RSS, and reach the pool within `vm.dirty_expire_centisecs` plus a txg
 //! unless an fsync, a close, a snapshot or an export sends them first.
 //!
-//! Where it is allowed (CAP_SYS_RESOURCE, which containers often drop)
-//! the daemon also marks itself an I/O flusher (`PR_SET_IO_FLUSHER`,
-//! [`mark_io_flusher`]), as the kernel documents for user-space block
-//! and filesystem servers: its buffered writes are throttled only against
-//! the device they go to, and its allocations never wait on I/O in
-//! reclaim.
-//!
-//! Where /sys is read-only (some containers) the kernel's limit stays and
-//! the log says so.
+//! The daemon's own buffered writes (labels, uberblocks, small blocks to
+//! file vdevs) go to another device, whose pages its own flusher cleans.
+//! When the global count passes the limit, the kernel still lets a writer
+//! through whose device holds next to no dirty pages (`balance_dirty_pages`:
+//! "give the other good wb's a pipe"), so the daemon is slowed, never
+//! stopped, by pages only it can clean. Where it is allowed
+//! (CAP_SYS_RESOURCE, which containers often drop) the daemon also marks
+//! itself an I/O flusher (`PR_SET_IO_FLUSHER`, [`mark_io_flusher`]), as
+//! the kernel documents for user-space block and filesystem servers: then
+//! its writes are throttled only against their own device, and its
+//! allocations never wait on I/O in reclaim. Where /sys is read-only
+//! (some containers) the limit stays and the log says so.
 
 use std::path::Path;
 
 /// `prctl(PR_SET_IO_FLUSHER)` (Linux 5.6; libc lacks the constant for
 /// glibc targets).
 const PR_SET_IO_FLUSHER: libc::c_int = 57;
-
-/// The share of the dirty threshold a mount may hold, in percent.
-const DEFAULT_RATIO: u32 = 25;
 
 /// Mark the calling thread, and every thread it creates afterwards, an
 /// I/O flusher. Call before any thread is spawned. Best effort: needs
@@ -76,24 +85,18 @@ pub fn mark_io_flusher() -> bool {
     r == 0
 }
 
-/// `UZFS_FUSE_DIRTY_RATIO` (1-100), else [`DEFAULT_RATIO`].
-fn wanted_ratio() -> u32 {
-    std::env::var("UZFS_FUSE_DIRTY_RATIO")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|r| (1..=100).contains(r))
-        .unwrap_or(DEFAULT_RATIO)
-}
-
-/// Give the FUSE mount at `mountpoint` its share of the dirty threshold
-/// (see the module comment). Returns the bdi's name and the ratio set.
-pub fn set_dirty_share(mountpoint: &Path) -> Option<(String, u32)> {
-    let ratio = wanted_ratio();
+/// With `UZFS_FUSE_STRICT_LIMIT=0`, clear `strict_limit` on the bdi of
+/// the FUSE mount at `mountpoint` (see the module comment). Returns the
+/// bdi's name when it did.
+pub fn lift_strict_limit(mountpoint: &Path) -> Option<String> {
+    if std::env::var("UZFS_FUSE_STRICT_LIMIT").map_or(true, |v| v != "0") {
+        return None;
+    }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let bdi = fuse_mount_dev(&mountinfo, mountpoint)?;
-    let knob = Path::new("/sys/class/bdi").join(&bdi).join("max_ratio");
-    match std::fs::write(&knob, ratio.to_string()) {
-        Ok(()) => Some((bdi, ratio)),
+    let knob = Path::new("/sys/class/bdi").join(&bdi).join("strict_limit");
+    match std::fs::write(&knob, "0") {
+        Ok(()) => Some(bdi),
         Err(e) => {
             log::info!(
                 "{}: the kernel's dirty-page limit for FUSE stays ({}: {e})",

@@ -465,8 +465,8 @@ pub fn mount(
                 .spawn(move || classic_loop(&dev, &*fs))?,
         );
     }
-    if let Some((bdi, ratio)) = super::bdi::set_dirty_share(&listed) {
-        log::debug!("{}: bdi {bdi} max_ratio {ratio}", mountpoint.display());
+    if let Some(bdi) = super::bdi::lift_strict_limit(&listed) {
+        log::debug!("{}: bdi {bdi} without strict_limit", mountpoint.display());
     }
     Ok(session)
 }
