@@ -1,8 +1,8 @@
-//! With `UZFS_FUSE_STRICT_LIMIT=0` a mount's dirty pages are limited as a
-//! local filesystem's are, not by FUSE's strict 1% (`fuse/bdi.rs`); by
-//! default the kernel's limit stays. The daemon is an I/O flusher where it
-//! may be, and what the kernel holds dirty reaches the pool whole.
-
+//! A mount's dirty pages are held to FUSE's strict 1% while the writes
+//! written back are whole records, and limited as a local filesystem's
+//! while they are pieces of records (`fuse/bdi.rs`); `UZFS_FUSE_STRICT_LIMIT`
+//! fixes either. The daemon is an I/O flusher where it may be, and what
+//! the kernel holds dirty reaches the pool whole.
 mod common;
 
 use common::{can_mount, Env, Rng};
@@ -54,11 +54,7 @@ fn strict_limit_kept_or_lifted() {
     }
     let e = Env::new();
     let mnt = e.tank();
-    assert_eq!(
-        bdi_knob(&mnt, "strict_limit"),
-        "1",
-        "the kernel's by default"
-    );
+    assert_eq!(bdi_knob(&mnt, "strict_limit"), "1", "strict at first");
     let flags = task_flags(e.daemon_pid());
     if has_sys_resource() {
         assert_eq!(
@@ -82,6 +78,61 @@ fn strict_limit_kept_or_lifted() {
         bdi_knob(&mnt, "max_ratio"),
         "1",
         "writeback still starts at 1%"
+    );
+}
+
+/// `len` bytes at `path`, written in 1 MiB writes and fsynced.
+fn write_whole(path: &Path, len: usize, seed: u64) {
+    let f = std::fs::File::create(path).expect("create");
+    let mut rng = Rng(seed);
+    for at in (0..len).step_by(1 << 20) {
+        f.write_all_at(&rng.bytes(1 << 20), at as u64)
+            .expect("write");
+    }
+    f.sync_all().expect("fsync");
+}
+
+/// 16 KiB pieces in every other 16 KiB of a file: none starts on a
+/// 128 KiB record boundary, nor do the writes the kernel makes of them.
+fn write_pieces(path: &Path, len: usize, seed: u64) {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut rng = Rng(seed);
+    for at in (16 << 10..len).step_by(32 << 10) {
+        f.write_all_at(&rng.bytes(16 << 10), at as u64)
+            .expect("write");
+    }
+    f.sync_all().expect("fsync");
+}
+
+#[test]
+fn adaptive_limit_follows_the_writes() {
+    if !can_mount() {
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.tank();
+    let path = mnt.join("f");
+    const LEN: usize = 32 << 20;
+    write_whole(&path, LEN, 1);
+    assert_eq!(bdi_knob(&mnt, "strict_limit"), "1", "whole records: strict");
+    write_pieces(&path, LEN, 2);
+    assert_eq!(bdi_knob(&mnt, "strict_limit"), "0", "pieces: lifted");
+    write_whole(&path, LEN, 3);
+    assert_eq!(bdi_knob(&mnt, "strict_limit"), "1", "whole again: restored");
+
+    let mut kept = Env::new();
+    kept.envs = vec![("UZFS_FUSE_STRICT_LIMIT".into(), "1".into())];
+    let mnt = kept.tank();
+    let path = mnt.join("f");
+    write_whole(&path, LEN, 1);
+    write_pieces(&path, LEN, 2);
+    assert_eq!(
+        bdi_knob(&mnt, "strict_limit"),
+        "1",
+        "UZFS_FUSE_STRICT_LIMIT=1: never lifted"
     );
 }
 

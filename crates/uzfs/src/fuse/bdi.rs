@@ -56,7 +56,9 @@
 //! allocations never wait on I/O in reclaim. Where /sys is read-only
 //! (some containers) the limit stays and the log says so.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// `prctl(PR_SET_IO_FLUSHER)` (Linux 5.6; libc lacks the constant for
 /// glibc targets).
@@ -85,25 +87,108 @@ pub fn mark_io_flusher() -> bool {
     r == 0
 }
 
-/// With `UZFS_FUSE_STRICT_LIMIT=0`, clear `strict_limit` on the bdi of
-/// the FUSE mount at `mountpoint` (see the module comment). Returns the
-/// bdi's name when it did.
-pub fn lift_strict_limit(mountpoint: &Path) -> Option<String> {
-    if std::env::var("UZFS_FUSE_STRICT_LIMIT").map_or(true, |v| v != "0") {
-        return None;
+/// How a mount's strict limit is set (`UZFS_FUSE_STRICT_LIMIT`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// `1`: the kernel's limit, always.
+    Kept,
+    /// `0`: lifted, always.
+    Lifted,
+    /// Otherwise: lifted while the writes written back start inside
+    /// records, restored while they start on record boundaries.
+    Adaptive,
+}
+
+pub fn mode() -> Mode {
+    match std::env::var("UZFS_FUSE_STRICT_LIMIT").as_deref() {
+        Ok("1") => Mode::Kept,
+        Ok("0") => Mode::Lifted,
+        _ => Mode::Adaptive,
     }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let bdi = fuse_mount_dev(&mountinfo, mountpoint)?;
-    let knob = Path::new("/sys/class/bdi").join(&bdi).join("strict_limit");
-    match std::fs::write(&knob, "0") {
-        Ok(()) => Some(bdi),
-        Err(e) => {
-            log::info!(
-                "{}: the kernel's dirty-page limit for FUSE stays ({}: {e})",
-                mountpoint.display(),
-                knob.display()
-            );
-            None
+}
+
+/// Records judged at a time.
+const WINDOW: u32 = 64;
+
+/// One mount's strict limit.
+#[derive(Default)]
+pub struct DirtyLimit {
+    /// `/sys/class/bdi/MAJ:MIN/strict_limit`, once the mount is up and
+    /// the mode lets the daemon change it.
+    knob: std::sync::OnceLock<(PathBuf, Mode)>,
+    lifted: AtomicBool,
+    /// (pieces of records, pieces and whole records) of the current
+    /// window.
+    window: Mutex<(u32, u32)>,
+}
+
+impl DirtyLimit {
+    /// The mount at `mountpoint` (as /proc/self/mountinfo lists it) is
+    /// up: find its bdi, and lift the limit for [`Mode::Lifted`].
+    pub fn attach(&self, mountpoint: &Path) {
+        let mode = mode();
+        if mode == Mode::Kept {
+            return;
+        }
+        let Some(bdi) = std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|info| fuse_mount_dev(&info, mountpoint))
+        else {
+            return;
+        };
+        let knob = Path::new("/sys/class/bdi").join(bdi).join("strict_limit");
+        if mode == Mode::Lifted && !self.set(&knob, false) {
+            return;
+        }
+        let _ = self.knob.set((knob, mode));
+    }
+
+    /// A write of `len` bytes at `offset` that the kernel wrote back from
+    /// its page cache, into a file of `recordsize` records. It counts as a
+    /// piece if it starts inside a record (the daemon must merge it with
+    /// the rest), and as one whole record per record it covers whole; its
+    /// tail counts for nothing (the end of a small file or a stream is no
+    /// sign either way). Every [`WINDOW`] counted, the limit is lifted if
+    /// at least half were pieces, and restored if at most one in eight.
+    pub fn note(&self, offset: u64, len: u64, recordsize: u64) {
+        let Some((knob, Mode::Adaptive)) = self.knob.get() else {
+            return;
+        };
+        let rs = recordsize.max(512);
+        let piece = !offset.is_multiple_of(rs);
+        let first_whole = offset.div_ceil(rs);
+        let whole = ((offset + len) / rs).saturating_sub(first_whole) as u32;
+        let (pieces, n) = {
+            let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            w.0 += piece as u32;
+            w.1 += piece as u32 + whole;
+            if w.1 < WINDOW {
+                return;
+            }
+            std::mem::take(&mut *w)
+        };
+        let lifted = self.lifted.load(Ordering::Relaxed);
+        if !lifted && pieces * 2 >= n {
+            self.set(knob, false);
+        } else if lifted && pieces * 8 <= n {
+            self.set(knob, true);
+        }
+    }
+
+    fn set(&self, knob: &Path, strict: bool) -> bool {
+        match std::fs::write(knob, if strict { "1" } else { "0" }) {
+            Ok(()) => {
+                self.lifted.store(!strict, Ordering::Relaxed);
+                log::debug!("{}: strict_limit {}", knob.display(), strict as u8);
+                true
+            }
+            Err(e) => {
+                log::info!(
+                    "the kernel's dirty-page limit for FUSE stays ({}: {e})",
+                    knob.display()
+                );
+                false
+            }
         }
     }
 }
@@ -179,6 +264,62 @@ mod tests {
         );
         assert_eq!(fuse_mount_dev(INFO, Path::new("/mnt/d")), None);
         assert_eq!(fuse_mount_dev(INFO, Path::new("/mnt")), None);
+    }
+
+    /// The policy on a stand-in knob: lifted after a window of pieces,
+    /// kept through a mixed one, restored after a window of whole records.
+    #[test]
+    fn flips_with_the_writes_seen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let knob = dir.path().join("strict_limit");
+        std::fs::write(&knob, "1").expect("knob");
+        let d = DirtyLimit::default();
+        let _ = d.knob.set((knob.clone(), Mode::Adaptive));
+        let read = || std::fs::read_to_string(&knob).expect("read");
+        const R: u64 = 128 << 10;
+        let piece = |d: &DirtyLimit| d.note(R + 4096, 16 << 10, R);
+        let whole = |d: &DirtyLimit| d.note(0, R, R);
+        for i in 0..WINDOW - 1 {
+            if i % 2 == 0 {
+                piece(&d)
+            } else {
+                whole(&d)
+            }
+        }
+        assert_eq!(read(), "1", "judged only at the window's end");
+        piece(&d);
+        assert_eq!(read(), "0", "half were pieces");
+        for i in 0..WINDOW {
+            if i % 4 == 0 {
+                piece(&d)
+            } else {
+                whole(&d)
+            }
+        }
+        assert_eq!(read(), "0", "a quarter pieces: stays lifted");
+        // One 1 MiB write starting inside a record: one piece, seven
+        // whole records; eight of them make a window.
+        for _ in 0..WINDOW / 8 {
+            d.note(R / 2, 1 << 20, R);
+        }
+        assert_eq!(read(), "1", "one in eight: restored");
+        // A small file's only write, at 0: neither.
+        for _ in 0..4 * WINDOW {
+            d.note(0, 1024, R);
+        }
+        assert_eq!(read(), "1");
+        for _ in 0..WINDOW {
+            whole(&d);
+        }
+        assert_eq!(read(), "1");
+
+        let fixed = DirtyLimit::default();
+        let _ = fixed.knob.set((knob.clone(), Mode::Lifted));
+        std::fs::write(&knob, "0").expect("knob");
+        for _ in 0..2 * WINDOW {
+            fixed.note(0, 1 << 20, 128 << 10);
+        }
+        assert_eq!(read(), "0", "UZFS_FUSE_STRICT_LIMIT=0 never restores");
     }
 
     #[test]

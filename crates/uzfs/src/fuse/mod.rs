@@ -70,6 +70,8 @@ pub struct FuseFs {
     /// Records given whole to the kernel after a read of part of them
     /// (`store.rs`).
     stores: Arc<store::Stores>,
+    /// The kernel's dirty-page limit of the mount (`bdi.rs`).
+    dirty: Arc<bdi::DirtyLimit>,
     /// Answers to page retrievals numbered below this were asked for by
     /// a tree this one replaced (`Handler::retrieved`).
     first_retrieval: u64,
@@ -765,6 +767,10 @@ impl FuseFs {
             } => {
                 // The kernel keeps what it wrote back from its page cache,
                 // and what a buffered write(2) put there.
+                if write_flags & abi::WRITE_CACHE != 0 {
+                    let rs = zpl.ctx().props().recordsize as u64;
+                    self.dirty.note(offset, data.len() as u64, rs);
+                }
                 if write_flags & abi::WRITE_CACHE != 0 || kernel_caches(zpl, flags) {
                     uzfs_core::dmu::objset::through_page_cache(|| {
                         self.write(h, obj, offset, write_flags, data, out)
@@ -943,6 +949,10 @@ pub fn mount(
     ctl: Option<ctldir::CtlDir>,
 ) -> std::io::Result<(Session, Arc<rollback::FuseMount>)> {
     std::fs::create_dir_all(mountpoint)?;
+    // The path as /proc/self/mountinfo will list it (before the mount:
+    // resolving it afterwards would ask the mount itself).
+    let listed = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let dirty = Arc::new(bdi::DirtyLimit::default());
     let config = session_config(fsname, readonly);
     let fs = Arc::new(rollback::FuseMount::new(FuseFs {
         zpl,
@@ -951,6 +961,7 @@ pub fn mount(
         notifier: Default::default(),
         writeback: Default::default(),
         stores: Default::default(),
+        dirty: dirty.clone(),
         first_retrieval: 0,
     }));
     let s = session::mount(
@@ -961,6 +972,7 @@ pub fn mount(
         fuse_threads(),
         posix_acl,
     )?;
+    dirty.attach(&listed);
     Ok((s, fs))
 }
 

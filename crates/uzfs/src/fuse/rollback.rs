@@ -234,6 +234,7 @@ impl Suspended<'_> {
             notifier: old.notifier.clone(),
             writeback: old.writeback.clone(),
             stores: old.stores.clone(),
+            dirty: old.dirty.clone(),
             // Retrievals sent from now on are this tree's.
             first_retrieval: super::session::next_retrieve_unique(),
         });

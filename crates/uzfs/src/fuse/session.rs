@@ -417,9 +417,6 @@ pub fn mount(
         want_acl: posix_acl,
         got_acl: got_acl.clone(),
     };
-    // The path as /proc/self/mountinfo will list it (before the mount:
-    // resolving it afterwards would ask the mount itself).
-    let listed = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     let fsess = fuser::Session::new(neg, mountpoint, config)?;
     let dev = Arc::new(File::from(fsess.as_fd().try_clone_to_owned()?));
     fs.negotiated(got_acl.load(Ordering::Relaxed), Notifier(dev.clone()));
@@ -464,9 +461,6 @@ pub fn mount(
                 .name("uzfs-fuse".into())
                 .spawn(move || classic_loop(&dev, &*fs))?,
         );
-    }
-    if let Some(bdi) = super::bdi::lift_strict_limit(&listed) {
-        log::debug!("{}: bdi {bdi} without strict_limit", mountpoint.display());
     }
     Ok(session)
 }
