@@ -21,23 +21,28 @@
 //! whole or nearly: the page cache is the write buffer, as it is the read
 //! cache (one copy, docs/ARCHITECTURE.md).
 //!
-//! With `UZFS_FUSE_STRICT_LIMIT=0` the daemon (root: it mounted) clears
-//! its bdi's `strict_limit` in `/sys/class/bdi/MAJ:MIN/` and keeps
-//! `max_ratio` 1. A writer is then throttled as a local filesystem's is,
-//! by the global `vm.dirty_ratio`, and pages it rewrites while they wait
-//! are sent once: fs.sh's 16 KiB random writes run 7-8x faster with a 512
-//! MiB `arc_max` (bench/RESULTS.md, "the kernel as the write buffer").
+//! Lifting the limit (`strict_limit` 0 in `/sys/class/bdi/MAJ:MIN/`,
+//! `max_ratio` kept at 1; the daemon is root: it mounted) makes a writer
+//! throttled as a local filesystem's is, by the global `vm.dirty_ratio`,
+//! and pages it rewrites while they wait are sent once: fs.sh's 16 KiB
+//! random writes ran 7-8x faster with a 512 MiB `arc_max` (bench/RESULTS.md,
+//! "the kernel as the write buffer"). But without the limit the kernel
+//! starts writing a mount's pages back only when the whole machine
+//! passes `vm.dirty_background_ratio` (or at an fsync, or the flusher's
+//! 5 s round): a 1 GiB sequential write sat in the page cache whole (915
+//! MB dirty, none under writeback) until its end fsync while the daemon
+//! idled, and ran at 0.76-0.84x. With the limit, writeback starts at half
+//! of it (so a larger `max_ratio` under the strict limit, tried at 25%,
+//! delayed it the same way: 0.76x).
 //!
-//! It is not the default, because the kernel then starts writeback of the
-//! mount only when the whole machine passes `vm.dirty_background_ratio`
-//! (or an fsync, or the flusher's 5 s round): a 1 GiB sequential write
-//! sat in the page cache whole (915 MB dirty, none under writeback) until
-//! its end fsync, with the daemon idle meanwhile, and ran at 0.76-0.84x.
-//! With the strict limit the kernel starts writeback at half the mount's
-//! limit; raising `max_ratio` to 25 under it (tried) delayed that start
-//! the same way (0.76x). Flipping the limit by what the daemon sees (parts
-//! of records arriving: lift it; whole records: restore it) is the next
-//! step, not built.
+//! So the limit follows what the kernel writes back ([`DirtyLimit`]):
+//! pieces of records (writes starting inside a record) mean a writer the
+//! kernel should gather for, whole records mean a stream that should flow
+//! at once. Every 64 records seen, the limit is lifted if at least half
+//! were pieces and restored if at most one in eight were. A stream that
+//! starts while the limit is lifted waits for the flusher's round (at most
+//! 5 s) before its first whole records restore it. `UZFS_FUSE_STRICT_LIMIT=1`
+//! keeps the kernel's limit, `0` lifts it for good.
 //!
 //! The pages count against the machine's dirty limits, not the daemon's
 //! RSS, and reach the pool within `vm.dirty_expire_centisecs` plus a txg
