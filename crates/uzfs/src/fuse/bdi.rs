@@ -62,7 +62,6 @@
 //! (some containers) the limit stays and the log says so.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// `prctl(PR_SET_IO_FLUSHER)` (Linux 5.6; libc lacks the constant for
@@ -71,8 +70,8 @@ const PR_SET_IO_FLUSHER: libc::c_int = 57;
 
 /// Mark the calling thread, and every thread it creates afterwards, an
 /// I/O flusher. Call before any thread is spawned. Best effort: needs
-/// CAP_SYS_RESOURCE.
-pub fn mark_io_flusher() -> bool {
+/// CAP_SYS_RESOURCE (a refusal is logged at debug level).
+pub fn mark_io_flusher() {
     // SAFETY: prctl with integer arguments only; no memory is passed.
     let r = unsafe {
         libc::prctl(
@@ -89,7 +88,6 @@ pub fn mark_io_flusher() -> bool {
             std::io::Error::last_os_error()
         );
     }
-    r == 0
 }
 
 /// How a mount's strict limit is set (`UZFS_FUSE_STRICT_LIMIT`).
@@ -121,10 +119,19 @@ pub struct DirtyLimit {
     /// `/sys/class/bdi/MAJ:MIN/strict_limit`, once the mount is up and
     /// the mode lets the daemon change it.
     knob: std::sync::OnceLock<(PathBuf, Mode)>,
-    lifted: AtomicBool,
-    /// (pieces of records, pieces and whole records) of the current
-    /// window.
-    window: Mutex<(u32, u32)>,
+    /// The current window and whether the limit is lifted; a window is
+    /// judged and the knob written under the lock, so two windows ending
+    /// at once cannot write it out of order.
+    state: Mutex<Window>,
+}
+
+#[derive(Default)]
+struct Window {
+    /// Pieces of records seen in this window.
+    pieces: u32,
+    /// Pieces and whole records seen in this window.
+    seen: u32,
+    lifted: bool,
 }
 
 impl DirtyLimit {
@@ -142,58 +149,62 @@ impl DirtyLimit {
             return;
         };
         let knob = Path::new("/sys/class/bdi").join(bdi).join("strict_limit");
-        if mode == Mode::Lifted && !self.set(&knob, false) {
+        if mode == Mode::Lifted && !set(&knob, false, &mut self.state()) {
             return;
         }
         let _ = self.knob.set((knob, mode));
     }
 
+    fn state(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A write of `len` bytes at `offset` that the kernel wrote back from
-    /// its page cache, into a file of `recordsize` records. It counts as a
-    /// piece if it starts inside a record (the daemon must merge it with
-    /// the rest), and as one whole record per record it covers whole; its
-    /// tail counts for nothing (the end of a small file or a stream is no
-    /// sign either way). Every [`WINDOW`] counted, the limit is lifted if
-    /// at least half were pieces, and restored if at most one in eight.
-    pub fn note(&self, offset: u64, len: u64, recordsize: u64) {
+    /// its page cache, into a file of `recordsize()` records (asked only
+    /// when the limit is adaptive). It counts as a piece if it starts
+    /// inside a record (the daemon must merge it with the rest), and as
+    /// one whole record per record it covers whole; its tail counts for
+    /// nothing (the end of a small file or a stream is no sign either
+    /// way). Every [`WINDOW`] counted, the limit is lifted if at least
+    /// half were pieces, and restored if at most one in eight.
+    pub fn note(&self, offset: u64, len: u64, recordsize: impl FnOnce() -> u64) {
         let Some((knob, Mode::Adaptive)) = self.knob.get() else {
             return;
         };
-        let rs = recordsize.max(512);
+        let rs = recordsize().max(512);
         let piece = !offset.is_multiple_of(rs);
         let first_whole = offset.div_ceil(rs);
         let whole = ((offset + len) / rs).saturating_sub(first_whole) as u32;
-        let (pieces, n) = {
-            let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-            w.0 += piece as u32;
-            w.1 += piece as u32 + whole;
-            if w.1 < WINDOW {
-                return;
-            }
-            std::mem::take(&mut *w)
-        };
-        let lifted = self.lifted.load(Ordering::Relaxed);
-        if !lifted && pieces * 2 >= n {
-            self.set(knob, false);
-        } else if lifted && pieces * 8 <= n {
-            self.set(knob, true);
+        let mut w = self.state();
+        w.pieces += piece as u32;
+        w.seen += piece as u32 + whole;
+        if w.seen < WINDOW {
+            return;
+        }
+        let (pieces, seen) = (w.pieces, w.seen);
+        (w.pieces, w.seen) = (0, 0);
+        if !w.lifted && pieces * 2 >= seen {
+            set(knob, false, &mut w);
+        } else if w.lifted && pieces * 8 <= seen {
+            set(knob, true, &mut w);
         }
     }
+}
 
-    fn set(&self, knob: &Path, strict: bool) -> bool {
-        match std::fs::write(knob, if strict { "1" } else { "0" }) {
-            Ok(()) => {
-                self.lifted.store(!strict, Ordering::Relaxed);
-                log::debug!("{}: strict_limit {}", knob.display(), strict as u8);
-                true
-            }
-            Err(e) => {
-                log::info!(
-                    "the kernel's dirty-page limit for FUSE stays ({}: {e})",
-                    knob.display()
-                );
-                false
-            }
+/// Write `strict` to `knob`; `w.lifted` follows when it took.
+fn set(knob: &Path, strict: bool, w: &mut Window) -> bool {
+    match std::fs::write(knob, if strict { "1" } else { "0" }) {
+        Ok(()) => {
+            w.lifted = !strict;
+            log::debug!("{}: strict_limit {}", knob.display(), strict as u8);
+            true
+        }
+        Err(e) => {
+            log::info!(
+                "the kernel's dirty-page limit for FUSE stays ({}: {e})",
+                knob.display()
+            );
+            false
         }
     }
 }
@@ -282,8 +293,8 @@ mod tests {
         let _ = d.knob.set((knob.clone(), Mode::Adaptive));
         let read = || std::fs::read_to_string(&knob).expect("read");
         const R: u64 = 128 << 10;
-        let piece = |d: &DirtyLimit| d.note(R + 4096, 16 << 10, R);
-        let whole = |d: &DirtyLimit| d.note(0, R, R);
+        let piece = |d: &DirtyLimit| d.note(R + 4096, 16 << 10, || R);
+        let whole = |d: &DirtyLimit| d.note(0, R, || R);
         for i in 0..WINDOW - 1 {
             if i % 2 == 0 {
                 piece(&d)
@@ -305,12 +316,12 @@ mod tests {
         // One 1 MiB write starting inside a record: one piece, seven
         // whole records; eight of them make a window.
         for _ in 0..WINDOW / 8 {
-            d.note(R / 2, 1 << 20, R);
+            d.note(R / 2, 1 << 20, || R);
         }
         assert_eq!(read(), "1", "one in eight: restored");
         // A small file's only write, at 0: neither.
         for _ in 0..4 * WINDOW {
-            d.note(0, 1024, R);
+            d.note(0, 1024, || R);
         }
         assert_eq!(read(), "1");
         for _ in 0..WINDOW {
@@ -322,7 +333,7 @@ mod tests {
         let _ = fixed.knob.set((knob.clone(), Mode::Lifted));
         std::fs::write(&knob, "0").expect("knob");
         for _ in 0..2 * WINDOW {
-            fixed.note(0, 1 << 20, 128 << 10);
+            fixed.note(0, 1 << 20, || 128 << 10);
         }
         assert_eq!(read(), "0", "UZFS_FUSE_STRICT_LIMIT=0 never restores");
     }

@@ -767,11 +767,13 @@ impl FuseFs {
             } => {
                 // The kernel keeps what it wrote back from its page cache,
                 // and what a buffered write(2) put there.
-                if write_flags & abi::WRITE_CACHE != 0 {
-                    let rs = zpl.ctx().props().recordsize as u64;
-                    self.dirty.note(offset, data.len() as u64, rs);
+                let written_back = write_flags & abi::WRITE_CACHE != 0;
+                if written_back {
+                    self.dirty.note(offset, data.len() as u64, || {
+                        zpl.ctx().props().recordsize as u64
+                    });
                 }
-                if write_flags & abi::WRITE_CACHE != 0 || kernel_caches(zpl, flags) {
+                if written_back || kernel_caches(zpl, flags) {
                     uzfs_core::dmu::objset::through_page_cache(|| {
                         self.write(h, obj, offset, write_flags, data, out)
                     })
