@@ -649,3 +649,81 @@ fn an_answer_for_a_closed_txg_never_fills_a_later_partial_block() {
     drop(fs);
     reimported_matches(p, &disks, 61, &[(ino, model)], "txg guard");
 }
+
+/// Under a mount (`partial::deferring`), a write of part of a record the
+/// cache holds leaves a partial block that holds only the bytes written:
+/// the open txg's dirty bytes are those bytes, not whole records, so 4
+/// KiB pages written back into thousands of records do not fill the
+/// dirty bound and force syncs that rewrite each record again and again.
+/// The sync fills them from the cache (no device read), in batches
+/// (more records here than one batch takes), and a punch gives back
+/// exactly what the records it drops held.
+#[test]
+fn patches_of_cached_records_hold_only_the_bytes_written() {
+    const RECORDS: usize = 270;
+    let world = SimWorld::new();
+    let (disks, p) = one_disk_fs(&world, 71);
+    let fs = mount_fs(&p, "tank");
+    let (ino, mut model) = laid_out(&fs, &p, b"f", 7, RECORDS * REC);
+    check(&fs, ino, &model, "laid out");
+    let d0 = p.io.partial.stats().deferred;
+    let f0 = p.io.partial.stats().filled_by_sync;
+    let m0 = data_misses(&p);
+    assert_eq!(fs.os.open_dirty_bytes(), 0);
+
+    let mut written = 0u64;
+    let mut record_bytes = vec![0u64; RECORDS];
+    for (r, held) in record_bytes.iter_mut().enumerate() {
+        let off = r * REC + ((r * 7) % 31) * 4096;
+        let page = pattern(1000 + r as u64, 4096);
+        uzfs_core::dmu::partial::deferring(|| fs.os.write(ino, off as u64, &page)).expect("write");
+        model[off..off + 4096].copy_from_slice(&page);
+        written += 4096;
+        *held += 4096;
+        if r % 5 == 0 {
+            // A second, separate range, and an overwrite inside the first.
+            let small = pattern(5000 + r as u64, 100);
+            let at = off + 4096 + 50;
+            let at = if at + 100 > (r + 1) * REC {
+                off - 200
+            } else {
+                at
+            };
+            uzfs_core::dmu::partial::deferring(|| fs.os.write(ino, at as u64, &small))
+                .expect("write");
+            model[at..at + 100].copy_from_slice(&small);
+            let again = pattern(9000 + r as u64, 1000);
+            uzfs_core::dmu::partial::deferring(|| fs.os.write(ino, off as u64 + 10, &again))
+                .expect("write");
+            model[off + 10..off + 1010].copy_from_slice(&again);
+            written += 100;
+            *held += 100;
+        }
+    }
+    assert_eq!(p.io.partial.stats().deferred - d0, RECORDS as u64);
+    assert_eq!(
+        fs.os.open_dirty_bytes(),
+        written,
+        "the open txg holds more than the bytes written"
+    );
+    // A punch of records 1 and 2 gives back what they held.
+    fs.os.free_range(ino, 1, 3).expect("punch");
+    model[REC..3 * REC].iter_mut().for_each(|b| *b = 0);
+    assert_eq!(
+        fs.os.open_dirty_bytes(),
+        written - record_bytes[1] - record_bytes[2]
+    );
+    p.sync().expect("sync");
+    assert_eq!(fs.os.open_dirty_bytes(), 0);
+    assert_eq!(
+        p.io.partial.stats().filled_by_sync - f0,
+        RECORDS as u64 - 2,
+        "records not filled by the sync"
+    );
+    assert_eq!(data_misses(&p), m0, "the sync read a cached record again");
+    check(&fs, ino, &model, "synced");
+    p.io.cache.clear();
+    check(&fs, ino, &model, "synced, read from disk");
+    drop(fs);
+    reimported_matches(p, &disks, 71, &[(ino, model)], "cached patches");
+}

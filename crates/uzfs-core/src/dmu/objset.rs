@@ -240,26 +240,56 @@ impl DirtyObj {
         self.frees.iter().any(|&(s, e)| s <= blkid && blkid < e)
     }
 
-    /// Bytes `[off, off + n)` of block `blkid` (of `bs`) were just
-    /// written into its buffer in `blocks`; a partial block they made
-    /// whole is counted by `reader`.
-    fn patched(&mut self, blkid: u64, off: usize, n: usize, bs: usize, reader: &dyn BlockReader) {
-        let covered = if n == bs {
-            self.partial.remove(&blkid).is_some()
-        } else {
-            self.streamed.remove(&blkid);
-            match self.partial.get_mut(&blkid) {
-                Some(r) => {
-                    r.add(off, off + n);
-                    r.covers(bs)
-                }
-                None => false,
+    /// Write `src` at `off` into block `blkid` of `bs` bytes, which
+    /// `blocks` holds: whole, or partial (its compact buffer, the bytes
+    /// of its ranges only: `dmu/partial.rs`). Returns the bytes the
+    /// buffer grew by; a partial block the write made whole is counted
+    /// by `reader`.
+    fn patch(
+        &mut self,
+        blkid: u64,
+        off: usize,
+        src: &[u8],
+        bs: usize,
+        reader: &dyn BlockReader,
+    ) -> u64 {
+        let Some(b) = self.blocks.get_mut(&blkid) else {
+            return 0;
+        };
+        let before = b.len();
+        let covered = match self.partial.get_mut(&blkid) {
+            None => {
+                patch_block(b, off, src, reader);
+                false
+            }
+            Some(_) if src.len() == bs => {
+                *b = Arc::new(filled(reader, src));
+                true
+            }
+            Some(r) => {
+                r.patch(Arc::make_mut(b), off, src);
+                r.covers(bs)
             }
         };
+        let grew = b.len().saturating_sub(before) as u64;
+        if src.len() != bs {
+            self.streamed.remove(&blkid);
+        }
         if covered {
             self.partial.remove(&blkid);
             reader.partial_event(partial::Event::Covered);
         }
+        grew
+    }
+
+    /// Bytes of dirty buffers held for blocks `blkids` (a partial
+    /// block's compact buffer is what it holds).
+    fn held<'a>(&self, blkids: impl IntoIterator<Item = &'a u64>) -> u64 {
+        blkids
+            .into_iter()
+            .filter_map(|k| self.blocks.get(k))
+            .map(|b| b.len() as u64)
+            .sum()
     }
 
     /// Block `blkid` is gone from `blocks`.
@@ -960,7 +990,8 @@ impl Objset {
                 open,
             } => {
                 let base = self.resolve(obj, blkid, *below)?;
-                let whole = Arc::new(partial::merge(base, &data, &ranges)?);
+                let bs = self.stat(obj)?.datablksz as usize;
+                let whole = Arc::new(partial::merge(base, &data, &ranges, bs)?);
                 if open {
                     self.promote(obj, blkid, &data, &whole, Fill::Read);
                 }
@@ -998,6 +1029,7 @@ impl Objset {
                 *b = whole.clone();
                 d.partial.remove(&blkid);
                 self.reader.partial_event(how);
+                st.open.resize(data.len() as u64, whole.len() as u64);
                 return true;
             }
         }
@@ -1099,10 +1131,11 @@ impl Objset {
         else {
             return Ok(false);
         };
-        if base.len() != data.len() {
+        let bs = self.stat(obj)?.datablksz as usize;
+        if base.len() != bs {
             return Ok(false);
         }
-        let whole = Arc::new(partial::merge(Some(Arc::new(base)), &data, &ranges)?);
+        let whole = Arc::new(partial::merge(Some(Arc::new(base)), &data, &ranges, bs)?);
         Ok(self.promote(obj, blkid, &data, &whole, Fill::Kernel { txg }))
     }
 
@@ -1136,6 +1169,11 @@ impl Objset {
             BlockSource::Tree(dn) => match find_l0_bp(&*self.reader, &dn, blkid)? {
                 None => None,
                 Some(bp) => match self.reader.cached(&bp) {
+                    // Under a mount the open txg holds only the bytes
+                    // written, and the sync copies the rest from the
+                    // cache: a 4 KiB page written back into a cached 128
+                    // KiB record holds and charges 4 KiB, not 128.
+                    Some(_) if partial::deferring_here() => return Ok(PatchBase::Sparse(None)),
                     Some(b) => Some(b),
                     None => return Ok(PatchBase::Sparse(Some(bp))),
                 },
@@ -1293,7 +1331,7 @@ impl Objset {
         let mut st = lock(&self.st);
         let st = &mut *st;
         let d = st.open.objs.entry(obj).or_default();
-        let released = d.blocks.len() as u64 * blksz as u64;
+        let released = d.held(d.blocks.keys());
         *d = DirtyObj {
             create: Some(DnodePhys::new(obj_type, blksz, props)),
             size: Some(0),
@@ -1377,10 +1415,10 @@ impl Objset {
     /// Free an object and all its blocks.
     pub fn free_object(&self, obj: u64) -> Result<()> {
         let _tx = self.tx();
-        let bs = self.stat(obj)?.datablksz as u64;
+        self.stat(obj)?;
         let mut st = lock(&self.st);
         let d = st.open.objs.entry(obj).or_default();
-        let released = d.blocks.len() as u64 * bs;
+        let released = d.held(d.blocks.keys());
         *d = DirtyObj {
             freed: true,
             ..Default::default()
@@ -1436,7 +1474,7 @@ impl Objset {
         });
         let mut st = lock(&self.st);
         let d = st.open.objs.entry(obj).or_default();
-        let had = d.blocks.len() as u64 * dn.datablksz as u64;
+        let had = d.held(d.blocks.keys());
         d.blocks.clear();
         d.streamed.clear();
         d.partial.clear();
@@ -1463,19 +1501,19 @@ impl Objset {
     /// left with only holes are freed too). The logical size is unchanged.
     pub fn free_range(&self, obj: u64, start: u64, end: u64) -> Result<()> {
         let _tx = self.tx();
-        let bs = self.stat(obj)?.datablksz as u64;
+        self.stat(obj)?;
         if start >= end {
             return Ok(());
         }
         let mut st = lock(&self.st);
         let d = st.open.objs.entry(obj).or_default();
         let doomed: Vec<u64> = d.blocks.range(start..end).map(|(&k, _)| k).collect();
+        let released = d.held(&doomed);
         for k in &doomed {
             d.blocks.remove(k);
             d.dropped(*k);
         }
         d.frees.push((start, end));
-        let released = doomed.len() as u64 * bs;
         st.open.resize(released, 0);
         drop(st);
         self.note(Change::FreeRange { obj, start, end });
@@ -1599,30 +1637,33 @@ impl Objset {
             // Patch in place when the open txg already holds the block.
             let patched = {
                 let mut st = lock(&self.st);
+                let st = &mut *st;
                 let d = st.open.objs.entry(obj).or_default();
-                if let Some(b) = d.blocks.get_mut(&blkid) {
-                    patch_block(b, boff, src, &*self.reader);
+                if d.blocks.contains_key(&blkid) {
+                    let grew = d.patch(blkid, boff, src, bs as usize, &*self.reader);
                     if keep {
-                        kept = Some(Arc::clone(b));
+                        kept = d.blocks.get(&blkid).cloned();
                     }
-                    d.patched(blkid, boff, n, bs as usize, &*self.reader);
+                    st.open.bytes += grew;
+                    added += grew;
                     true
                 } else {
                     false
                 }
             };
             if !patched {
-                // `sparse`: the rest of the record is not in memory; the
-                // sync fills it in (dmu/partial.rs).
+                // `sparse`: a partial block, holding only the bytes
+                // written; the sync fills in the rest (dmu/partial.rs).
                 let (block, sparse) = if n == bs as usize {
                     (filled(&*self.reader, src), None)
                 } else {
-                    let (mut b, sparse) = match self.patch_base(obj, blkid, bs)? {
-                        PatchBase::Copy(b) => (b, None),
-                        PatchBase::Sparse(old) => (vec![0u8; bs as usize], Some(old)),
-                    };
-                    b[boff..boff + n].copy_from_slice(src);
-                    (b, sparse)
+                    match self.patch_base(obj, blkid, bs)? {
+                        PatchBase::Copy(mut b) => {
+                            b[boff..boff + n].copy_from_slice(src);
+                            (b, None)
+                        }
+                        PatchBase::Sparse(old) => (src.to_vec(), Some(old)),
+                    }
                 };
                 let mut st = lock(&self.st);
                 let st = &mut *st;
@@ -1630,14 +1671,16 @@ impl Objset {
                 match d.blocks.entry(blkid) {
                     // Another writer of this block got in first: apply this
                     // write on top of its version, not over it.
-                    std::collections::btree_map::Entry::Occupied(mut e) => {
-                        patch_block(e.get_mut(), boff, src, &*self.reader);
+                    std::collections::btree_map::Entry::Occupied(_) => {
+                        let grew = d.patch(blkid, boff, src, bs as usize, &*self.reader);
                         if keep {
-                            kept = Some(Arc::clone(e.get()));
+                            kept = d.blocks.get(&blkid).cloned();
                         }
-                        d.patched(blkid, boff, n, bs as usize, &*self.reader);
+                        st.open.bytes += grew;
+                        added += grew;
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
+                        let held = block.len() as u64;
                         let b = e.insert(Arc::new(block));
                         if keep {
                             kept = Some(Arc::clone(b));
@@ -1659,11 +1702,11 @@ impl Objset {
                                 });
                             }
                         }
-                        st.open.bytes += bs;
+                        st.open.bytes += held;
                         if n == bs as usize {
                             st.open.whole += bs;
                         }
-                        added += bs;
+                        added += held;
                     }
                 }
             }
@@ -2157,6 +2200,10 @@ fn sync_object(
     Ok(dn)
 }
 
+/// The most bytes of partly written records one batch of a sync fills in
+/// and holds whole at once (`apply_blocks`).
+const FILL_BATCH_BYTES: usize = 32 << 20;
+
 /// Write changed level-0 blocks and every indirect block above them.
 fn apply_blocks(
     reader: &dyn BlockReader,
@@ -2193,40 +2240,61 @@ fn apply_blocks(
         dn.blkptr = [bp, BlkPtr::HOLE, BlkPtr::HOLE];
         dn.nlevels += 1;
     }
-    // Partly written records get the rest of their bytes from the old
-    // versions, read together (dmu/partial.rs).
-    let whole = fill_partial(reader, w, dn, d)?;
-    // Level 0 first, as one batch through the I/O pipeline; blocks the
-    // intent log already wrote are adopted as they are.
-    let mut olds = Vec::with_capacity(blocks.len());
-    let mut items: Vec<(u64, BlkPtr)> = Vec::with_capacity(blocks.len());
-    for (&blkid, data) in blocks {
-        let data = whole.get(&blkid).unwrap_or(data);
-        if data.len() != dn.datablksz as usize {
-            return Err(Error::invalid("dirty block of the wrong size"));
+    // Level 0 through the I/O pipeline: blocks the intent log already
+    // wrote are adopted as they are. Partly written records get the rest
+    // of their bytes from their old versions, read together
+    // (dmu/partial.rs), in batches of at most `FILL_BATCH_BYTES` of
+    // filled records: a txg of 4 KiB patches in thousands of records
+    // holds only the patches, and the sync must not hold every record
+    // whole at once either. Without partial blocks, one batch.
+    let keys: Vec<u64> = blocks.keys().copied().collect();
+    let per_batch = (FILL_BATCH_BYTES / (dn.datablksz as usize).max(1)).max(1);
+    let mut items: Vec<(u64, BlkPtr)> = Vec::with_capacity(keys.len());
+    let mut rest = &keys[..];
+    while !rest.is_empty() {
+        let mut end = 0;
+        let mut partials = 0;
+        while end < rest.len() && partials < per_batch {
+            partials += usize::from(d.partial.contains_key(&rest[end]));
+            end += 1;
         }
-        let old = find_l0_bp(reader, dn, blkid)?.unwrap_or(BlkPtr::HOLE);
-        match adopt
-            .get(&blkid)
-            .filter(|_| !d.partial.contains_key(&blkid))
-        {
-            Some(bp) if bp.lsize as usize == data.len() => {
-                w.adopt(&old, bp);
-                used += w.dsize(bp) as i64 - w.dsize(&old) as i64;
-                reader.written(bp, data, streamed.contains(&blkid));
-                items.push((blkid, *bp));
+        if partials < per_batch {
+            end = rest.len();
+        }
+        let (chunk, more) = rest.split_at(end);
+        rest = more;
+        let whole = fill_partial(reader, w, dn, d, chunk)?;
+        let mut olds = Vec::with_capacity(chunk.len());
+        for &blkid in chunk {
+            let Some(data) = whole.get(&blkid).or_else(|| blocks.get(&blkid)) else {
+                continue;
+            };
+            if data.len() != dn.datablksz as usize {
+                return Err(Error::invalid("dirty block of the wrong size"));
             }
-            _ => olds.push((blkid, old, data)),
+            let old = find_l0_bp(reader, dn, blkid)?.unwrap_or(BlkPtr::HOLE);
+            match adopt
+                .get(&blkid)
+                .filter(|_| !d.partial.contains_key(&blkid))
+            {
+                Some(bp) if bp.lsize as usize == data.len() => {
+                    w.adopt(&old, bp);
+                    used += w.dsize(bp) as i64 - w.dsize(&old) as i64;
+                    reader.written(bp, data, streamed.contains(&blkid));
+                    items.push((blkid, *bp));
+                }
+                _ => olds.push((blkid, old, data)),
+            }
         }
-    }
-    let batch: Vec<(BlkPtr, &[u8])> = olds.iter().map(|(_, o, d)| (*o, d.as_slice())).collect();
-    let new_l0 = w.write_batch(&batch, l0_params(dn))?;
-    for ((blkid, old, data), new) in olds.iter().zip(new_l0) {
-        used += w.dsize(&new) as i64 - w.dsize(old) as i64;
-        if !new.is_hole() {
-            reader.written(&new, data, streamed.contains(blkid));
+        let batch: Vec<(BlkPtr, &[u8])> = olds.iter().map(|(_, o, d)| (*o, d.as_slice())).collect();
+        let new_l0 = w.write_batch(&batch, l0_params(dn))?;
+        for ((blkid, old, data), new) in olds.iter().zip(new_l0) {
+            used += w.dsize(&new) as i64 - w.dsize(old) as i64;
+            if !new.is_hole() {
+                reader.written(&new, data, streamed.contains(blkid));
+            }
+            items.push((*blkid, new));
         }
-        items.push((*blkid, new));
     }
     items.sort_by_key(|i| i.0);
     let span = dn.capacity(dn.nlevels) / 3;
@@ -2259,7 +2327,8 @@ fn apply_blocks(
     Ok(())
 }
 
-/// The whole contents of every partly written block of `d`: its old
+/// The whole contents of every partly written block of `d` among
+/// `blkids`: its old
 /// version under `dn` (as the sync found it, after the txg's punches)
 /// with the written ranges laid over it. The old versions are read at
 /// once on the `uzfs-zio-read` threads; a read that fails is tried again
@@ -2270,11 +2339,12 @@ fn fill_partial(
     w: &mut dyn BlockWriter,
     dn: &DnodePhys,
     d: &DirtyObj,
+    blkids: &[u64],
 ) -> Result<BTreeMap<u64, Arc<Vec<u8>>>> {
     // (block, its old version, what was written, where)
     type Todo<'a> = (u64, Option<BlkPtr>, &'a Arc<Vec<u8>>, &'a Ranges);
     let mut todo: Vec<Todo> = Vec::new();
-    for (&blkid, ranges) in &d.partial {
+    for (&blkid, ranges) in blkids.iter().filter_map(|k| d.partial.get_key_value(k)) {
         let Some(data) = d.blocks.get(&blkid) else {
             return Err(Error::Internal(format!(
                 "partly written block {blkid} has no buffer"
@@ -2325,7 +2395,8 @@ fn fill_partial(
                 ))
             }
         };
-        out.insert(blkid, Arc::new(partial::merge(base, data, ranges)?));
+        let bs = dn.datablksz as usize;
+        out.insert(blkid, Arc::new(partial::merge(base, data, ranges, bs)?));
         reader.partial_event(partial::Event::FilledBySync);
     }
     Ok(out)

@@ -1555,7 +1555,7 @@ impl Zpl {
                 *asked.borrow_mut() = (ask, deferred);
             }
         });
-        let (asked, deferred) = asked.into_inner();
+        let (asked, _) = asked.into_inner();
         let mut txg = 0;
         let (r, dn) = {
             let _g = self.lock_objs(&[obj]);
@@ -1564,7 +1564,11 @@ impl Zpl {
                 return Err(libc::EISDIR);
             }
             self.grow(obj, &dn, end)?;
-            if deferred.is_empty() {
+            // Under a mount every write of part of a record leaves a
+            // partial block unless the record is dirty already: the
+            // kernel's pages answer for what is not cached, the cache for
+            // what is, at the sync (dmu/partial.rs).
+            if self.page_cache.get().is_none() {
                 io(self.os.write(obj, offset, data))?;
             } else {
                 io(crate::dmu::partial::deferring(|| {
