@@ -2258,17 +2258,13 @@ fn apply_blocks(
             partials += usize::from(d.partial.contains_key(&rest[end]));
             end += 1;
         }
-        if partials < per_batch {
-            end = rest.len();
-        }
         let (chunk, more) = rest.split_at(end);
         rest = more;
         let whole = fill_partial(reader, w, dn, d, chunk)?;
         let mut olds = Vec::with_capacity(chunk.len());
-        for &blkid in chunk {
-            let Some(data) = whole.get(&blkid).or_else(|| blocks.get(&blkid)) else {
-                continue;
-            };
+        // `chunk` is a non-empty run of `blocks`' keys, in order.
+        for (&blkid, data) in blocks.range(chunk[0]..=chunk[chunk.len() - 1]) {
+            let data = whole.get(&blkid).unwrap_or(data);
             if data.len() != dn.datablksz as usize {
                 return Err(Error::invalid("dirty block of the wrong size"));
             }
@@ -2343,6 +2339,7 @@ fn fill_partial(
 ) -> Result<BTreeMap<u64, Arc<Vec<u8>>>> {
     // (block, its old version, what was written, where)
     type Todo<'a> = (u64, Option<BlkPtr>, &'a Arc<Vec<u8>>, &'a Ranges);
+    let bs = dn.datablksz as usize;
     let mut todo: Vec<Todo> = Vec::new();
     for (&blkid, ranges) in blkids.iter().filter_map(|k| d.partial.get_key_value(k)) {
         let Some(data) = d.blocks.get(&blkid) else {
@@ -2395,7 +2392,6 @@ fn fill_partial(
                 ))
             }
         };
-        let bs = dn.datablksz as usize;
         out.insert(blkid, Arc::new(partial::merge(base, data, ranges, bs)?));
         reader.partial_event(partial::Event::FilledBySync);
     }

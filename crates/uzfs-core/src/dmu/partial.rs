@@ -238,13 +238,12 @@ impl Ranges {
         // One range absorbs the write and starts at or before it (a
         // record filled in order, a page rewritten): change it in place.
         if j == i + 1 && self.0[i].0 as usize == s {
-            let rs = s;
             let re = self.0[i].1 as usize;
-            let from = at + (start - rs);
+            let from = at + (start - s);
             if end <= re {
                 data[from..from + src.len()].copy_from_slice(src);
             } else {
-                data.splice(from..at + (re - rs), src.iter().copied());
+                data.splice(from..at + (re - s), src.iter().copied());
                 self.0[i].1 = end as u32;
             }
             return;
@@ -278,7 +277,7 @@ pub fn merge(
         Some(b) => {
             return Err(Error::corrupt(
                 "data block",
-                format!("{} bytes under a partly written block of {len}", b.len(),),
+                format!("{} bytes under a partly written block of {len}", b.len()),
             ))
         }
     };
