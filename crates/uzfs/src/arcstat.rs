@@ -148,14 +148,20 @@ pub fn kstat_text(snaps: &[ArcSnap]) -> String {
 
 /// Memory besides the cache and dirty data the daemon is allowed before
 /// it hands free allocator memory back (README, "In a container or under
-/// a memory limit"). The RSS hovers near the budget and passes it by up
-/// to about 100 MiB between two checks: with 192 MiB, fs.sh with a 512
-/// MiB `arc_max` peaked at 1,005-1,076 MiB; with 128, at 928
-/// (bench/RESULTS.md, twenty-fifth session).
+/// a memory limit"). The RSS hovers near the budget: with 192 MiB, fs.sh
+/// with a 512 MiB `arc_max` peaked at 1,005-1,076 MiB; with 128, at
+/// 912-1,050 (bench/RESULTS.md, twenty-fifth session), until the checks
+/// near the budget came closer together ([`NEAR_CHECK`]).
 pub const ALLOWANCE: u64 = 128 << 20;
 
+/// How close to its budget the RSS may come before it is checked every
+/// [`NEAR_CHECK`] instead of every [`FAR_CHECK`].
+pub const NEAR: u64 = 96 << 20;
+pub const FAR_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+pub const NEAR_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Keep `RUNDIR/arcstats` current (every second) and the daemon's RSS near
-/// its budget (checked every 100 ms) while the daemon runs.
+/// its budget while the daemon runs.
 ///
 /// The budget is every pool's cache target `c` and dirty limit plus
 /// [`ALLOWANCE`]. Past it, the free memory glibc keeps in its arenas (cache
@@ -165,19 +171,32 @@ pub const ALLOWANCE: u64 = 128 << 20;
 /// peaked at 1.4-1.8 GiB with the cache and dirty data within 768 MiB.
 /// Trimming only past the budget costs nothing at the default sizes; a
 /// trim every second regardless cost 6-10% of the CPU of cached reads.
+///
+/// The RSS is read every 100 ms while it is more than [`NEAR`] below the
+/// budget, every 10 ms once it is closer. A sync filling partial records
+/// from disk grows it at 550 MiB/s, and a trim of a heap full of freed
+/// buffers takes 12-90 ms; checked only every 100 ms, fs.sh with a 512
+/// MiB `arc_max` passed its 896 MiB budget by up to 135 MiB before the
+/// trim caught it (bench/RESULTS.md, twenty-sixth session). Reading
+/// `/proc/self/status` costs microseconds. A trim that leaves the RSS
+/// over the budget found the memory in use, and the next check waits the
+/// long interval.
 pub fn start_kstat_writer(d: &std::sync::Arc<Daemon>) {
     let w = std::sync::Arc::downgrade(d);
     let _ = std::thread::Builder::new()
         .name("arcstats".into())
         .spawn(move || {
-            for tick in 0u64.. {
-                {
+            let mut written: Option<std::time::Instant> = None;
+            loop {
+                let pause = {
                     // Nothing held across the sleep: a pool exported or a
                     // daemon stopping must not wait for this thread. The
                     // pools are read under the daemon's map lock, never
                     // cloned out: an export that took one out of the map
                     // has the last reference to it.
                     let Some(d) = w.upgrade() else { return };
+                    let due =
+                        written.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
                     let (budget, text) = {
                         let pools = d.pools.lock().unwrap_or_else(|e| e.into_inner());
                         let budget: u64 = pools
@@ -185,22 +204,32 @@ pub fn start_kstat_writer(d: &std::sync::Arc<Daemon>) {
                             .map(|p| p.io.cache.target_bytes() + p.dirty_limit())
                             .sum::<u64>()
                             + ALLOWANCE;
-                        let text = (tick % 10 == 0).then(|| kstat_text(&snaps(pools.values())));
+                        let text = due.then(|| kstat_text(&snaps(pools.values())));
                         (budget, text)
                     };
                     // Trimmed with no lock held: a trim of a large heap
                     // takes milliseconds, and commands wait on the map.
-                    if rss_bytes() > budget {
+                    let rss = rss_bytes();
+                    let trimmed = rss > budget;
+                    if trimmed {
                         crate::daemon::return_free_memory();
                     }
                     if let Some(text) = text {
+                        written = Some(std::time::Instant::now());
                         let tmp = d.rundir.join(".arcstats.tmp");
                         if std::fs::write(&tmp, text).is_ok() {
                             let _ = std::fs::rename(&tmp, d.rundir.join("arcstats"));
                         }
                     }
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                    // A trim that left the RSS over the budget found it
+                    // in use: another at once would free nothing more.
+                    if !trimmed && rss + NEAR > budget || trimmed && rss_bytes() <= budget {
+                        NEAR_CHECK
+                    } else {
+                        FAR_CHECK
+                    }
+                };
+                std::thread::sleep(pause);
             }
         });
 }
