@@ -198,6 +198,72 @@ fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
     assert_zdb_clean(&disks, "after the stream");
 }
 
+/// Record buffers a stream left for reuse count within the dirty limit
+/// once no txg charges them: a random writer after the stream takes none,
+/// and as its dirty data grows the recycled buffers are dropped to what
+/// that leaves of the limit (before, they stayed beside a full limit of
+/// patches, and the daemon passed its memory budget).
+#[test]
+fn recycled_buffers_make_room_for_dirty_data_that_takes_none() {
+    uzfs_core::spa::io::set_cache_written(uzfs_core::spa::io::CacheWritten::Never);
+    let world = SimWorld::new();
+    let disks = vec![world.disk("d0", DISK)];
+    let mut o = opts(23);
+    // A limit the 24 MiB file's patches pass.
+    o.tunables.dirty_max = 16 << 20;
+    let p = uzfs_core::spa::Pool::create(
+        "tank",
+        vec![spec(uzfs_core::vdev::TopKind::Disk, &disks)],
+        o,
+    )
+    .expect("create");
+    p.dsl_pool().format_root_fs().expect("format");
+    let fs = mount_fs(&p, "tank");
+    let rec = 128 << 10;
+    let f = fs
+        .mknod(fs.root, b"stream", REG, 0, 0, 0, None)
+        .expect("create");
+    let data = pattern(41, 24 << 20);
+    uzfs_core::dmu::objset::through_page_cache(|| {
+        for (i, chunk) in data.chunks(1 << 20).enumerate() {
+            fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
+            if i % 4 == 3 {
+                p.sync().expect("sync");
+            }
+        }
+    });
+    // (No further sync: one with no writer asking gives the buffers back.)
+    let limit = p.dirty_limit();
+    let left = p.io.bufs.loose_bytes();
+    assert!(left >= 2 << 20, "the stream left {left} bytes for reuse");
+    let mut rng = uzfs_core::vdev::sim::SimRng::new(7);
+    let patch = pattern(42, 16 << 10);
+    let mut peak_dirty = 0;
+    for _ in 0..2000 {
+        let at = rng.below((data.len() - patch.len()) as u64) & !4095;
+        // As a mount writes: a patch leaves a partial block holding only
+        // its bytes, and takes no record buffer.
+        uzfs_core::dmu::partial::deferring(|| fs.write(f.ino, at, &patch)).expect("patch");
+        let (dirty, loose) = (p.dirty_bytes(), p.io.bufs.loose_bytes());
+        peak_dirty = peak_dirty.max(dirty);
+        assert!(
+            loose <= limit.saturating_sub(dirty) + rec + patch.len() as u64,
+            "{loose} recycled bytes beside {dirty} dirty, limit {limit}"
+        );
+        if dirty >= limit {
+            break;
+        }
+    }
+    assert!(
+        peak_dirty + left > limit,
+        "the writes never pressed the recycled buffers ({peak_dirty} dirty)"
+    );
+    p.sync().expect("sync");
+    drop(fs);
+    p.export().expect("export");
+    assert_zdb_clean(&disks, "after the patches");
+}
+
 /// Writers streaming whole records over their files again and again,
 /// with the sync thread running and none of it cached: every record buffer is recycled many times, and every file always
 /// reads back as its last write left it.

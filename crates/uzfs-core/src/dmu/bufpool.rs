@@ -28,18 +28,26 @@
 //!
 //! # Bound
 //!
-//! The pool holds at most `cap` bytes. Each sync sets it to what the
-//! dirty data leaves of the dirty limit as it starts, which is about the
-//! txg it is about to write: the buffers it frees wait here, while the
-//! open txg draws on them, and dirty data and recycled buffers together
-//! stay within the dirty limit the daemon's memory budget already counts,
-//! however long a stream lasts. Past the cap a buffer is dropped. Buffers
-//! are dropped at a sync when no writer asked for one since the previous
-//! ([`BufPool::synced`]): an idle daemon gives them back within two txgs.
-//! Asked, not got: a writer faster than the disk asks while every buffer
-//! is still held by the txg being written, and the next sync starts the
-//! moment that one ends; counting only buffers handed out dropped each
-//! txg's buffers just as they came free (a 2 GiB stream reused none).
+//! Dirty data and the buffers held here that no txg still charges stay
+//! within the dirty limit the daemon's memory budget counts, however long
+//! a stream lasts. A buffer given while its txg is being written is
+//! charged to that txg's dirty bytes until the sync ends
+//! ([`BufPool::released`]); from then on it is loose, memory the dirty
+//! figure no longer counts. Each sync sets a cap on what may be held to
+//! what the dirty data leaves of the limit as it starts (about the txg it
+//! is about to write, whose buffers come here while the open txg draws on
+//! them), and every write the throttle lets through drops loose buffers
+//! past what the dirty data leaves of the limit then ([`BufPool::fit`]):
+//! a random writer takes no buffers, and before that, buffers a stream
+//! left here stayed beside a full dirty limit of its patches (fs.sh with a
+//! 512 MiB `arc_max`: 133 MiB of them over 219 MiB dirty, the daemon 90
+//! MiB past its budget). Buffers are dropped at a sync when no writer
+//! asked for one since the previous ([`BufPool::synced`]): an idle daemon
+//! gives them back within two txgs. Asked, not got: a writer faster than
+//! the disk asks while every buffer is still held by the txg being
+//! written, and the next sync starts the moment that one ends; counting
+//! only buffers handed out dropped each txg's buffers just as they came
+//! free (a 2 GiB stream reused none).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +62,9 @@ const TRIES: usize = 4;
 pub struct BufPool {
     inner: Mutex<Inner>,
     cap: AtomicU64,
+    /// Bytes held that no txg charges (`Inner::bytes - Inner::charged`),
+    /// read by the throttle without the lock.
+    loose: AtomicU64,
     /// A writer asked since the last `synced` (whether or not a buffer
     /// was free: one faster than the disk asks while all are still held
     /// by the txg being written, and needs them the moment it ends).
@@ -64,9 +75,32 @@ pub struct BufPool {
 
 #[derive(Default)]
 struct Inner {
-    /// By length (datasets differ in record size).
-    lists: HashMap<usize, VecDeque<Arc<Vec<u8>>>>,
+    /// By length (datasets differ in record size), oldest first, each
+    /// with the epoch it was given in.
+    lists: HashMap<usize, VecDeque<Given>>,
     bytes: u64,
+    /// Bytes of buffers given in the current epoch: the txg being
+    /// written still charges them.
+    charged: u64,
+    /// Bumped when a sync ends ([`BufPool::released`]).
+    epoch: u64,
+}
+
+/// A buffer held here, with the epoch it was given in.
+type Given = (u64, Arc<Vec<u8>>);
+
+impl Inner {
+    /// Forget buffer (`epoch`, `len`) in the byte counts.
+    fn remove(&mut self, epoch: u64, len: u64) {
+        self.bytes -= len;
+        if epoch == self.epoch {
+            self.charged -= len;
+        }
+    }
+
+    fn loose(&self) -> u64 {
+        self.bytes - self.charged
+    }
 }
 
 impl BufPool {
@@ -93,6 +127,15 @@ impl BufPool {
         self.lock().bytes
     }
 
+    /// Bytes held that no txg charges any more.
+    pub fn loose_bytes(&self) -> u64 {
+        self.loose.load(Ordering::Relaxed)
+    }
+
+    fn publish(&self, g: &Inner) {
+        self.loose.store(g.loose(), Ordering::Relaxed);
+    }
+
     /// A buffer the sync wrote and no cache keeps: keep it for reuse once
     /// everyone else lets go of it.
     pub fn give(&self, b: Arc<Vec<u8>>) {
@@ -106,7 +149,9 @@ impl BufPool {
             return;
         }
         g.bytes += len as u64;
-        g.lists.entry(len).or_default().push_back(b);
+        g.charged += len as u64;
+        let epoch = g.epoch;
+        g.lists.entry(len).or_default().push_back((epoch, b));
     }
 
     /// A buffer of exactly `len` bytes with arbitrary contents, if one is
@@ -116,17 +161,63 @@ impl BufPool {
         let mut g = self.lock();
         let list = g.lists.get_mut(&len)?;
         for _ in 0..TRIES.min(list.len()) {
-            let b = list.pop_front()?;
+            let (epoch, b) = list.pop_front()?;
             match Arc::try_unwrap(b) {
                 Ok(v) => {
-                    g.bytes -= len as u64;
+                    g.remove(epoch, len as u64);
+                    self.publish(&g);
                     self.reused.fetch_add(1, Ordering::Relaxed);
                     return Some(v);
                 }
-                Err(b) => list.push_back(b),
+                Err(b) => list.push_back((epoch, b)),
             }
         }
         None
+    }
+
+    /// The txg being written is on disk and no longer charges the buffers
+    /// it gave: they are loose from now on.
+    pub fn released(&self) {
+        let mut g = self.lock();
+        g.epoch += 1;
+        g.charged = 0;
+        self.publish(&g);
+    }
+
+    /// Dirty data leaves `room` bytes of the dirty limit: drop loose
+    /// buffers past it (oldest first), and give no more than that until
+    /// the next sync sets the cap again.
+    pub fn fit(&self, room: u64) {
+        self.cap.fetch_min(room, Ordering::Relaxed);
+        if self.loose.load(Ordering::Relaxed) <= room {
+            return;
+        }
+        let mut dropped = Vec::new();
+        {
+            let mut g = self.lock();
+            let g = &mut *g;
+            let mut excess = g.loose().saturating_sub(room);
+            let mut freed = 0;
+            for (&len, list) in g.lists.iter_mut() {
+                // Oldest first; buffers a `take` found still held were
+                // moved to the back, so charged ones are skipped, not a
+                // stop.
+                list.retain(|(epoch, b)| {
+                    if excess == 0 || *epoch == g.epoch {
+                        return true;
+                    }
+                    excess = excess.saturating_sub(len as u64);
+                    freed += len as u64;
+                    dropped.push(b.clone());
+                    false
+                });
+            }
+            g.bytes -= freed;
+            g.lists.retain(|_, l| !l.is_empty());
+            self.publish(g);
+        }
+        // Freed with no lock held (a large buffer is an munmap).
+        drop(dropped);
     }
 
     /// A txg finished syncing: if no writer asked since the previous
@@ -142,6 +233,8 @@ impl BufPool {
         let mut g = self.lock();
         g.lists.clear();
         g.bytes = 0;
+        g.charged = 0;
+        self.publish(&g);
     }
 }
 
@@ -210,5 +303,55 @@ mod tests {
         p.synced();
         drop(held);
         assert!(p.take(4096).is_some(), "dropped though a writer asked");
+    }
+
+    /// Buffers the txg being written still charges are never dropped to
+    /// make room; once it is on disk they are loose, and a writer that
+    /// takes none finds them dropped down to what its dirty data leaves.
+    #[test]
+    fn loose_buffers_are_dropped_to_fit_the_dirty_limit() {
+        let p = BufPool::new(1 << 20);
+        for _ in 0..4 {
+            p.give(Arc::new(vec![0u8; 4096]));
+        }
+        assert_eq!(p.loose_bytes(), 0, "the syncing txg charges them");
+        p.fit(0);
+        assert_eq!(p.bytes(), 4 * 4096, "charged buffers are not dropped");
+        p.released();
+        assert_eq!(p.loose_bytes(), 4 * 4096);
+        // The next sync sets the cap again; its buffer is charged,
+        // beside the loose ones.
+        p.set_cap(1 << 20);
+        p.give(Arc::new(vec![0u8; 8192]));
+        p.fit(4096 + 100);
+        assert_eq!(p.loose_bytes(), 4096, "loose bytes past the room dropped");
+        assert_eq!(p.bytes(), 4096 + 8192, "the charged one stays");
+        assert!(p.take(4096).is_some(), "the loose one left is still reused");
+        p.released();
+        p.fit(0);
+        assert_eq!(p.bytes(), 0);
+        // The cap follows the room until the next sync sets it.
+        p.set_cap(1 << 20);
+        p.fit(4096);
+        p.give(Arc::new(vec![0u8; 4096]));
+        p.give(Arc::new(vec![0u8; 4096]));
+        assert_eq!(p.bytes(), 4096);
+    }
+
+    /// A buffer a `take` found still held goes to the back, behind newer
+    /// ones: `fit` still finds it once it is loose.
+    #[test]
+    fn fit_finds_loose_buffers_behind_charged_ones() {
+        let p = BufPool::new(1 << 20);
+        let b = Arc::new(vec![0u8; 4096]);
+        let held = b.clone();
+        p.give(b);
+        p.released();
+        p.give(Arc::new(vec![0u8; 4096]));
+        drop(held);
+        assert_eq!(p.loose_bytes(), 4096);
+        p.fit(0);
+        assert_eq!(p.loose_bytes(), 0);
+        assert_eq!(p.bytes(), 4096, "only the loose one went");
     }
 }

@@ -1157,6 +1157,9 @@ impl Pool {
             self.dsl_pool().sync_done(&dsl);
         }
         self.mos.sync_done();
+        // The buffers this txg gave for reuse are no longer its dirty
+        // bytes (`dmu/bufpool.rs`).
+        self.io.bufs.released();
         let mut t = lock(&self.txg);
         t.synced = txg;
         t.syncing = None;
@@ -1401,6 +1404,10 @@ impl Pool {
                 }
             }
             if dirty + incoming < max || lock(&self.thread).is_none() {
+                // Recycled buffers no txg charges count within the limit
+                // too: a writer that takes none (random writes) must not
+                // find them beside a full limit of its own.
+                self.io.bufs.fit(max.saturating_sub(dirty + incoming));
                 if dirty > min {
                     let ns =
                         self.tun.delay_scale_ns.saturating_mul(dirty - min) / (max - dirty).max(1);
