@@ -185,10 +185,11 @@ impl BufPool {
     }
 
     /// Dirty data leaves `room` bytes of the dirty limit: drop loose
-    /// buffers past it (oldest first), and give no more than that until
-    /// the next sync sets the cap again.
+    /// buffers past it (oldest first). Buffers the txg being written
+    /// gives meanwhile are its own dirty bytes, not more memory: they are
+    /// still taken (a stream at the limit needs them the moment the sync
+    /// ends), and the first write after it fits them.
     pub fn fit(&self, room: u64) {
-        self.cap.fetch_min(room, Ordering::Relaxed);
         if self.loose.load(Ordering::Relaxed) <= room {
             return;
         }
@@ -319,9 +320,7 @@ mod tests {
         assert_eq!(p.bytes(), 4 * 4096, "charged buffers are not dropped");
         p.released();
         assert_eq!(p.loose_bytes(), 4 * 4096);
-        // The next sync sets the cap again; its buffer is charged,
-        // beside the loose ones.
-        p.set_cap(1 << 20);
+        // The next txg's buffer is charged, beside the loose ones.
         p.give(Arc::new(vec![0u8; 8192]));
         p.fit(4096 + 100);
         assert_eq!(p.loose_bytes(), 4096, "loose bytes past the room dropped");
@@ -330,10 +329,7 @@ mod tests {
         p.released();
         p.fit(0);
         assert_eq!(p.bytes(), 0);
-        // The cap follows the room until the next sync sets it.
-        p.set_cap(1 << 20);
-        p.fit(4096);
-        p.give(Arc::new(vec![0u8; 4096]));
+        // A full limit does not refuse what the syncing txg gives.
         p.give(Arc::new(vec![0u8; 4096]));
         assert_eq!(p.bytes(), 4096);
     }
