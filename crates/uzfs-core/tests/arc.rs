@@ -122,6 +122,27 @@ fn compressed_file_data_is_held_compressed_and_read_right() {
     l2.close();
 }
 
+/// File "stream" holding `data`, written as a mount streams it (through
+/// the kernel's page cache), 1 MiB per write and a txg per 4 MiB.
+fn stream_file(
+    fs: &uzfs_core::zpl::Zpl,
+    p: &std::sync::Arc<uzfs_core::spa::Pool>,
+    data: &[u8],
+) -> uzfs_core::zpl::Attr {
+    let f = fs
+        .mknod(fs.root, b"stream", REG, 0, 0, 0, None)
+        .expect("create");
+    uzfs_core::dmu::objset::through_page_cache(|| {
+        for (i, chunk) in data.chunks(1 << 20).enumerate() {
+            fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
+            if i % 4 == 3 {
+                p.sync().expect("sync");
+            }
+        }
+    });
+    f
+}
+
 /// With `CacheWritten::Never` (the default), a stream of whole records
 /// written through the kernel's page cache is not cached (the page cache
 /// holds it): its buffers are recycled for the next writes, what it wrote
@@ -136,19 +157,8 @@ fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
     let fs = mount_fs(&p, "tank");
     let rec = 128 << 10;
     // 24 MiB through a 4 MiB cache, 1 MiB per write, a txg per 4 MiB.
-    let f = fs
-        .mknod(fs.root, b"stream", REG, 0, 0, 0, None)
-        .expect("create");
     let data = pattern(31, 24 << 20);
-    // Written as a mount writes: through the kernel's page cache.
-    uzfs_core::dmu::objset::through_page_cache(|| {
-        for (i, chunk) in data.chunks(1 << 20).enumerate() {
-            fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
-            if i % 4 == 3 {
-                p.sync().expect("sync");
-            }
-        }
-    });
+    let f = stream_file(&fs, &p, &data);
     p.sync().expect("sync");
     let uncached =
         p.io.written_uncached
@@ -220,18 +230,8 @@ fn recycled_buffers_make_room_for_dirty_data_that_takes_none() {
     p.dsl_pool().format_root_fs().expect("format");
     let fs = mount_fs(&p, "tank");
     let rec = 128 << 10;
-    let f = fs
-        .mknod(fs.root, b"stream", REG, 0, 0, 0, None)
-        .expect("create");
     let data = pattern(41, 24 << 20);
-    uzfs_core::dmu::objset::through_page_cache(|| {
-        for (i, chunk) in data.chunks(1 << 20).enumerate() {
-            fs.write(f.ino, (i << 20) as u64, chunk).expect("write");
-            if i % 4 == 3 {
-                p.sync().expect("sync");
-            }
-        }
-    });
+    let f = stream_file(&fs, &p, &data);
     // (No further sync: one with no writer asking gives the buffers back.)
     let limit = p.dirty_limit();
     let left = p.io.bufs.loose_bytes();
