@@ -217,17 +217,10 @@ fn a_stream_not_cached_is_recycled_and_a_patched_record_kept() {
 fn recycled_buffers_make_room_for_dirty_data_that_takes_none() {
     uzfs_core::spa::io::set_cache_written(uzfs_core::spa::io::CacheWritten::Never);
     let world = SimWorld::new();
-    let disks = vec![world.disk("d0", DISK)];
     let mut o = opts(23);
     // A limit the 24 MiB file's patches pass.
     o.tunables.dirty_max = 16 << 20;
-    let p = uzfs_core::spa::Pool::create(
-        "tank",
-        vec![spec(uzfs_core::vdev::TopKind::Disk, &disks)],
-        o,
-    )
-    .expect("create");
-    p.dsl_pool().format_root_fs().expect("format");
+    let (disks, p) = one_disk_fs_with(&world, o);
     let fs = mount_fs(&p, "tank");
     let rec = 128 << 10;
     let data = pattern(41, 24 << 20);
@@ -271,17 +264,10 @@ fn recycled_buffers_make_room_for_dirty_data_that_takes_none() {
 fn recycled_record_buffers_never_leak_into_another_write() {
     uzfs_core::spa::io::set_cache_written(uzfs_core::spa::io::CacheWritten::Never);
     let world = SimWorld::new();
-    let disks = vec![world.disk("d0", DISK)];
     let mut o = opts(22);
     o.tunables.sync_thread = true;
     o.tunables.txg_timeout = std::time::Duration::from_millis(10);
-    let p = uzfs_core::spa::Pool::create(
-        "tank",
-        vec![spec(uzfs_core::vdev::TopKind::Disk, &disks)],
-        o,
-    )
-    .expect("create");
-    p.dsl_pool().format_root_fs().expect("format");
+    let (disks, p) = one_disk_fs_with(&world, o);
     let fs = std::sync::Arc::new(mount_fs(&p, "tank"));
     let size = 2 << 20;
     std::thread::scope(|s| {

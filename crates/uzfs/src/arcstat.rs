@@ -175,7 +175,7 @@ pub const NEAR_CHECK: std::time::Duration = std::time::Duration::from_millis(10)
 /// The RSS is read every 100 ms while it is more than [`NEAR`] below the
 /// budget, every 10 ms once it is closer. A sync filling partial records
 /// from disk grows it at 550 MiB/s, and a trim of a heap full of freed
-/// buffers takes 12-90 ms; checked only every 100 ms, fs.sh with a 512
+/// buffers takes 5-90 ms; checked only every 100 ms, fs.sh with a 512
 /// MiB `arc_max` passed its 896 MiB budget by up to 135 MiB before the
 /// trim caught it (bench/RESULTS.md, twenty-sixth session). Reading
 /// `/proc/self/status` costs microseconds. A trim that leaves the RSS
@@ -221,9 +221,10 @@ pub fn start_kstat_writer(d: &std::sync::Arc<Daemon>) {
                             let _ = std::fs::rename(&tmp, d.rundir.join("arcstats"));
                         }
                     }
+                    let rss = if trimmed { rss_bytes() } else { rss };
                     // A trim that left the RSS over the budget found it
                     // in use: another at once would free nothing more.
-                    if !trimmed && rss + NEAR > budget || trimmed && rss_bytes() <= budget {
+                    if rss + NEAR > budget && rss <= budget {
                         NEAR_CHECK
                     } else {
                         FAR_CHECK

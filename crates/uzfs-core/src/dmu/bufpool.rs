@@ -214,7 +214,6 @@ impl BufPool {
                 });
             }
             g.bytes -= freed;
-            g.lists.retain(|_, l| !l.is_empty());
             self.publish(g);
         }
         // Freed with no lock held (a large buffer is an munmap).

@@ -112,15 +112,20 @@ pub fn assert_zdb_clean(disks: &[SimDevice], what: &str) {
     );
 }
 
-/// Mount dataset `name` of `p` as a filesystem (the engine's POSIX layer).
 /// A pool on one 96 MiB disk with its root filesystem formatted.
 pub fn one_disk_fs(world: &SimWorld, seed: u64) -> (Vec<SimDevice>, Arc<Pool>) {
+    one_disk_fs_with(world, opts(seed))
+}
+
+/// [`one_disk_fs`] created with options `o` (tunables of its own).
+pub fn one_disk_fs_with(world: &SimWorld, o: CreateOptions) -> (Vec<SimDevice>, Arc<Pool>) {
     let disks = vec![world.disk("d0", DISK)];
-    let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], opts(seed)).expect("create");
+    let p = Pool::create("tank", vec![spec(TopKind::Disk, &disks)], o).expect("create");
     p.dsl_pool().format_root_fs().expect("format");
     (disks, p)
 }
 
+/// Mount dataset `name` of `p` as a filesystem (the engine's POSIX layer).
 pub fn mount_fs(p: &Arc<Pool>, name: &str) -> uzfs_core::zpl::Zpl {
     let ds = p.dsl_pool().dataset(name).expect("dataset");
     uzfs_core::zpl::Zpl::mount(ds.os.clone(), uzfs_core::dsl::DsCtx::new(p.clone(), ds))
