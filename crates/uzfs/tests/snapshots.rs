@@ -1049,7 +1049,10 @@ fn refquota_counts_only_what_the_filesystem_references() {
     std::fs::remove_file(&f).expect("rm");
     e.ok(&["zpool", "sync", "tank"]);
     // The snapshot holds 6 MiB; the filesystem references almost nothing.
-    std::fs::write(&f, rng.bytes(6 << 20)).expect("6M again: the snapshot's share does not count");
+    // Synced, so the daemon holds `f` before `g` arrives: under a mount
+    // the kernel buffers writes, and an unsynced `f` could reach the
+    // daemon after `g` (then `f` is the write refused, not `g`).
+    write_synced(&f, &rng.bytes(6 << 20)).expect("6M again: the snapshot's share does not count");
     let r = write_synced(&mnt.join("home/g"), &rng.bytes(8 << 20));
     assert_eq!(
         r.expect_err("past the refquota").raw_os_error(),
