@@ -51,6 +51,8 @@ show = [
     ("create small files (s)", "meta_create_s", False),
     ("ls -lR, cold (s)", "meta_lsR_cold_s", False),
     ("stat walk (s)", "meta_stat_s", False),
+    ("ls -lR, cold, median of 5 (s)", "meta_lsR_cold_med_s", False),
+    ("stat walk, median of 5 (s)", "meta_stat_med_s", False),
     ("daemon CPU (s)", "daemon_cpu_s", False),
     ("daemon peak RSS (MiB)", "daemon_peak_rss_MiB", False),
 ]

@@ -18,7 +18,7 @@
 #   --peers      also zfs-fuse (zmirror); ext4 always runs unless --smoke
 #   --uzfs-only  full sizes, the uzfs pass only (bench/before_after.sh
 #                interleaves such passes of two builds)
-# env: DATA [/var/tmp/uzfs-fsbench]  RUNTIME [20]  SEQ_SIZE [2G]
+# env: DATA [/var/tmp/uzfs-fsbench]  RUNTIME [20]  SEQ_SIZE [2G]  REPEAT [5; 2 in smoke]
 #      UZFS_BIN [target/release/uzfs, built first]: the binary to measure
 # Output: a markdown table on stdout and in $DATA/report.md.
 set -euo pipefail
@@ -129,6 +129,19 @@ t0=$(now); sync; t1=$(now); metric meta_sync_s "$(elapsed "$t0" "$t1")" s
 drop_caches
 t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now); metric meta_lsR_cold_s "$(elapsed "$t0" "$t1")" s
 out=$(python3 "$LIB" stat-walk "$M/meta/tree"); metric meta_stat_s "${out% *}" s
+# The two rows above are the peers' shape: one walk each. A warm walk of
+# 20,000 files takes 0.09 s or 0.13 s on this VM from one walk to the next
+# with the daemon idle (bench/RESULTS.md, "the walk's two speeds"), and a
+# cold one 0.2-0.45 s, so one walk cannot tell two uzfs configurations
+# apart (bench/before_after.sh): the median of REPEAT more of each does.
+# Each cold walk starts from dropped caches as the first did.
+med() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 5)}
+for _ in $(seq "$REPEAT"); do out=$(python3 "$LIB" stat-walk "$M/meta/tree"); echo "${out% *}"; done \
+  | med | { read -r v; metric meta_stat_med_s "$v" s; }
+for _ in $(seq "$REPEAT"); do
+  drop_caches; t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now); elapsed "$t0" "$t1"; echo
+done | med | { read -r v; metric meta_lsR_cold_med_s "$v" s; }
 metric daemon_peak_rss_MiB "$(awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$PID/status")" MiB
 metric daemon_cpu_s "$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/hz}' "/proc/$PID/stat")" s
 metric transport "$(transport)"
