@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fs.sh's uzfs workloads for two builds, interleaved on the same disk
-# (before, after, before, after, ...): the disk's speed drifts by minutes,
+# (before, after, after, before, ...): the disk's speed drifts by minutes,
 # so only interleaved medians compare two builds. Prints, per workload, the
 # median and range of each build and after/before (>1: after is better;
 # times are inverted), plus daemon CPU seconds and peak RSS.
@@ -19,7 +19,10 @@ export RUNTIME=${RUNTIME:-10} SEQ_SIZE=${SEQ_SIZE:-1G} NFILES=${NFILES:-20000}
 OUT="$BASE/all.tsv"
 mkdir -p "$BASE"; : > "$OUT"
 for r in $(seq 1 "$ROUNDS"); do
-  for label in before after; do
+  # ABBA: odd rounds run before first, even rounds after first, so a disk
+  # that speeds up or slows down through the run favours neither build.
+  order="before after"; [ $((r % 2)) = 0 ] && order="after before"
+  for label in $order; do
     bin=$A; [ $label = after ] && bin=$B
     d="$BASE/$label-$r"; rm -rf "$d"
     echo "round $r: $label" >&2
