@@ -9,7 +9,11 @@
 #   e.g. git worktree add /var/tmp/before <commit>; (cd /var/tmp/before &&
 #        cargo build --release --bins); bench/before_after.sh
 #        /var/tmp/before/target/release/uzfs target/release/uzfs 3
+#   or one build in two configurations, e.g. #16's 512 MiB point:
+#        AFTER_ENV="UZFS_ARC_MAX=536870912" bench/before_after.sh
+#        target/release/uzfs target/release/uzfs 6
 # env: DATA [/var/tmp/uzfs-ba]  RUNTIME [10]  SEQ_SIZE [1G]  NFILES [20000]
+#      BEFORE_ENV, AFTER_ENV: VAR=value words for that side's daemon
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/before_after.sh BEFORE_BIN AFTER_BIN [ROUNDS]" >&2; exit 2; }
@@ -26,7 +30,9 @@ for r in $(seq 1 "$ROUNDS"); do
     bin=$A; [ $label = after ] && bin=$B
     d="$BASE/$label-$r"; rm -rf "$d"
     echo "round $r: $label" >&2
-    DATA="$d" UZFS_BIN="$bin" bench/fs.sh --uzfs-only > "$d.tsv" 2> "$d.err" \
+    extra=${BEFORE_ENV:-}; [ $label = after ] && extra=${AFTER_ENV:-}
+    # shellcheck disable=SC2086 # VAR=value words, split on purpose
+    env $extra DATA="$d" UZFS_BIN="$bin" bench/fs.sh --uzfs-only > "$d.tsv" 2> "$d.err" \
       || { echo "fs.sh failed for $label round $r (see $d.err)" >&2; exit 1; }
     awk -v l=$label -v r=$r -F'\t' 'NF>=2{print l"\t"r"\t"$1"\t"$2}' "$d.tsv" >> "$OUT"
     rm -rf "$d"
