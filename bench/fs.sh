@@ -126,22 +126,25 @@ fio_job randwrite16k --filename="$rw16" --rw=randwrite --bs=16k --size="$RW16K_S
 out=$(python3 "$LIB" create "$M/meta/tree" "$NFILES")
 metric meta_create_s "${out% *}" s
 t0=$(now); sync; t1=$(now); metric meta_sync_s "$(elapsed "$t0" "$t1")" s
-drop_caches
-t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now); metric meta_lsR_cold_s "$(elapsed "$t0" "$t1")" s
-out=$(python3 "$LIB" stat-walk "$M/meta/tree"); metric meta_stat_s "${out% *}" s
+# Seconds of one `ls -lR` from dropped caches, and of one warm stat walk
+# (only the number is printed: drop_caches's output goes to stderr).
+cold_ls() {
+  local t0 t1
+  drop_caches >&2; t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now)
+  elapsed "$t0" "$t1"; echo
+}
+walk() { local out; out=$(python3 "$LIB" stat-walk "$M/meta/tree"); echo "${out% *}"; }
+metric meta_lsR_cold_s "$(cold_ls)" s
+metric meta_stat_s "$(walk)" s
 # The two rows above are the peers' shape: one walk each. A warm walk of
 # 20,000 files takes 0.09 s or 0.13 s on this VM from one walk to the next
 # with the daemon idle (bench/RESULTS.md, "the walk's two speeds"), and a
 # cold one 0.2-0.45 s, so one walk cannot tell two uzfs configurations
 # apart (bench/before_after.sh): the median of REPEAT more of each does.
-# Each cold walk starts from dropped caches as the first did.
 med() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 5)}
-for _ in $(seq "$REPEAT"); do out=$(python3 "$LIB" stat-walk "$M/meta/tree"); echo "${out% *}"; done \
-  | med | { read -r v; metric meta_stat_med_s "$v" s; }
-for _ in $(seq "$REPEAT"); do
-  drop_caches; t0=$(now); ls -lR "$M/meta/tree" > /dev/null; t1=$(now); elapsed "$t0" "$t1"; echo
-done | med | { read -r v; metric meta_lsR_cold_med_s "$v" s; }
+for _ in $(seq "$REPEAT"); do walk; done | med | { read -r v; metric meta_stat_med_s "$v" s; }
+for _ in $(seq "$REPEAT"); do cold_ls; done | med | { read -r v; metric meta_lsR_cold_med_s "$v" s; }
 metric daemon_peak_rss_MiB "$(awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$PID/status")" MiB
 metric daemon_cpu_s "$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/hz}' "/proc/$PID/stat")" s
 metric transport "$(transport)"
