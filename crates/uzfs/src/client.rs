@@ -155,17 +155,91 @@ pub fn connect(rundir: &Path) -> std::io::Result<UnixStream> {
     UnixStream::connect(&sock)
 }
 
-fn send(rundir: &Path, req: &Request) -> std::io::Result<Response> {
-    let mut s = connect(rundir)?;
-    let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+/// Why a command got no answer.
+enum SendErr {
+    /// The daemon did not get the request (none listening, or it closed
+    /// the connection first): sending it again (to a new daemon) is safe.
+    Unsent(std::io::Error),
+    /// The daemon got the request and died before it answered: the
+    /// command may have taken effect, in whole or in part, so it is not
+    /// sent again; the user is told.
+    Lost(String),
+}
+
+fn send(rundir: &Path, req: &Request) -> Result<Response, SendErr> {
+    let unsent = SendErr::Unsent;
+    let mut s = connect(rundir).map_err(unsent)?;
+    let mut line = serde_json::to_vec(req)
+        .map_err(std::io::Error::other)
+        .map_err(unsent)?;
     line.push(b'\n');
-    s.write_all(&line)?;
-    s.shutdown(std::net::Shutdown::Write)?;
+    s.write_all(&line).map_err(unsent)?;
+    s.shutdown(std::net::Shutdown::Write).map_err(unsent)?;
+    let lost = |why: String| {
+        SendErr::Lost(format!(
+            "the uzfs daemon {why} before it answered; the command may or may not have \
+             taken effect (check with zfs list / zpool status; the next command starts a \
+             new daemon; see {}/uzfsd.log)",
+            rundir.display()
+        ))
+    };
+    // A command may run for hours (`zpool wait`); the wait for its answer
+    // has no deadline, but it looks every half second whether the daemon
+    // is still alive: one killed while it waited on its own FUSE mount
+    // never closes this socket (`crate::wedge`).
+    let pid = peer_pid(&s);
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(|e| lost(format!("could not be waited on ({e})")))?;
     let mut r = BufReader::new(s);
-    let mut buf = String::new();
-    r.read_line(&mut buf)?;
-    serde_json::from_str(&buf)
-        .map_err(|e| std::io::Error::other(format!("bad reply from daemon: {e}")))
+    let mut buf = Vec::new();
+    loop {
+        match r.read_until(b'\n', &mut buf) {
+            Ok(_) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if let Some(pid) = pid.filter(|&p| crate::wedge::dying(p)) {
+                    let n = crate::wedge::cut_loose(rundir, pid);
+                    return Err(lost(format!(
+                        "(pid {pid}) died waiting on its own mount ({n} FUSE connections aborted to free it)"
+                    )));
+                }
+            }
+            Err(e) => return Err(lost(format!("connection failed ({e})"))),
+        }
+    }
+    if buf.is_empty() {
+        let who = pid.map(|p| format!("(pid {p}) ")).unwrap_or_default();
+        return Err(lost(format!("{who}exited")));
+    }
+    serde_json::from_slice(&buf).map_err(|e| lost(format!("sent a bad reply ({e})")))
+}
+
+/// The pid of the process on the other end of `s` (the daemon that
+/// listens), from the kernel: not a pid file that may be stale.
+fn peer_pid(s: &UnixStream) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, a
+    // ucred that outlives the call; the fd is the open socket `s`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && cred.pid > 0).then_some(cred.pid)
 }
 
 /// Exit code of a command the daemon had no room for (`EX_TEMPFAIL`):
@@ -193,7 +267,8 @@ fn call_once(rundir: &Path, argv: Vec<String>) -> Response {
     let sock = socket_path(rundir);
     match send(rundir, &req) {
         Ok(r) => return r,
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+        Err(SendErr::Lost(msg)) => return Response::err(1, msg),
+        Err(SendErr::Unsent(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return Response::err(
                 1,
                 format!("cannot talk to the uzfs daemon at {}: {e}", sock.display()),
@@ -208,7 +283,8 @@ fn call_once(rundir: &Path, argv: Vec<String>) -> Response {
     loop {
         match send(rundir, &req) {
             Ok(r) => return r,
-            Err(e) if Instant::now() > deadline => {
+            Err(SendErr::Lost(msg)) => return Response::err(1, msg),
+            Err(SendErr::Unsent(e)) if Instant::now() > deadline => {
                 return Response::err(
                     1,
                     format!(

@@ -13,6 +13,7 @@ mod iostat;
 mod mounts;
 mod status;
 mod vdevs;
+mod wedge;
 mod zdb;
 mod zfs;
 mod zilstat;

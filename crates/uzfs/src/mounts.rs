@@ -79,6 +79,18 @@ pub fn mountpoint_of(d: &Daemon, pool: &Pool, ds: &Arc<Dataset>) -> Result<PathB
     })
 }
 
+/// List the FUSE connections in the run directory, for a client to cut
+/// this daemon loose should it be killed while it waits on itself
+/// (`crate::wedge`).
+fn note_conns(d: &Daemon, m: &Mounts) {
+    let conns = m
+        .by_name
+        .values()
+        .filter_map(|m| m.session.as_ref()?.conn.as_ref())
+        .map(|(minor, at)| (*minor, at.as_path()));
+    crate::wedge::note(&d.rundir, conns);
+}
+
 /// Mount a dataset; `temp_ro`: `zfs mount -o ro|rw`, a temporary
 /// `readonly` for this mount only (`None`: the property's value).
 pub fn mount(
@@ -138,7 +150,8 @@ pub fn mount(
         path.display(),
         session.transport
     );
-    lock(d).by_name.insert(
+    let mut m = lock(d);
+    m.by_name.insert(
         name,
         Mounted {
             pool: pool.name.clone(),
@@ -148,6 +161,7 @@ pub fn mount(
             session: Some(session),
         },
     );
+    note_conns(d, &m);
     Ok(())
 }
 
@@ -192,12 +206,6 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
         None => return Err(format!("cannot unmount '{name}': not currently mounted")),
     };
     let flags = if force { libc::MNT_DETACH } else { 0 };
-    // The FUSE connection's name in the control filesystem: the mount's
-    // device minor (major 0, an anonymous device).
-    let conn = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&path).ok().map(|m| libc::minor(m.dev()))
-    };
     if let Err(e) = umount2(&path, flags) {
         if e.raw_os_error() == Some(libc::EBUSY) {
             return Err(format!(
@@ -210,7 +218,12 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
         }
         // EINVAL: not mounted any more (someone ran umount); just reap.
     }
-    let m = lock(d).by_name.remove(name);
+    let m = {
+        let mut all = lock(d);
+        let m = all.by_name.remove(name);
+        note_conns(d, &all);
+        m
+    };
     if let Some(mut m) = m {
         if let Some(s) = m.session.take() {
             let held = d
@@ -226,7 +239,7 @@ pub fn unmount(d: &Daemon, name: &str, force: bool) -> Result<(), String> {
                     .name("fuse-reaper".into())
                     .spawn(move || s.join());
             } else {
-                s.join_or_abort(conn, std::time::Duration::from_secs(5));
+                s.join_or_abort(std::time::Duration::from_secs(5));
             }
         }
     }

@@ -950,6 +950,101 @@ fn the_root_mounts_again_after_a_kill_during_destroy() {
     e.export_and_zdb("tank");
 }
 
+/// A daemon killed while one of its threads waits on its own mount: `zfs
+/// create` makes the child's mountpoint inside the parent's FUSE mount,
+/// and the request thread serving that mkdir is held
+/// (`UZFS_FUSE_DELAY_OP`) until the kill. FUSE waits out a request that
+/// reached user space, so the killed daemon can never finish dying
+/// (`wedge.rs`): it must be the waiting client that aborts the daemon's
+/// connections, says the command's fate is unknown instead of hanging or
+/// running it again, and the next command that finds a new daemon with
+/// every mount back.
+#[test]
+fn a_daemon_killed_while_it_waits_on_its_own_mount_is_cut_loose() {
+    if !can_mount() {
+        return;
+    }
+    let mut e = Env::new();
+    e.envs
+        .push(("UZFS_FUSE_DELAY_OP".into(), "mkdir=4000".into()));
+    let m = pool(&e);
+    std::fs::write(m.join("root-file"), b"before").expect("write");
+    e.ok(&["zpool", "sync", "tank"]);
+    let pid = e.daemon_pid();
+    let create = Command::new(env!("CARGO_BIN_EXE_uzfs"))
+        .args(["zfs", "create", "tank/c"])
+        .env("UZFS_RUNDIR", &e.rundir)
+        .env("UZFS_ALTROOT", e.dir.path().join("mnt"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("create");
+    // Until a daemon thread waits in the kernel on a FUSE request.
+    let waiting = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("wchan"))
+                    .is_ok_and(|w| w.trim() == "request_wait_answer")
+            })
+    };
+    let t0 = std::time::Instant::now();
+    while !waiting() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "no daemon thread ever waited on its own mount"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    e.kill_daemon();
+    let t0 = std::time::Instant::now();
+    let mut create = create;
+    while create.try_wait().expect("wait").is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(60) {
+            // Free the machine before failing: abort what the daemon listed.
+            let list = std::fs::read_to_string(e.rundir.join("uzfsd.conns")).unwrap_or_default();
+            for minor in list.lines().skip(1).filter_map(|l| l.split('\t').next()) {
+                let _ = std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+            }
+            let _ = create.kill();
+            panic!("the client hung on a daemon stuck dying");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = create.wait_with_output().expect("create");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a command whose daemon died succeeded"
+    );
+    assert!(
+        err.contains(&format!("daemon (pid {pid}) died")) && err.contains("may or may not"),
+        "{err}"
+    );
+    assert!(wedge_gone(pid), "the killed daemon is still there");
+    // The create landed or not; either way a new daemon has every mount.
+    let list = e.ok(&["zfs", "list", "-H", "-o", "name,mounted", "-r", "tank"]);
+    assert!(list.starts_with("tank\tyes\n"), "{list}");
+    assert!(
+        list == "tank\tyes\n" || list == "tank\tyes\ntank/c\tyes\n",
+        "{list}"
+    );
+    assert_ne!(e.daemon_pid(), pid);
+    assert_eq!(std::fs::read(m.join("root-file")).expect("read"), b"before");
+    e.export_and_zdb("tank");
+}
+
+/// Whether process `pid` is gone or only a zombie with no thread left.
+fn wedge_gone(pid: i32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    tasks <= 1 && !state.contains("State:\tD")
+}
+
 /// A daemon killed under load: the next command restarts it, the pool is
 /// re-imported from the cache, every mount (nested ones included) comes
 /// back in place of the dead FUSE mounts, and the namespace is consistent.

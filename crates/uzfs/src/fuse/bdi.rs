@@ -144,7 +144,7 @@ impl DirtyLimit {
         }
         let Some(bdi) = std::fs::read_to_string("/proc/self/mountinfo")
             .ok()
-            .and_then(|info| fuse_mount_dev(&info, mountpoint))
+            .and_then(|info| super::mountinfo::fuse_mount_dev(&info, mountpoint))
         else {
             return;
         };
@@ -209,78 +209,9 @@ fn set(knob: &Path, strict: bool, w: &mut Window) -> bool {
     }
 }
 
-/// The `MAJ:MIN` of the last FUSE mount at `mountpoint` in a
-/// `/proc/self/mountinfo` text (the last: a mount stacked over older ones
-/// is listed after them).
-fn fuse_mount_dev(mountinfo: &str, mountpoint: &Path) -> Option<String> {
-    let want = mountpoint.to_str()?;
-    let mut found = None;
-    for line in mountinfo.lines() {
-        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-        let mut fields = line.split(' ');
-        let (Some(_), Some(_), Some(dev), Some(_), Some(at)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        let fstype = line.split(" - ").nth(1).and_then(|s| s.split(' ').next());
-        let is_fuse = fstype.is_some_and(|t| t == "fuse" || t.starts_with("fuse."));
-        if is_fuse && unescape(at) == want {
-            found = Some(dev.to_string());
-        }
-    }
-    found
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const INFO: &str = "\
-22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
-40 22 0:41 / /mnt/a\\040b rw,nosuid shared:2 - fuse.uzfs p1 rw,user_id=0
-41 22 0:42 / /mnt/c rw shared:3 - fuse.uzfs p2/fs rw,user_id=0
-42 41 0:43 / /mnt/c rw shared:4 - fuse.uzfs p3 rw,user_id=0
-43 22 0:44 / /mnt/d rw shared:5 - tmpfs tmpfs rw
-";
-
-    #[test]
-    fn finds_the_top_fuse_mount() {
-        assert_eq!(
-            fuse_mount_dev(INFO, Path::new("/mnt/a b")).as_deref(),
-            Some("0:41")
-        );
-        assert_eq!(
-            fuse_mount_dev(INFO, Path::new("/mnt/c")).as_deref(),
-            Some("0:43")
-        );
-        assert_eq!(fuse_mount_dev(INFO, Path::new("/mnt/d")), None);
-        assert_eq!(fuse_mount_dev(INFO, Path::new("/mnt")), None);
-    }
 
     /// The policy on a stand-in knob: lifted after a window of pieces,
     /// kept through a mixed one, restored after a window of whole records.
@@ -336,11 +267,5 @@ mod tests {
             fixed.note(0, 1 << 20, || 128 << 10);
         }
         assert_eq!(read(), "0", "UZFS_FUSE_STRICT_LIMIT=0 never restores");
-    }
-
-    #[test]
-    fn unescapes_octal() {
-        assert_eq!(unescape("/a\\040b\\134c"), "/a b\\c");
-        assert_eq!(unescape("/x\\04"), "/x\\04");
     }
 }

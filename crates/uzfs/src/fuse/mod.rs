@@ -21,6 +21,7 @@
 pub mod abi;
 pub mod bdi;
 pub mod ctldir;
+pub mod mountinfo;
 pub mod rollback;
 pub mod session;
 pub mod store;
@@ -966,7 +967,7 @@ pub fn mount(
         dirty: dirty.clone(),
         first_retrieval: 0,
     }));
-    let s = session::mount(
+    let mut s = session::mount(
         fs.clone(),
         mountpoint,
         &config,
@@ -974,6 +975,7 @@ pub fn mount(
         fuse_threads(),
         posix_acl,
     )?;
+    s.conn = mountinfo::fuse_minor(&listed).map(|m| (m, listed.clone()));
     dirty.attach(&listed);
     Ok((s, fs))
 }

@@ -202,6 +202,11 @@ fn serve(
     if let Some(c) = OPCODES.get(h.opcode as usize) {
         c.fetch_add(1, Ordering::Relaxed);
     }
+    if let Some((op, pause)) = delayed_op() {
+        if op == h.opcode {
+            std::thread::sleep(pause);
+        }
+    }
     let Some(op) = abi::parse(h.opcode, ophdr, payload) else {
         return (libc::EINVAL, 0);
     };
@@ -283,6 +288,19 @@ pub fn opcode_counts() -> String {
         .collect()
 }
 
+/// `UZFS_FUSE_DELAY_OP=OPCODE=MS` (`mkdir=3000`): fault injection for
+/// tests, a pause before each request of that opcode is handled (a
+/// daemon killed while it serves a request it sent itself: `wedge.rs`).
+fn delayed_op() -> Option<(u32, std::time::Duration)> {
+    static D: std::sync::OnceLock<Option<(u32, std::time::Duration)>> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        let v = std::env::var("UZFS_FUSE_DELAY_OP").ok()?;
+        let (name, ms) = v.split_once('=')?;
+        let op = (0..64).find(|&op| abi::name(op) == name)?;
+        Some((op, std::time::Duration::from_millis(ms.parse().ok()?)))
+    })
+}
+
 /// Mount FUSE's control filesystem where it belongs, if it is not (a
 /// system without systemd, a container): it is how a connection is aborted.
 fn mount_fusectl() {
@@ -297,6 +315,22 @@ fn mount_fusectl() {
     }
 }
 
+/// Abort FUSE connection `c` (its minor): every request in flight ends
+/// with ECONNABORTED, the mount answers ENOTCONN from then on, and the
+/// server's /dev/fuse reads end.
+pub fn abort_connection(c: u32) -> std::io::Result<()> {
+    let p = format!("/sys/fs/fuse/connections/{c}/abort");
+    if !std::path::Path::new(&p).exists() {
+        mount_fusectl();
+    }
+    std::fs::write(&p, "1").map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot abort FUSE connection {c} ({p}: {e})"),
+        )
+    })
+}
+
 /// The running session of one mount. Dropping the fuser session unmounts
 /// (if nobody did); [`Session::join`] waits for the request threads, which
 /// end when the kernel tears the connection down at unmount.
@@ -305,6 +339,10 @@ pub struct Session {
     threads: Vec<JoinHandle<()>>,
     fs: Arc<dyn Handler>,
     pub transport: Transport,
+    /// The connection's name under `/sys/fs/fuse/connections` (the
+    /// mount's device minor, found in mountinfo once mounted: what an
+    /// abort writes to) and the mountpoint as mountinfo lists it.
+    pub conn: Option<(u32, std::path::PathBuf)>,
 }
 
 impl Session {
@@ -312,25 +350,21 @@ impl Session {
     /// the mount in another mount namespace (a container, `unshare -m`,
     /// made while it was mounted) keeps it alive, and the request threads
     /// with it; after `grace`, abort the connection (FUSE's control
-    /// filesystem, `conn`: the mount's device minor) so the unmount ends.
-    /// The copy then answers ENOTCONN, as after a daemon crash.
-    pub fn join_or_abort(self, conn: Option<u32>, grace: std::time::Duration) {
+    /// filesystem) so the unmount ends. The copy then answers ENOTCONN, as
+    /// after a daemon crash.
+    pub fn join_or_abort(self, grace: std::time::Duration) {
         let t0 = std::time::Instant::now();
         while t0.elapsed() < grace && !self.threads.iter().all(|t| t.is_finished()) {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if !self.threads.iter().all(|t| t.is_finished()) {
-            match conn {
-                Some(c) => {
-                    let p = format!("/sys/fs/fuse/connections/{c}/abort");
-                    if !std::path::Path::new(&p).exists() {
-                        mount_fusectl();
-                    }
+            match self.conn {
+                Some((c, _)) => {
                     log::warn!(
                         "a FUSE mount still held after unmount (a copy in another mount namespace?): aborting connection {c}"
                     );
-                    if let Err(e) = std::fs::write(&p, "1") {
-                        log::warn!("cannot abort FUSE connection {c} ({p}: {e}); waiting for it");
+                    if let Err(e) = abort_connection(c) {
+                        log::warn!("{e}; waiting for it");
                     }
                 }
                 None => log::warn!(
@@ -431,6 +465,7 @@ pub fn mount(
         threads: Vec::new(),
         fs: fs.clone(),
         transport: Transport::DevFuse,
+        conn: None,
     };
     let mut classic = threads.max(1);
     if !got_uring.load(Ordering::Relaxed) {
