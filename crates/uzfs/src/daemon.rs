@@ -2,8 +2,10 @@
 //!
 //! Everything it keeps lives in the run directory (mode 0700): the socket
 //! `uzfsd.sock` (mode 0600, so only its owner and root can connect), the pool
-//! cache `zpool.cache` (which pools to re-import at start), `uzfsd.pid` and,
-//! when started by the CLI, `uzfsd.log`. `uzfs daemon --stop` syncs and
+//! cache `zpool.cache` (which pools to re-import at start), `uzfsd.pid`,
+//! `uzfsd.lock`, `uzfsd.conns` (its FUSE connections, for a client to cut a
+//! daemon stuck dying loose: `wedge.rs`) and, when started by the CLI,
+//! `uzfsd.log`. `uzfs daemon --stop` syncs and
 //! closes every pool but leaves them in the cache, so the next daemon
 //! re-imports them.
 
