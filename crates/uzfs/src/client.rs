@@ -192,6 +192,10 @@ fn send(rundir: &Path, req: &Request) -> Result<Response, SendErr> {
         .map_err(|e| lost(format!("could not be waited on ({e})")))?;
     let mut r = BufReader::new(s);
     let mut buf = Vec::new();
+    let who = pid.map(|p| format!("(pid {p}) ")).unwrap_or_default();
+    // After a dying daemon is cut loose: how many connections that took,
+    // and how long its socket may take to close.
+    let mut freed: Option<(usize, Instant)> = None;
     loop {
         match r.read_until(b'\n', &mut buf) {
             Ok(_) => break,
@@ -201,19 +205,34 @@ fn send(rundir: &Path, req: &Request) -> Result<Response, SendErr> {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                if let Some(pid) = pid.filter(|&p| crate::wedge::dying(p)) {
-                    let n = crate::wedge::cut_loose(rundir, pid);
-                    return Err(lost(format!(
-                        "(pid {pid}) died waiting on its own mount ({n} FUSE connections aborted to free it)"
-                    )));
+                match (freed, pid) {
+                    (None, Some(p)) if crate::wedge::dying(p) => {
+                        let n = crate::wedge::cut_loose(rundir, p);
+                        freed = Some((n, Instant::now() + Duration::from_secs(15)));
+                    }
+                    (Some((n, deadline)), _) if Instant::now() > deadline => {
+                        return Err(lost(format!(
+                            "{who}died and its socket stayed open ({n} FUSE connections aborted)"
+                        )));
+                    }
+                    _ => {}
                 }
             }
-            Err(e) => return Err(lost(format!("connection failed ({e})"))),
+            // Reset: it closed with the request unread in its socket (it
+            // died before taking it, or never accepted the connection).
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && buf.is_empty() => {
+                return Err(SendErr::Unsent(e))
+            }
+            Err(e) => return Err(lost(format!("{who}connection failed ({e})"))),
         }
     }
     if buf.is_empty() {
-        let who = pid.map(|p| format!("(pid {p}) ")).unwrap_or_default();
-        return Err(lost(format!("{who}exited")));
+        return Err(lost(match freed {
+            Some((n, _)) => format!(
+                "{who}died waiting on its own mount ({n} FUSE connections aborted to free it)"
+            ),
+            None => format!("{who}exited"),
+        }));
     }
     serde_json::from_slice(&buf).map_err(|e| lost(format!("sent a bad reply ({e})")))
 }
