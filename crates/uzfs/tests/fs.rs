@@ -929,10 +929,8 @@ fn the_root_mounts_again_after_a_kill_during_destroy() {
             .current_dir(m.join("c"))
             .spawn()
             .expect("sleep");
-        let destroy = Command::new(env!("CARGO_BIN_EXE_uzfs"))
-            .args(["zfs", "destroy", "-f", "tank/c"])
-            .env("UZFS_RUNDIR", &e.rundir)
-            .env("UZFS_ALTROOT", e.dir.path().join("mnt"))
+        let destroy = e
+            .command(&["zfs", "destroy", "-f", "tank/c"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -971,10 +969,8 @@ fn a_daemon_killed_while_it_waits_on_its_own_mount_is_cut_loose() {
     std::fs::write(m.join("root-file"), b"before").expect("write");
     e.ok(&["zpool", "sync", "tank"]);
     let pid = e.daemon_pid();
-    let create = Command::new(env!("CARGO_BIN_EXE_uzfs"))
-        .args(["zfs", "create", "tank/c"])
-        .env("UZFS_RUNDIR", &e.rundir)
-        .env("UZFS_ALTROOT", e.dir.path().join("mnt"))
+    let create = e
+        .command(&["zfs", "create", "tank/c"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

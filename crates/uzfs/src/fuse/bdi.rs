@@ -135,17 +135,15 @@ struct Window {
 }
 
 impl DirtyLimit {
-    /// The mount at `mountpoint` (as /proc/self/mountinfo lists it) is
-    /// up: find its bdi, and lift the limit for [`Mode::Lifted`].
-    pub fn attach(&self, mountpoint: &Path) {
+    /// The mount is up on device `dev` (its `MAJ:MIN` in
+    /// /proc/self/mountinfo, which names its bdi): lift the limit for
+    /// [`Mode::Lifted`].
+    pub fn attach(&self, dev: Option<&str>) {
         let mode = mode();
         if mode == Mode::Kept {
             return;
         }
-        let Some(bdi) = std::fs::read_to_string("/proc/self/mountinfo")
-            .ok()
-            .and_then(|info| super::mountinfo::fuse_mount_dev(&info, mountpoint))
-        else {
+        let Some(bdi) = dev else {
             return;
         };
         let knob = Path::new("/sys/class/bdi").join(bdi).join("strict_limit");

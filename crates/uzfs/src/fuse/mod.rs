@@ -975,8 +975,12 @@ pub fn mount(
         fuse_threads(),
         posix_acl,
     )?;
-    s.conn = mountinfo::fuse_minor(&listed).map(|m| (m, listed.clone()));
-    dirty.attach(&listed);
+    let dev = mountinfo::fuse_dev(&listed);
+    s.conn = dev
+        .as_deref()
+        .and_then(mountinfo::minor_of)
+        .map(|m| (m, listed.clone()));
+    dirty.attach(dev.as_deref());
     Ok((s, fs))
 }
 

@@ -5,29 +5,32 @@
 
 use std::path::Path;
 
+/// The FUSE mounts of a `/proc/self/mountinfo` text, in its order: (the
+/// `MAJ:MIN` of the mount's device, its mountpoint unescaped).
+fn fuse_mounts(mountinfo: &str) -> impl Iterator<Item = (&str, String)> {
+    mountinfo.lines().filter_map(|line| {
+        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+        let mut f = line.split(' ');
+        let (_, _, dev, _, at) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        is_fuse(line).then(|| (dev, unescape(at)))
+    })
+}
+
 /// The `MAJ:MIN` of the last FUSE mount at `mountpoint` in a
 /// `/proc/self/mountinfo` text (the last: a mount stacked over older ones
 /// is listed after them).
 pub fn fuse_mount_dev(mountinfo: &str, mountpoint: &Path) -> Option<String> {
     let want = mountpoint.to_str()?;
-    let mut found = None;
-    for line in mountinfo.lines() {
-        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-        let mut fields = line.split(' ');
-        let (Some(_), Some(_), Some(dev), Some(_), Some(at)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        if is_fuse(line) && unescape(at) == want {
-            found = Some(dev.to_string());
-        }
-    }
-    found
+    fuse_mounts(mountinfo)
+        .filter(|(_, at)| at == want)
+        .last()
+        .map(|(dev, _)| dev.to_string())
+}
+
+/// [`fuse_mount_dev`] of this process's mount table now.
+pub fn fuse_dev(mountpoint: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    fuse_mount_dev(&info, mountpoint)
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
@@ -50,32 +53,21 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The FUSE connection (the minor of its anonymous device, its name under
-/// `/sys/fs/fuse/connections`) of the top mount at `mountpoint`.
-pub fn fuse_minor(mountpoint: &Path) -> Option<u32> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    minor_of(&fuse_mount_dev(&info, mountpoint)?)
-}
-
 /// Whether FUSE connection `minor` still serves a mount at `mountpoint`
 /// (the minor is not reused by some other filesystem since it was noted).
 pub fn serves(minor: u32, mountpoint: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    info.lines().any(|line| {
-        let mut f = line.split(' ');
-        let (Some(_), Some(_), Some(dev), Some(_), Some(at)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            return false;
-        };
-        minor_of(dev) == Some(minor) && is_fuse(line) && Path::new(&unescape(at)) == mountpoint
-    })
+    let found = fuse_mounts(&info)
+        .any(|(dev, at)| minor_of(dev) == Some(minor) && Path::new(&at) == mountpoint);
+    found
 }
 
+/// "0:43" -> 43, the connection's name under `/sys/fs/fuse/connections`:
+/// FUSE's devices are anonymous (major 0).
 /// "0:43" -> 43: FUSE's devices are anonymous (major 0).
-fn minor_of(dev: &str) -> Option<u32> {
+pub fn minor_of(dev: &str) -> Option<u32> {
     match dev.split_once(':') {
         Some(("0", m)) => m.parse().ok(),
         _ => None,

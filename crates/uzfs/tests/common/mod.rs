@@ -33,16 +33,20 @@ impl Env {
         f.set_len(mb << 20).expect("size");
         p.display().to_string()
     }
-    pub fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_uzfs"))
-            .args(args)
+    /// `uzfs ARGS` in this environment, not started yet (for a command
+    /// that runs while the test does something else).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_uzfs"));
+        c.args(args)
             .env("UZFS_RUNDIR", &self.rundir)
             .env("UZFS_TXG_TIMEOUT", "1")
             .env("UZFS_ALTROOT", self.dir.path().join("mnt"))
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
-            .current_dir(self.dir.path())
-            .output()
-            .expect("run uzfs")
+            .current_dir(self.dir.path());
+        c
+    }
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run uzfs")
     }
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);
