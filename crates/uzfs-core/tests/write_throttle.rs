@@ -1,8 +1,8 @@
 //! When the sync thread starts a txg on its own: records written whole (a
-//! stream) start one at a tenth of the dirty limit, records written in
-//! part only at half of it, so random rewrites keep coalescing in one txg
-//! while a stream goes to disk as it comes (`Tunables::
-//! dirty_whole_sync_pct`, spa/txg.rs).
+//! stream) start one at 64 MiB, records written in part only at half of
+//! the dirty limit, so random rewrites keep coalescing in one txg while a
+//! stream goes to disk as it comes (`Tunables::dirty_whole_sync`,
+//! spa/txg.rs).
 
 mod common;
 use common::*;
@@ -29,7 +29,7 @@ fn synced_past(p: &uzfs_core::spa::Pool, txg: u64, limit: Duration) -> bool {
 /// timeout no test waits for.
 fn pool(
     world: &SimWorld,
-    whole_pct: u64,
+    whole_sync: u64,
 ) -> (
     Vec<uzfs_core::vdev::sim::SimDevice>,
     std::sync::Arc<uzfs_core::spa::Pool>,
@@ -40,7 +40,7 @@ fn pool(
     o.tunables.txg_timeout = Duration::from_secs(600);
     o.tunables.cache_bytes = 1 << 30;
     o.tunables.dirty_max = 256 << 20;
-    o.tunables.dirty_whole_sync_pct = whole_pct;
+    o.tunables.dirty_whole_sync = whole_sync;
     let p = uzfs_core::spa::Pool::create(
         "tank",
         vec![spec(uzfs_core::vdev::TopKind::Disk, &disks)],
@@ -64,7 +64,7 @@ fn stream(fs: &uzfs_core::zpl::Zpl, name: &[u8], mib: usize) -> u64 {
 #[test]
 fn a_stream_starts_a_sync_early_and_rewrites_in_part_do_not() {
     let world = SimWorld::new();
-    let (disks, p) = pool(&world, 10);
+    let (disks, p) = pool(&world, 64 << 20);
     let fs = mount_fs(&p, "tank");
     p.sync().expect("sync");
     // 80 MiB written whole: past the 64 MiB of whole records, below the
@@ -110,12 +110,12 @@ fn a_stream_starts_a_sync_early_and_rewrites_in_part_do_not() {
     assert_zdb_clean(&disks, "after the stream and the patches");
 }
 
-/// With the whole-record threshold at the general one (100%), the same
+/// With the whole-record threshold past the general one, the same
 /// stream waits: what the test above tells apart is the new rule.
 #[test]
 fn without_the_whole_record_rule_the_stream_waits() {
     let world = SimWorld::new();
-    let (_disks, p) = pool(&world, 100);
+    let (_disks, p) = pool(&world, 256 << 20);
     let fs = mount_fs(&p, "tank");
     p.sync().expect("sync");
     let before = p.last_txg();

@@ -226,8 +226,8 @@ impl Daemon {
         if let Some(p) = env::<u64>("UZFS_DIRTY_SYNC_PCT") {
             t.dirty_sync_pct = p.clamp(1, 100);
         }
-        if let Some(p) = env::<u64>("UZFS_DIRTY_WHOLE_SYNC_PCT") {
-            t.dirty_whole_sync_pct = p.clamp(1, 100);
+        if let Some(b) = env::<u64>("UZFS_DIRTY_WHOLE_SYNC") {
+            t.dirty_whole_sync = b.max(1 << 20);
         }
         if let Some(m) = env::<u64>("UZFS_ARC_MAX") {
             t.cache_bytes = m.max(1 << 20);

@@ -308,7 +308,7 @@ pub struct TxgDirty {
     /// Of those, bytes of records that entered this txg written whole (a
     /// stream). Nothing is gained by holding them longer (no rewrite
     /// needs their old version), so they start a sync sooner than records
-    /// written in part (`Tunables::dirty_whole_sync_pct`).
+    /// written in part (`Tunables::dirty_whole_sync`).
     pub whole: u64,
 }
 

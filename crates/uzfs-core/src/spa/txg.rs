@@ -65,10 +65,12 @@ use std::time::{Duration, Instant};
 pub const MAX_SYNC_PASSES: u32 = 32;
 /// Dirty data is never held below this by a small cache (`Pool::dirty_limit`).
 pub const DIRTY_FLOOR: u64 = 32 << 20;
-/// The least whole-record data that starts a sync early
-/// (`Tunables::dirty_whole_sync_pct`): below it a txg's fixed cost (its
-/// MOS passes, uberblocks and flushes) would weigh on a stream.
-pub const WHOLE_SYNC_FLOOR: u64 = 64 << 20;
+/// Whole-record data that starts a sync early by default
+/// (`Tunables::dirty_whole_sync`). Below it a txg's fixed cost (its MOS
+/// passes, uberblocks and flushes, 2-7 ms here) would weigh on a stream;
+/// above it, the stream's buffers in flight are fresh memory for longer
+/// (each txg's are refilled only once it is synced, `dmu/bufpool.rs`).
+pub const WHOLE_SYNC_DEFAULT: u64 = 64 << 20;
 
 /// Tunables, each documented with its default and what goes wrong if set badly.
 #[derive(Clone, Debug)]
@@ -87,15 +89,18 @@ pub struct Tunables {
     /// OpenZFS's is 20: at 50, 16 KiB random rewrites of the same records
     /// coalesce in one txg, `UZFS_DIRTY_SYNC_PCT`).
     pub dirty_sync_pct: u64,
-    /// Percent of the dirty limit that records written whole in the open
-    /// txg (a stream, [`TxgDirty::whole`]) start a sync at (default 10,
-    /// at least [`WHOLE_SYNC_FLOOR`], `UZFS_DIRTY_WHOLE_SYNC_PCT`). A
-    /// stream loses nothing by being written sooner, and a sync started
-    /// early overlaps the disk with the writer, leaves less for its
-    /// fsync, and frees the record buffers the stream refills
-    /// (`dmu/bufpool.rs`). Records written in part still wait for
-    /// `dirty_sync_pct`, so random rewrites keep coalescing.
-    pub dirty_whole_sync_pct: u64,
+    /// Bytes of records written whole in the open txg (a stream,
+    /// [`TxgDirty::whole`]) that start a sync (default
+    /// [`WHOLE_SYNC_DEFAULT`], at most the `dirty_sync_pct` threshold,
+    /// `UZFS_DIRTY_WHOLE_SYNC`). A stream loses nothing by being written
+    /// sooner, and a sync started early overlaps the disk with the
+    /// writer, leaves less for its fsync, and frees the record buffers
+    /// the stream refills (`dmu/bufpool.rs`). Records written in part
+    /// still wait for `dirty_sync_pct`, so random rewrites keep
+    /// coalescing. A fixed size, not a share of the dirty limit: a
+    /// tenth of this machine's 2.4 GiB held a 1 GiB stream's first 500
+    /// MiB in fresh memory (bench/RESULTS.md, twenty-ninth session).
+    pub dirty_whole_sync: u64,
     /// Percent of dirty_max at which writers start being delayed (default 60).
     pub delay_min_pct: u64,
     /// Delay scale in ns (default 500,000, as zfs_delay_scale).
@@ -190,7 +195,7 @@ impl Default for Tunables {
             txg_timeout: Duration::from_secs(5),
             dirty_max: (ram / 10).min(4 << 30),
             dirty_sync_pct: 50,
-            dirty_whole_sync_pct: 10,
+            dirty_whole_sync: WHOLE_SYNC_DEFAULT,
             delay_min_pct: 60,
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
@@ -844,7 +849,7 @@ impl Pool {
     }
 
     /// A txg should start now: dirty data past its threshold, records
-    /// written whole past theirs (a stream, `dirty_whole_sync_pct`), or
+    /// written whole past theirs (a stream, `dirty_whole_sync`), or
     /// the intent log short of space (`LogSpace::pressed`).
     fn over_sync_threshold(&self) -> bool {
         let (dirty, whole) = self.dirty_and_whole_bytes();
@@ -853,11 +858,8 @@ impl Pool {
 
     /// [`Pool::over_sync_threshold`] for figures the caller already read.
     fn sync_due(&self, dirty: u64, whole: u64) -> bool {
-        let limit = self.dirty_limit();
-        let sync_at = limit * self.tun.dirty_sync_pct / 100;
-        let whole_at = (limit * self.tun.dirty_whole_sync_pct / 100)
-            .max(WHOLE_SYNC_FLOOR)
-            .min(sync_at);
+        let sync_at = self.dirty_limit() * self.tun.dirty_sync_pct / 100;
+        let whole_at = self.tun.dirty_whole_sync.min(sync_at);
         dirty > sync_at || whole > whole_at || self.log_space.pressed()
     }
 
