@@ -270,7 +270,8 @@ pub fn generate(data: &[&[u8]], nparity: usize, len: usize) -> Vec<Vec<u8>> {
 }
 
 /// `acc = acc * 2^times ^ d` over one tile (`d` zero-padded to `acc`'s
-/// length): with AVX2 when the CPU has it, else in u64 lanes.
+/// length): with AVX2 when the CPU has it, else in u64 lanes
+/// ([`horner_step`], which with `times` 0 is an XOR).
 fn horner_tile(acc: &mut [u8], d: &[u8], times: u32) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -279,11 +280,7 @@ fn horner_tile(acc: &mut [u8], d: &[u8], times: u32) {
             return unsafe { horner_tile_avx2(acc, d, times) };
         }
     }
-    if times == 0 {
-        xor_into(acc, d);
-    } else {
-        horner_step(acc, d, times);
-    }
+    horner_step(acc, d, times);
 }
 
 /// [`horner_tile`] 32 bytes at a time: a byte is multiplied by 2 in
@@ -311,12 +308,7 @@ unsafe fn horner_tile_avx2(acc: &mut [u8], d: &[u8], times: u32) {
             _mm256_storeu_si256(a.as_mut_ptr().cast(), x);
         }
     }
-    let d_rest = &d[n.min(d.len())..];
-    if times == 0 {
-        xor_into(a_rest, d_rest);
-    } else {
-        horner_step(a_rest, d_rest, times);
-    }
+    horner_step(a_rest, &d[n.min(d.len())..], times);
 }
 
 /// Split a block's physical bytes into the map's columns (parity first),
