@@ -43,6 +43,9 @@ pub struct SpaIo {
     /// Freed space is not reused while a read that may repair in place is
     /// in flight (`metaslab::ReuseFence`; the pool's allocator shares it).
     pub reuse_fence: Arc<super::metaslab::ReuseFence>,
+    /// The scan batch being issued, for frees to check against
+    /// (`spa/scan_queue.rs`; the pool's allocator shares it).
+    pub scan_queue: Arc<super::scan_queue::ScanQueue>,
     /// Written record buffers the cache does not keep, for the next
     /// writes to fill (`dmu/bufpool.rs`); the sync sets its bound.
     pub bufs: BufPool,
@@ -137,6 +140,7 @@ impl SpaIo {
             reads_under_hold: AtomicU64::new(0),
             bufs: BufPool::new(0),
             reuse_fence: Default::default(),
+            scan_queue: Default::default(),
             written_uncached: AtomicU64::new(0),
             partial: Default::default(),
         }

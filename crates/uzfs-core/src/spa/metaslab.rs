@@ -253,6 +253,10 @@ pub struct Allocator {
     /// Shared with the pool's reads (`SpaIo::reuse_fence`): freed space
     /// becomes allocatable only while no repairing read is in flight.
     pub fence: std::sync::Arc<ReuseFence>,
+    /// Shared with the scan (`SpaIo::scan_queue`): while a batch is being
+    /// issued, a free lying in none of its blocks being read is reusable
+    /// at once instead of parked (`spa/scan_queue.rs`).
+    pub scan_queue: std::sync::Arc<super::scan_queue::ScanQueue>,
     /// Scans (or walkers) reading blocks by pointers gathered earlier: while
     /// non-zero, freed space is not reused (and overwritten).
     pub scan_hold: u32,
@@ -268,6 +272,7 @@ impl Allocator {
         Allocator {
             vdevs,
             fence: Default::default(),
+            scan_queue: Default::default(),
             scan_hold: 0,
             hold_broken: false,
             rotor: 0,
@@ -498,11 +503,25 @@ impl Allocator {
         let fence = self.fence.clone();
         let _reuse = fence.releasing();
         let parking = self.holding_for_scan();
-        for v in &mut self.vdevs {
-            for ms in &mut v.metaslabs {
-                let released = std::mem::take(&mut ms.defer);
+        let queue = self.scan_queue.clone();
+        let mut q = queue.lock();
+        for (v, vd) in self.vdevs.iter_mut().enumerate() {
+            for ms in &mut vd.metaslabs {
+                let mut released = std::mem::take(&mut ms.defer);
                 if parking {
-                    ms.held.extend(released);
+                    // A batch being issued: what it parked before may be
+                    // free now (its run finished, or it was dropped).
+                    if q.active() {
+                        released.append(&mut ms.held);
+                    }
+                    for (off, len) in released {
+                        if q.releases(v as u32, off, len) {
+                            let ok = ms.free.add(off, len);
+                            debug_assert!(ok, "deferred free overlaps free space");
+                        } else {
+                            ms.held.push((off, len));
+                        }
+                    }
                 } else {
                     for (off, len) in released {
                         let ok = ms.free.add(off, len);
@@ -519,18 +538,25 @@ impl Allocator {
     /// committed state (the previous txg, already on disk, no longer
     /// references them); what it costs is the fallback to the txg before
     /// that if the previous txg's uberblocks were all lost. Not while a
-    /// scan holds frees (it may still read those blocks). Returns the bytes
-    /// released.
+    /// scan may still read those blocks (it is gathering, or they lie in
+    /// its run in flight, `scan_queue.rs`). Returns the bytes released.
     pub fn release_deferred_early(&mut self) -> u64 {
-        if self.holding_for_scan() {
+        let parking = self.holding_for_scan();
+        let queue = self.scan_queue.clone();
+        let mut q = queue.lock();
+        if parking && !q.active() {
             return 0;
         }
         let fence = self.fence.clone();
         let _reuse = fence.releasing();
         let mut n = 0;
-        for v in &mut self.vdevs {
-            for ms in &mut v.metaslabs {
+        for (v, vd) in self.vdevs.iter_mut().enumerate() {
+            for ms in &mut vd.metaslabs {
                 for (off, len) in std::mem::take(&mut ms.defer) {
+                    if parking && !q.releases(v as u32, off, len) {
+                        ms.defer.push((off, len));
+                        continue;
+                    }
                     let ok = ms.free.add(off, len);
                     debug_assert!(ok, "deferred free overlaps free space");
                     n += len;

@@ -15,6 +15,7 @@ pub mod metaslab;
 pub mod mmp;
 pub mod range_tree;
 pub mod scan;
+pub mod scan_queue;
 pub mod space_map;
 pub mod suspend;
 pub mod txg;
@@ -453,6 +454,7 @@ impl Pool {
         tun: Tunables,
     ) -> Arc<Pool> {
         st.alloc.fence = io.reuse_fence.clone();
+        st.alloc.scan_queue = io.scan_queue.clone();
         let root_ds = Arc::new(crate::dsl::Dataset {
             phys: crate::dsl::Record::new(crate::dsl::DsPhys {
                 id: st.dir.root_dataset,
@@ -1104,14 +1106,15 @@ impl Pool {
             return Err(Error::suspended(&self.name, &why));
         }
         if self.admission_cost(self.dirty_bytes() + incoming) > self.writable_space() {
-            // A scan parking frees holds space that writers need more: it
-            // gives them back (`ScanSignals::yield_hold`), and the caller's
-            // retry after the next sync finds them.
+            // A scan parking frees holds space that writers need more: a
+            // gather in progress ends its batch (`ScanSignals::yield_hold`),
+            // the runs in flight (whose blocks' frees stay parked) go at
+            // full pace, and the caller's retry after the next sync finds
+            // the space.
             if self.pending_frees() > 0 && lock(&self.scan).thread.is_some() {
                 self.scan_sig
                     .yield_hold
                     .store(true, std::sync::atomic::Ordering::Relaxed);
-                // The run in flight ends first: not at a yielding pace.
                 crate::vdev::queue::hurry_scans_for(std::time::Duration::from_millis(200));
             }
             return Err(Error::NoSpace);

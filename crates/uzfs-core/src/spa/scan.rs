@@ -26,19 +26,21 @@
 //! Gathered pointers may be freed while the batch waits to be issued; if the
 //! space were reallocated, a scrub would "repair" new data with old. So from
 //! the moment a batch starts gathering (from the pool's latest committed
-//! tree) until it is issued, the allocator parks frees that become reusable
-//! (`Allocator::scan_hold`) and releases them after the batch.
+//! tree) until it is gathered, the allocator parks frees that become
+//! reusable (`Allocator::scan_hold`). Once the batch is gathered it is
+//! queued by address (`scan_queue.rs`, OpenZFS's `dsl_scan_freed`): a free
+//! of a block not yet read drops it from the batch and is reusable at once;
+//! only a free of a block whose run a worker is reading stays parked, until
+//! the first txg commit after that run ends. What was parked during the
+//! gather is looked at again at the next commit the same way.
 //!
 //! Parked frees are space writers cannot have: on a pool being overwritten
-//! (copy-on-write frees the old blocks) a long batch let a half-full pool
-//! refuse almost every write, or run a sync out of space. So when admission
-//! refuses a write while a scan parks frees, it raises
-//! `ScanSignals::yield_hold`; the issuing workers stop between runs (and
-//! in their throttle sleep), the batch is abandoned with its bookmark
-//! unchanged, the frees are released, and the batch is gathered again with
-//! half as many blocks (down to `MIN_YIELD_BATCH`; it grows back after each
-//! batch issued whole). The refused writer's retry after the next sync finds
-//! the space. Nothing gathered is issued after its hold ended.
+//! (copy-on-write frees the old blocks) a batch parking everything let a
+//! half-full pool refuse almost every write, or run a sync out of space.
+//! So when admission refuses a write while a scan parks frees, it raises
+//! `ScanSignals::yield_hold`, and a gather in progress ends its batch
+//! there (at least `MIN_YIELD_BATCH` blocks); the refused writer's retry
+//! after the next sync finds the space.
 //!
 //! Admission cannot see everything: changes never refused for space
 //! (attribute changes, deletes, property changes live on the slop) keep
@@ -219,8 +221,9 @@ pub struct ScanCtl {
     pub rewind: Option<Bookmark>,
 }
 
-/// The smallest batch a scan shrinks to by yielding its parked frees to
-/// writers: small enough to be issued between two refused writes' syncs,
+/// The fewest blocks a gather ends with when writers ask for the frees it
+/// parks, and the smallest batch a scan shrinks to after the sync took
+/// them back: small enough to gather between two refused writes' syncs,
 /// large enough that each batch still makes progress.
 const MIN_YIELD_BATCH: usize = 256;
 
@@ -268,9 +271,9 @@ impl ScanFence {
 pub struct ScanSignals {
     /// Stop issuing (pause, cancel, restart or close).
     pub stop: AtomicBool,
-    /// A write was refused for space while this scan parks frees: give
-    /// them back now (the batch is abandoned and gathered again, smaller;
-    /// see "Safety against reuse").
+    /// A write was refused for space while this scan parks frees: a
+    /// gather in progress ends its batch early (see "Safety against
+    /// reuse").
     pub yield_hold: AtomicBool,
     /// Foreground I/O counter, bumped by the object API; the scan yields
     /// while it moves (OpenZFS zfs_scan_idle).
@@ -303,6 +306,9 @@ pub const MAX_AUTO_RESILVERS: u32 = 8;
 /// The scan's visitor: gathers the pointers of one batch.
 struct Gather<'a> {
     io: &'a SpaIo,
+    /// Writers were refused space while this gather parks frees
+    /// (`ScanSignals::yield_hold`): end the batch early.
+    yield_hold: &'a AtomicBool,
     min_txg: u64,
     max_txg: u64,
     cap: usize,
@@ -316,7 +322,9 @@ struct Gather<'a> {
 
 impl Gather<'_> {
     fn full(&self) -> bool {
-        self.out.len() >= self.cap || self.out_bytes >= BATCH_BYTES
+        self.out.len() >= self.cap
+            || self.out_bytes >= BATCH_BYTES
+            || (self.out.len() >= MIN_YIELD_BATCH && self.yield_hold.load(Ordering::Relaxed))
     }
 }
 
@@ -714,6 +722,9 @@ impl Pool {
                 let r = if b.broken {
                     (0, 0, 0, false)
                 } else {
+                    // From here a free of a block not being read drops it
+                    // from the batch instead of parking (`scan_queue.rs`).
+                    self.io.scan_queue.start(&b.bps);
                     self.issue_batch(&b.bps, phys.func, phys.order)?
                 };
                 log::debug!(
@@ -725,18 +736,24 @@ impl Pool {
                 );
                 Ok((b, r))
             });
+            let dropped = self.io.scan_queue.end();
+            if dropped > 0 {
+                log::debug!("scan batch: {dropped} blocks freed before they were read");
+            }
             lock(&self.st).alloc.set_scan_hold(false);
             {
                 let mut c = lock(&self.scan);
                 c.batch_examined = 0;
                 c.batch_issued = 0;
             }
+            // A writer's request for parked frees ended this batch's gather
+            // early, or came while it was issued (when it parks only its
+            // runs in flight): either way it is answered.
+            self.scan_sig.yield_hold.store(false, Ordering::Relaxed);
             let (batch, (issued, repaired, errors, complete)) = res?;
             if !complete {
-                // Writers wanted the parked frees (given back above), or
-                // the sync took them (`ScanFence`).
-                let yielded = self.scan_sig.yield_hold.swap(false, Ordering::Relaxed)
-                    | self.io.scan_fence.is_broken();
+                // The sync took the parked frees back (`ScanFence`).
+                let yielded = self.io.scan_fence.is_broken();
                 if yielded && !self.scan_sig.stop.load(Ordering::Relaxed) {
                     // The bookmark stays, and the batch is gathered again
                     // smaller, so it parks less for less long.
@@ -819,6 +836,7 @@ impl Pool {
         };
         let mut g = Gather {
             io: &self.io,
+            yield_hold: &self.scan_sig.yield_hold,
             min_txg: phys.min_txg,
             max_txg: phys.max_txg,
             cap,
@@ -938,13 +956,12 @@ impl Pool {
             let last = last_fg_ms.load(Ordering::Relaxed);
             last != u64::MAX && now.saturating_sub(last) < busy_window.as_millis() as u64
         };
-        // Stopped, or the hold on frees given up (a write refused, or the
-        // sync out of space): no run more of this batch.
-        let interrupted = || {
-            self.scan_sig.stop.load(Ordering::Relaxed)
-                || self.scan_sig.yield_hold.load(Ordering::Relaxed)
-                || self.io.scan_fence.is_broken()
-        };
+        // Stopped, or the hold on frees taken back (the sync out of
+        // space): no run more of this batch. A writer refused space does
+        // not end it: what the batch parks now is only what its runs in
+        // flight are reading (`scan_queue.rs`).
+        let interrupted =
+            || self.scan_sig.stop.load(Ordering::Relaxed) || self.io.scan_fence.is_broken();
         // The workers are a taskq's (no thread started per batch); its
         // threads run at the scan's class and nice level.
         crate::zio::scan_issue_taskq().scope(|s| {
@@ -973,7 +990,15 @@ impl Pool {
                             let Some(_g) = self.io.scan_fence.enter() else {
                                 return;
                             };
-                            self.issue_run(bps, run, scrub)
+                            // Blocks freed since the gather are not read;
+                            // the rest keep their space until finished.
+                            let run = self.io.scan_queue.claim(run);
+                            if run.is_empty() {
+                                continue;
+                            }
+                            let r = self.issue_run(bps, &run, scrub);
+                            self.io.scan_queue.finish(&run);
+                            r
                         };
                         match r {
                             Ok((i, r, e)) => {
@@ -1478,6 +1503,106 @@ mod tests {
             .iter()
             .map(|bp| (bp.dva[0].vdev, bp.dva[0].offset))
             .collect()
+    }
+
+    /// Incompressible bytes.
+    fn noise(seed: u64, n: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Bytes parked for scans across the pool (`Metaslab::held`).
+    fn parked(p: &Pool) -> u64 {
+        let st = lock(&p.st);
+        st.alloc
+            .vdevs
+            .iter()
+            .flat_map(|v| &v.metaslabs)
+            .flat_map(|m| &m.held)
+            .map(|h| h.1)
+            .sum()
+    }
+
+    /// Blocks of a gathered batch overwritten before the scan reads them
+    /// leave the batch and their space is reusable at once: parked
+    /// before, it was space writers could not have until the batch ended.
+    /// The rest of the batch is issued and verifies clean.
+    #[test]
+    fn blocks_freed_before_the_scan_reads_them_leave_the_batch() {
+        use crate::dmu::dnode::{ot, ObjProps};
+        let world = SimWorld::new();
+        let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(7)).expect("pool");
+        let os = p.root();
+        let obj = os
+            .create_object(ot::PLAIN_FILE, 128 << 10, &ObjProps::default())
+            .expect("object");
+        os.write(obj, 0, &noise(1, 4 << 20)).expect("write");
+        p.sync().expect("sync");
+        let phys = ScanPhys::walk_from(Bookmark::default());
+        let b = p.gather_with(&phys, usize::MAX).expect("gather");
+        assert!(!b.broken && b.next.is_none());
+        p.io.scan_queue.start(&b.bps);
+        // Overwrite the first half; its old blocks are freed in this txg
+        // and reusable once the next one has committed.
+        let new = noise(2, 2 << 20);
+        os.write(obj, 0, &new).expect("overwrite");
+        for _ in 0..3 {
+            p.want_frees();
+            p.sync().expect("sync");
+        }
+        let freed = p.io.scan_queue.lock().freed;
+        assert!(freed >= 16, "{freed} blocks dropped from the batch");
+        assert_eq!(parked(&p), 0, "frees parked under a queued batch");
+        let (issued, _, errors, complete) = p
+            .issue_batch(&b.bps, ScanFunc::Scrub, IssueOrder::Sorted)
+            .expect("issue");
+        assert!(complete);
+        assert_eq!(errors, 0, "a block read after its space was reused");
+        let total: u64 = b.bps.iter().map(|bp| bp.asize()).sum();
+        assert!(issued < total - (2 << 20), "{issued} of {total} issued");
+        p.io.scan_queue.end();
+        lock(&p.st).alloc.set_scan_hold(false);
+        let mut back = vec![0u8; 2 << 20];
+        os.read(obj, 0, &mut back).expect("read");
+        assert!(back == new, "overwritten data reads back");
+        p.close().expect("close");
+    }
+
+    /// Without a queued batch (while it is gathered) every free parks.
+    #[test]
+    fn frees_park_while_a_batch_is_gathered() {
+        use crate::dmu::dnode::{ot, ObjProps};
+        let world = SimWorld::new();
+        let (_d, p) = sim_pool(&world, "t", 96 << 20, sim_tunables(), Some(8)).expect("pool");
+        let os = p.root();
+        let obj = os
+            .create_object(ot::PLAIN_FILE, 128 << 10, &ObjProps::default())
+            .expect("object");
+        os.write(obj, 0, &noise(3, 1 << 20)).expect("write");
+        p.sync().expect("sync");
+        let phys = ScanPhys::walk_from(Bookmark::default());
+        let b = p.gather_with(&phys, usize::MAX).expect("gather");
+        os.write(obj, 0, &noise(4, 1 << 20)).expect("overwrite");
+        for _ in 0..3 {
+            p.want_frees();
+            p.sync().expect("sync");
+        }
+        assert!(parked(&p) >= 1 << 20, "{} parked", parked(&p));
+        // Queued now: the next commit looks at what was parked again.
+        p.io.scan_queue.start(&b.bps);
+        p.want_frees();
+        p.sync().expect("sync");
+        assert_eq!(parked(&p), 0);
+        p.io.scan_queue.end();
+        lock(&p.st).alloc.set_scan_hold(false);
+        p.close().expect("close");
     }
 
     /// A promote moves snapshots from one dataset to another, so from

@@ -361,8 +361,8 @@ pub fn hurry_scans() -> HurryGuard {
 }
 
 /// [`hurry_scans`] for a while: a writer refused for the space a scan
-/// parks asked it to give the space back, which it does at the end of the
-/// run in flight (`ScanSignals::yield_hold`).
+/// parks asked it to give the space back, which it does once the runs in
+/// flight end (`ScanSignals::yield_hold`, `spa/scan_queue.rs`).
 pub fn hurry_scans_for(d: Duration) {
     GATE.lock().hurry_until = Some(Instant::now() + d);
     GATE.cv.notify_all();
