@@ -171,11 +171,7 @@ impl Queue {
         let mut hit: Vec<usize> = Vec::new();
         // Extents do not overlap: walk back from the range's end until one
         // ends at or before its start.
-        for (&(_, start, i), &e) in self
-            .extents
-            .range((vdev, 0, 0)..(vdev, end, 0))
-            .rev()
-        {
+        for (&(_, start, i), &e) in self.extents.range((vdev, 0, 0)..(vdev, end, 0)).rev() {
             if e <= offset {
                 break;
             }
