@@ -26,6 +26,7 @@
 //! uzfs's sync never waits for the log's I/O.)
 
 use super::blkptr::BlkPtr;
+use super::dirty_block::DirtyBlock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -108,7 +109,7 @@ impl Overrides {
         &self,
         txg: u64,
         obj: u64,
-        blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
+        blocks: &BTreeMap<u64, DirtyBlock>,
     ) -> BTreeMap<u64, BlkPtr> {
         let mut ov = self.lock();
         if ov.is_empty() {
@@ -175,7 +176,7 @@ mod tests {
     fn an_early_write_in_flight_is_freed_only_once_it_settled() {
         let ov = Overrides::default();
         let data = Arc::new(vec![7u8; 64]);
-        let blocks: BTreeMap<u64, Arc<Vec<u8>>> = [(3, data.clone())].into();
+        let blocks: BTreeMap<u64, DirtyBlock> = [(3, data.clone().into())].into();
         let (slow, failed, done) = (EarlyWrite::new(), EarlyWrite::new(), EarlyWrite::new());
         ov.add((10, 5, 3), &data, bp(1), slow.clone());
         ov.add((10, 6, 0), &data, bp(2), failed.clone());
@@ -208,7 +209,7 @@ mod tests {
         let w = EarlyWrite::new();
         ov.add((4, 1, 0), &old, bp(9), w.clone());
         w.set_durable();
-        let new: BTreeMap<u64, Arc<Vec<u8>>> = [(0, Arc::new(vec![1u8; 64]))].into();
+        let new: BTreeMap<u64, DirtyBlock> = [(0, vec![1u8; 64].into())].into();
         assert!(ov.adoptable(4, 1, &new).is_empty());
         assert_eq!(ov.take_leftovers(4), vec![bp(9)]);
     }

@@ -6,6 +6,7 @@ pub mod bufpool;
 pub mod changelog;
 pub mod checksum;
 pub mod compress;
+pub mod dirty_block;
 pub mod dnode;
 pub mod early_write;
 pub mod objset;

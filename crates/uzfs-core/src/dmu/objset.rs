@@ -37,6 +37,7 @@ use super::blkptr::{BlkPtr, BLKPTR_SIZE};
 use super::changelog::{self, Change, ChangeLog, OpScope, LOG_HEADER_SIZE};
 use super::checksum::ChecksumType;
 use super::compress::Compression;
+use super::dirty_block::DirtyBlock;
 use super::dnode::{ot, DnodePhys, ObjProps, BONUS_SIZE, DNODE_SIZE};
 use super::early_write::{EarlyWrite, Overrides};
 use super::partial::{self, Ranges};
@@ -184,12 +185,22 @@ pub trait BlockWriter {
     /// applied to each `(old, data)` in order, except that the blocks are
     /// not offered to a cache: the caller holds them shared and offers them
     /// itself (`BlockReader::written`), without a copy.
-    fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
+    fn write_batch(&mut self, items: &[BatchBlock<'_>], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         items
             .iter()
-            .map(|(old, d)| self.write_bp(old, d, wp))
+            .map(|b| self.write_bp(&b.old, b.data, wp))
             .collect()
     }
+}
+
+/// A level-0 block for [`BlockWriter::write_batch`].
+#[derive(Clone, Copy, Debug)]
+pub struct BatchBlock<'a> {
+    /// The pointer it replaces (a hole for a new block).
+    pub old: BlkPtr,
+    pub data: &'a [u8],
+    /// The Fletcher-4 of `data`, if known (`dmu/dirty_block.rs`).
+    pub fletcher4: Option<&'a [u8; 32]>,
 }
 
 pub const OBJSET_MAGIC: u64 = 0x5355_4a42_4f53_465a; // "ZFSOBJUS" little-endian
@@ -210,8 +221,9 @@ pub struct DirtyObj {
     pub create: Option<DnodePhys>,
     /// Freed in this txg (after any earlier incarnation's changes).
     pub freed: bool,
-    /// Whole level-0 blocks, `datablksz` long.
-    pub blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    /// Whole level-0 blocks, `datablksz` long (a streaming writer's with
+    /// their checksum: `dmu/dirty_block.rs`).
+    pub blocks: BTreeMap<u64, DirtyBlock>,
     /// New logical size, if it changed.
     pub size: Option<u64>,
     /// New bonus buffer, if it changed.
@@ -263,7 +275,7 @@ impl DirtyObj {
                 false
             }
             Some(_) if src.len() == bs => {
-                *b = Arc::new(filled(reader, src));
+                *b = filled(reader, src).into();
                 true
             }
             Some(r) => {
@@ -951,8 +963,8 @@ impl Objset {
                 }
                 if let Some(b) = o.blocks.get(&blkid) {
                     match o.partial.get(&blkid) {
-                        None => break 'found Some(BlockSource::Data(b.clone())),
-                        Some(r) => over.push((b.clone(), r.clone(), open)),
+                        None => break 'found Some(BlockSource::Data(Arc::clone(b))),
+                        Some(r) => over.push((Arc::clone(b), r.clone(), open)),
                     }
                 }
                 // A txg's punches and re-creation come before its blocks.
@@ -1026,7 +1038,7 @@ impl Objset {
         }
         if let Some(b) = d.blocks.get_mut(&blkid) {
             if Arc::ptr_eq(b, data) {
-                *b = whole.clone();
+                *b = whole.clone().into();
                 d.partial.remove(&blkid);
                 self.reader.partial_event(how);
                 st.open.resize(data.len() as u64, whole.len() as u64);
@@ -1481,7 +1493,7 @@ impl Objset {
         d.blksz = Some(new_bs);
         let added = match block {
             Some(b) => {
-                d.blocks.insert(0, Arc::new(b));
+                d.blocks.insert(0, b.into());
                 new_bs as u64
             }
             None => {
@@ -1589,7 +1601,7 @@ impl Objset {
                     return Err(Error::Internal(why));
                 };
                 st.open.bytes += bs;
-                e.insert(Arc::new(copy))
+                e.insert(copy.into())
             }
         };
         let r = f(Arc::make_mut(block));
@@ -1642,7 +1654,7 @@ impl Objset {
                 if d.blocks.contains_key(&blkid) {
                     let grew = d.patch(blkid, boff, src, bs as usize, &*self.reader);
                     if keep {
-                        kept = d.blocks.get(&blkid).cloned();
+                        kept = d.blocks.get(&blkid).map(|b| Arc::clone(b));
                     }
                     st.open.bytes += grew;
                     added += grew;
@@ -1654,15 +1666,22 @@ impl Objset {
             if !patched {
                 // `sparse`: a partial block, holding only the bytes
                 // written; the sync fills in the rest (dmu/partial.rs).
-                let (block, sparse) = if n == bs as usize {
-                    (filled(&*self.reader, src), None)
+                // A stream's record is checksummed now, while it is in
+                // the cache from the copy (`dmu/dirty_block.rs`).
+                let (block, sparse): (DirtyBlock, _) = if n == bs as usize {
+                    let b = filled(&*self.reader, src);
+                    if dn.checksum == ChecksumType::Fletcher4 && PAGE_CACHED.with(|d| d.get()) {
+                        (DirtyBlock::summed(b), None)
+                    } else {
+                        (b.into(), None)
+                    }
                 } else {
                     match self.patch_base(obj, blkid, bs)? {
                         PatchBase::Copy(mut b) => {
                             b[boff..boff + n].copy_from_slice(src);
-                            (b, None)
+                            (b.into(), None)
                         }
-                        PatchBase::Sparse(old) => (src.to_vec(), Some(old)),
+                        PatchBase::Sparse(old) => (src.to_vec().into(), Some(old)),
                     }
                 };
                 let mut st = lock(&self.st);
@@ -1674,14 +1693,14 @@ impl Objset {
                     std::collections::btree_map::Entry::Occupied(_) => {
                         let grew = d.patch(blkid, boff, src, bs as usize, &*self.reader);
                         if keep {
-                            kept = d.blocks.get(&blkid).cloned();
+                            kept = d.blocks.get(&blkid).map(|b| Arc::clone(b));
                         }
                         st.open.bytes += grew;
                         added += grew;
                     }
                     std::collections::btree_map::Entry::Vacant(e) => {
                         let held = block.len() as u64;
-                        let b = e.insert(Arc::new(block));
+                        let b = e.insert(block);
                         if keep {
                             kept = Some(Arc::clone(b));
                         }
@@ -1827,7 +1846,7 @@ impl Objset {
         for bp in self.overrides.take_leftovers(dirty.txg) {
             w.free_unadopted(&bp);
         }
-        let mut blocks: BTreeMap<u64, Arc<Vec<u8>>> = BTreeMap::new();
+        let mut blocks: BTreeMap<u64, DirtyBlock> = BTreeMap::new();
         for (&obj, dn) in &changed {
             let blkid = obj / DNODES_PER_BLOCK;
             if let std::collections::btree_map::Entry::Vacant(e) = blocks.entry(blkid) {
@@ -1835,7 +1854,7 @@ impl Objset {
                     Some(b) => b,
                     None => Arc::new(vec![0u8; DNODE_BLOCK_SIZE as usize]),
                 };
-                e.insert(cur);
+                e.insert(cur.into());
             }
             if let Some(b) = blocks.get_mut(&blkid) {
                 let at = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
@@ -1991,7 +2010,7 @@ impl Objset {
     ) -> Result<Option<Arc<Vec<u8>>>> {
         let d = into.objs.get(&obj);
         if let Some(b) = d.and_then(|o| o.blocks.get(&blkid)) {
-            return Ok(Some(b.clone()));
+            return Ok(Some(Arc::clone(b)));
         }
         if d.is_some_and(|o| o.freed || o.punched(blkid)) {
             return Ok(None);
@@ -2046,7 +2065,7 @@ impl Objset {
                 .objs
                 .get(&obj)
                 .and_then(|o| o.blocks.get(&blkid))
-                .cloned();
+                .map(|b| Arc::clone(b));
             // A write that covers the block whole needs nothing of it.
             let mut block = match have {
                 Some(b) => b,
@@ -2061,7 +2080,7 @@ impl Objset {
                 .entry(obj)
                 .or_default()
                 .blocks
-                .insert(blkid, block);
+                .insert(blkid, block.into());
             pos += n;
             size = size.max(off + n as u64);
         }
@@ -2121,10 +2140,10 @@ impl BlockWriter for Counting<'_> {
     fn free_unadopted(&mut self, bp: &BlkPtr) {
         self.inner.free_unadopted(bp)
     }
-    fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
+    fn write_batch(&mut self, items: &[BatchBlock<'_>], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         let new = self.inner.write_batch(items, wp)?;
-        for ((old, _), n) in items.iter().zip(&new) {
-            self.charge(old, n);
+        for (b, n) in items.iter().zip(&new) {
+            self.charge(&b.old, n);
         }
         Ok(new)
     }
@@ -2263,8 +2282,13 @@ fn apply_blocks(
         let whole = fill_partial(reader, w, dn, d, chunk)?;
         let mut olds = Vec::with_capacity(chunk.len());
         // `chunk` is a non-empty run of `blocks`' keys, in order.
-        for (&blkid, data) in blocks.range(chunk[0]..=chunk[chunk.len() - 1]) {
-            let data = whole.get(&blkid).unwrap_or(data);
+        for (&blkid, block) in blocks.range(chunk[0]..=chunk[chunk.len() - 1]) {
+            // A partly written record filled in has no sum (it was never
+            // written whole).
+            let (data, sum) = match whole.get(&blkid) {
+                Some(w) => (w, None),
+                None => (&**block, block.fletcher4()),
+            };
             if data.len() != dn.datablksz as usize {
                 return Err(Error::invalid("dirty block of the wrong size"));
             }
@@ -2279,12 +2303,19 @@ fn apply_blocks(
                     reader.written(bp, data, streamed.contains(&blkid));
                     items.push((blkid, *bp));
                 }
-                _ => olds.push((blkid, old, data)),
+                _ => olds.push((blkid, old, data, sum)),
             }
         }
-        let batch: Vec<(BlkPtr, &[u8])> = olds.iter().map(|(_, o, d)| (*o, d.as_slice())).collect();
+        let batch: Vec<BatchBlock<'_>> = olds
+            .iter()
+            .map(|&(_, old, data, fletcher4)| BatchBlock {
+                old,
+                data,
+                fletcher4,
+            })
+            .collect();
         let new_l0 = w.write_batch(&batch, l0_params(dn))?;
-        for ((blkid, old, data), new) in olds.iter().zip(new_l0) {
+        for ((blkid, old, data, _), new) in olds.iter().zip(new_l0) {
             used += w.dsize(&new) as i64 - w.dsize(old) as i64;
             if !new.is_hole() {
                 reader.written(&new, data, streamed.contains(blkid));

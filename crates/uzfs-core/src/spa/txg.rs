@@ -51,7 +51,7 @@ use super::{feature, gang, lock, Pool};
 use crate::dmu::blkptr::{BlkPtr, Dva};
 use crate::dmu::checksum::ChecksumType;
 use crate::dmu::compress::{self, Compression};
-use crate::dmu::objset::{BlockReader, BlockWriter, TxgDirty, WriteParams};
+use crate::dmu::objset::{BatchBlock, BlockReader, BlockWriter, TxgDirty, WriteParams};
 use crate::error::{Error, Result};
 use crate::spa::config::FeatureState;
 use crate::spa::io::SpaIo;
@@ -538,7 +538,14 @@ impl SyncWriter<'_> {
 
     /// Compress, checksum, place and write one block: `write_bp` without
     /// offering it to the block cache.
-    fn write_one(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
+    /// `known`: the Fletcher-4 of `data`, if taken as it was written.
+    fn write_one(
+        &mut self,
+        old: &BlkPtr,
+        data: &[u8],
+        known: Option<&[u8; 32]>,
+        wp: WriteParams,
+    ) -> Result<BlkPtr> {
         let alg = if self.pass >= 2 {
             Compression::Off
         } else {
@@ -546,7 +553,7 @@ impl SyncWriter<'_> {
         };
         let (comp, phys) = compress::compress(alg, data);
         self.note_features(comp, wp.checksum);
-        let checksum = wp.checksum.compute(&phys);
+        let checksum = checksum(wp.checksum, data, &phys, known);
         let (dva, written) = self.place(old, &phys, wp.copies)?;
         let (io, txg) = (self.io, self.txg);
         if !written {
@@ -611,7 +618,7 @@ impl BlockWriter for SyncWriter<'_> {
     /// writes of the two chunks before are in flight, one writer per child
     /// device each (`TopVdev::write_blocks`). Chunks are at least 4 MiB,
     /// so small records still make large writes.
-    fn write_batch(&mut self, items: &[(BlkPtr, &[u8])], wp: WriteParams) -> Result<Vec<BlkPtr>> {
+    fn write_batch(&mut self, items: &[BatchBlock<'_>], wp: WriteParams) -> Result<Vec<BlkPtr>> {
         const CHUNK: usize = 32;
         const CHUNK_BYTES: usize = 4 << 20;
         let alg = if self.pass >= 2 {
@@ -622,7 +629,7 @@ impl BlockWriter for SyncWriter<'_> {
         if items.len() <= CHUNK {
             return items
                 .iter()
-                .map(|(old, d)| self.write_one(old, d, wp))
+                .map(|b| self.write_one(&b.old, b.data, b.fletcher4, wp))
                 .collect();
         }
         let mut out = Vec::with_capacity(items.len());
@@ -637,19 +644,19 @@ impl BlockWriter for SyncWriter<'_> {
             &chunks,
             |c| {
                 c.iter()
-                    .map(|(_, data)| {
-                        let (comp, phys) = compress::compress(alg, data);
-                        let ck = wp.checksum.compute(&phys);
+                    .map(|b| {
+                        let (comp, phys) = compress::compress(alg, b.data);
+                        let ck = checksum(wp.checksum, b.data, &phys, b.fletcher4);
                         (comp, phys, ck)
                     })
                     .collect::<Vec<_>>()
             },
             |k, prepared| {
                 let mut placed = Vec::with_capacity(prepared.len());
-                for ((old, data), (comp, phys, ck)) in chunks[k].iter().zip(prepared) {
+                for (b, (comp, phys, ck)) in chunks[k].iter().zip(prepared) {
                     self.note_features(comp, wp.checksum);
-                    let (dva, written) = self.place(old, &phys, wp.copies)?;
-                    out.push(self.make_bp(dva, data.len(), phys.len(), comp, ck, &wp));
+                    let (dva, written) = self.place(&b.old, &phys, wp.copies)?;
+                    out.push(self.make_bp(dva, b.data.len(), phys.len(), comp, ck, &wp));
                     if !written {
                         placed.push((dva, phys));
                     }
@@ -672,7 +679,7 @@ impl BlockWriter for SyncWriter<'_> {
     }
 
     fn write_bp(&mut self, old: &BlkPtr, data: &[u8], wp: WriteParams) -> Result<BlkPtr> {
-        let bp = self.write_one(old, data, wp)?;
+        let bp = self.write_one(old, data, None, wp)?;
         // Indirect and object-set blocks: the next txg walks them again.
         // (Batched blocks are offered by their caller, without a copy.)
         self.io.written(&bp, &Arc::new(data.to_vec()), false);
@@ -730,19 +737,44 @@ fn flush_unless_log(
     }
 }
 
+/// Block checksums computed by the sync, and where the sum taken when the
+/// record was written is of these very bytes (stored as written, not
+/// compressed), that one (`dmu/dirty_block.rs`).
+pub static PRESUMMED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The checksum of `phys`, what block `data` is stored as, of type `t`;
+/// `known`, the Fletcher-4 of `data` if it was taken as `data` was
+/// written, serves when `phys` is `data` itself (stored raw). Debug builds
+/// check it again: a path that changed a dirty record and kept its sum
+/// would write a block that never reads back.
+fn checksum(t: ChecksumType, data: &[u8], phys: &[u8], known: Option<&[u8; 32]>) -> [u8; 32] {
+    match known {
+        Some(sum) if t == ChecksumType::Fletcher4 && std::ptr::eq(phys, data) => {
+            debug_assert_eq!(
+                *sum,
+                crate::dmu::checksum::fletcher4(data),
+                "a dirty record's sum is not of its bytes"
+            );
+            PRESUMMED.fetch_add(1, Ordering::Relaxed);
+            *sum
+        }
+        _ => t.compute(phys),
+    }
+}
+
 /// Cut a batch into chunks of at least `min` items and, where the items
 /// are small, at least `bytes` bytes: each chunk is compressed by one
 /// helper and written as one set of runs, so small blocks still make
 /// large writes (32 blocks of 16 KiB were one 512 KiB write at a time).
 fn chunk_by_bytes<'a, 'b>(
-    items: &'a [(BlkPtr, &'b [u8])],
+    items: &'a [BatchBlock<'b>],
     min: usize,
     bytes: usize,
-) -> Vec<&'a [(BlkPtr, &'b [u8])]> {
+) -> Vec<&'a [BatchBlock<'b>]> {
     let mut out = Vec::new();
     let (mut start, mut size) = (0, 0);
-    for (i, (_, d)) in items.iter().enumerate() {
-        size += d.len();
+    for (i, b) in items.iter().enumerate() {
+        size += b.data.len();
         if i + 1 - start >= min && size >= bytes {
             out.push(&items[start..=i]);
             (start, size) = (i + 1, 0);
@@ -1554,8 +1586,13 @@ mod tests {
             (100, &big),
             (33, &big),
         ] {
-            let items: Vec<(BlkPtr, &[u8])> =
-                (0..n).map(|_| (BlkPtr::default(), d.as_slice())).collect();
+            let items: Vec<BatchBlock<'_>> = (0..n)
+                .map(|_| BatchBlock {
+                    old: BlkPtr::default(),
+                    data: d.as_slice(),
+                    fletcher4: None,
+                })
+                .collect();
             let chunks = chunk_by_bytes(&items, 32, 4 << 20);
             assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), n);
             let mut at = items.as_ptr();
@@ -1564,7 +1601,7 @@ mod tests {
                 at = at.wrapping_add(c.len());
                 if k + 1 < chunks.len() {
                     assert!(c.len() >= 32);
-                    assert!(c.iter().map(|(_, d)| d.len()).sum::<usize>() >= 4 << 20);
+                    assert!(c.iter().map(|b| b.data.len()).sum::<usize>() >= 4 << 20);
                 }
             }
         }
