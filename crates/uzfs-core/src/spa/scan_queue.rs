@@ -38,8 +38,10 @@
 //!
 //! What stays parked is bounded by the runs in flight (a few workers, each
 //! at most `RUN_SPAN` of address space), for at most one txg after their
-//! run ends, instead of by the batch. The queue assumes the batch's
-//! extents do not overlap one another, as in any consistent pool.
+//! run ends, instead of by the batch. Extents of a damaged pool may
+//! overlap one another; a free is checked against every extent that could
+//! reach it (those starting less than the batch's longest extent before
+//! it), so an overlap never hides a block being read.
 
 use crate::dmu::blkptr::{BlkPtr, DVA_GANG};
 use std::collections::BTreeMap;
@@ -70,6 +72,9 @@ pub struct Queue {
     state: Vec<State>,
     /// The batch's pointers (for dropping every DVA of a freed block).
     bps: Vec<BlkPtr>,
+    /// The longest extent of the batch: no extent that starts further
+    /// than this before a range can reach into it.
+    max_len: u64,
     /// Gang blocks being read.
     gangs_reading: usize,
     /// Blocks dropped because they were freed, for the log and tests.
@@ -90,9 +95,11 @@ impl ScanQueue {
     pub fn start(&self, bps: &[BlkPtr]) {
         let mut q = self.lock();
         q.extents.clear();
+        q.max_len = 0;
         for (i, bp) in bps.iter().enumerate() {
             for d in bp.dva.iter().filter(|d| d.is_valid()) {
                 q.extents.insert((d.vdev, d.offset, i), d.offset + d.asize);
+                q.max_len = q.max_len.max(d.asize);
             }
         }
         q.state = vec![State::Queued; bps.len()];
@@ -110,6 +117,7 @@ impl ScanQueue {
         q.extents.clear();
         q.state.clear();
         q.bps.clear();
+        q.max_len = 0;
         q.gangs_reading = 0;
         q.freed
     }
@@ -169,11 +177,16 @@ impl Queue {
         }
         let end = offset + len;
         let mut hit: Vec<usize> = Vec::new();
-        // Extents do not overlap: walk back from the range's end until one
-        // ends at or before its start.
+        // Walk back from the range's end. In a consistent pool the first
+        // extent ending at or before `offset` would end the walk, but a
+        // damaged pool's extents may overlap, so go on while an extent
+        // could still reach the range.
         for (&(_, start, i), &e) in self.extents.range((vdev, 0, 0)..(vdev, end, 0)).rev() {
-            if e <= offset {
+            if start.saturating_add(self.max_len) <= offset {
                 break;
+            }
+            if e <= offset {
+                continue;
             }
             debug_assert!(start < end);
             match self.state[i] {
@@ -282,5 +295,26 @@ mod tests {
         assert!(!q.lock().releases(0, 5 << 20, 4096), "a piece may be here");
         q.finish(&[0]);
         assert!(q.lock().releases(0, 5 << 20, 4096));
+    }
+
+    /// On a damaged pool two blocks' extents may overlap. A long extent
+    /// that starts before a short one and ends past it is still found by
+    /// a free that touches only its tail: a block being read there keeps
+    /// the space parked, a queued one is dropped.
+    #[test]
+    fn overlapping_extents_of_a_damaged_pool_are_all_seen() {
+        let q = ScanQueue::default();
+        // Block 0 covers [0, 64 KiB); block 1 sits inside it at [4, 8) KiB.
+        q.start(&[bp(&[(0, 0, 65536)]), bp(&[(0, 4096, 4096)])]);
+        assert_eq!(q.claim(&[0]), vec![0]);
+        assert!(
+            !q.lock().releases(0, 32768, 4096),
+            "block 0 is being read there"
+        );
+        q.finish(&[0]);
+        let q = ScanQueue::default();
+        q.start(&[bp(&[(0, 0, 65536)]), bp(&[(0, 4096, 4096)])]);
+        assert!(q.lock().releases(0, 32768, 4096));
+        assert!(q.lock().was_freed(0) && !q.lock().was_freed(1));
     }
 }
