@@ -39,9 +39,11 @@
 //! What stays parked is bounded by the runs in flight (a few workers, each
 //! at most `RUN_SPAN` of address space), for at most one txg after their
 //! run ends, instead of by the batch. Extents of a damaged pool may
-//! overlap one another; a free is checked against every extent that could
-//! reach it (those starting less than the batch's longest extent before
-//! it), so an overlap never hides a block being read.
+//! overlap one another: when a batch's do, a free is checked against every
+//! extent that could reach it (those starting less than the batch's
+//! longest extent before it), so an overlap never hides a block being
+//! read; when they do not (any consistent pool), the walk stops at the
+//! first extent that ends before the freed range, as cheap as before.
 
 use crate::dmu::blkptr::{BlkPtr, DVA_GANG};
 use std::collections::BTreeMap;
@@ -72,9 +74,11 @@ pub struct Queue {
     state: Vec<State>,
     /// The batch's pointers (for dropping every DVA of a freed block).
     bps: Vec<BlkPtr>,
-    /// The longest extent of the batch: no extent that starts further
-    /// than this before a range can reach into it.
-    max_len: u64,
+    /// How far before a freed range an extent may start and still reach
+    /// into it, past extents that end before the range: 0 when the
+    /// batch's extents do not overlap (the first such extent ends the
+    /// walk), else the batch's longest extent.
+    reach: u64,
     /// Gang blocks being read.
     gangs_reading: usize,
     /// Blocks dropped because they were freed, for the log and tests.
@@ -95,13 +99,27 @@ impl ScanQueue {
     pub fn start(&self, bps: &[BlkPtr]) {
         let mut q = self.lock();
         q.extents.clear();
-        q.max_len = 0;
+        let mut max_len = 0;
         for (i, bp) in bps.iter().enumerate() {
             for d in bp.dva.iter().filter(|d| d.is_valid()) {
                 q.extents.insert((d.vdev, d.offset, i), d.offset + d.asize);
-                q.max_len = q.max_len.max(d.asize);
+                max_len = max_len.max(d.asize);
             }
         }
+        // In address order, an extent starting before the furthest end so
+        // far on its vdev overlaps an earlier one.
+        let mut furthest: Option<(u32, u64)> = None;
+        let mut overlap = false;
+        for (&(vdev, start, _), &end) in &q.extents {
+            furthest = match furthest {
+                Some((v, f)) if v == vdev => {
+                    overlap |= start < f;
+                    Some((v, f.max(end)))
+                }
+                _ => Some((vdev, end)),
+            };
+        }
+        q.reach = if overlap { max_len } else { 0 };
         q.state = vec![State::Queued; bps.len()];
         q.bps = bps.to_vec();
         q.gangs_reading = 0;
@@ -117,7 +135,7 @@ impl ScanQueue {
         q.extents.clear();
         q.state.clear();
         q.bps.clear();
-        q.max_len = 0;
+        q.reach = 0;
         q.gangs_reading = 0;
         q.freed
     }
@@ -177,15 +195,15 @@ impl Queue {
         }
         let end = offset + len;
         let mut hit: Vec<usize> = Vec::new();
-        // Walk back from the range's end. In a consistent pool the first
-        // extent ending at or before `offset` would end the walk, but a
-        // damaged pool's extents may overlap, so go on while an extent
-        // could still reach the range.
+        // Walk back from the range's end. Without overlaps the first
+        // extent ending at or before `offset` ends the walk (`reach` 0);
+        // with them, go on while an earlier extent could still reach the
+        // range.
         for (&(_, start, i), &e) in self.extents.range((vdev, 0, 0)..(vdev, end, 0)).rev() {
-            if start.saturating_add(self.max_len) <= offset {
-                break;
-            }
             if e <= offset {
+                if start.saturating_add(self.reach) <= offset {
+                    break;
+                }
                 continue;
             }
             debug_assert!(start < end);
@@ -258,6 +276,7 @@ mod tests {
         let a = bp(&[(0, 0, 8192), (1, 65536, 8192)]);
         let b = bp(&[(0, 8192, 8192)]);
         q.start(&[a, b]);
+        assert_eq!(q.lock().reach, 0, "copies on two vdevs do not overlap");
         // A free covering the middle of block a's first copy.
         assert!(q.lock().releases(0, 4096, 512));
         assert!(q.lock().was_freed(0) && !q.lock().was_freed(1));
@@ -273,6 +292,7 @@ mod tests {
     fn a_block_being_read_keeps_its_space_parked_until_finished() {
         let q = ScanQueue::default();
         q.start(&[bp(&[(0, 0, 8192)]), bp(&[(0, 8192, 8192)])]);
+        assert_eq!(q.lock().reach, 0, "adjacent extents do not overlap");
         assert_eq!(q.claim(&[0, 1]), vec![0, 1]);
         assert!(!q.lock().releases(0, 0, 8192), "block 0 being read");
         assert!(!q.lock().releases(0, 12288, 512), "block 1 being read");
@@ -306,6 +326,7 @@ mod tests {
         let q = ScanQueue::default();
         // Block 0 covers [0, 64 KiB); block 1 sits inside it at [4, 8) KiB.
         q.start(&[bp(&[(0, 0, 65536)]), bp(&[(0, 4096, 4096)])]);
+        assert_eq!(q.lock().reach, 65536, "the batch overlaps");
         assert_eq!(q.claim(&[0]), vec![0]);
         assert!(
             !q.lock().releases(0, 32768, 4096),
