@@ -295,31 +295,75 @@ fn call_once(rundir: &Path, argv: Vec<String>) -> Response {
         }
         Err(_) => {}
     }
-    if let Err(e) = start_daemon(rundir) {
-        return Response::err(1, format!("cannot start the uzfs daemon: {e}"));
-    }
+    let mut daemon = match start_daemon(rundir) {
+        Ok(c) => c,
+        Err(e) => return Response::err(1, format!("cannot start the uzfs daemon: {e}")),
+    };
+    // The daemon this started may exit at once: another one won the
+    // run directory (the next send finds it), or the one before it, killed,
+    // still holds the run directory's lock while the kernel finishes its
+    // I/O, which under load takes longer than a new daemon waits for it
+    // (`daemon::lock_run_dir`). Then start another, until the deadline.
+    let (mut exited, mut since) = (None, None);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match send(rundir, &req) {
             Ok(r) => return r,
             Err(SendErr::Lost(msg)) => return Response::err(1, msg),
             Err(SendErr::Unsent(e)) if Instant::now() > deadline => {
+                let why = match exited {
+                    Some(status) => format!(
+                        "; the daemon it started exited ({status}): {}",
+                        last_log_line(rundir)
+                    ),
+                    None => String::new(),
+                };
                 return Response::err(
                     1,
                     format!(
-                        "the uzfs daemon did not answer on {}: {e} (see {}/uzfsd.log)",
+                        "the uzfs daemon did not answer on {}: {e}{why} (see {}/uzfsd.log)",
                         sock.display(),
                         rundir.display()
                     ),
-                )
+                );
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                if let Ok(Some(status)) = daemon.try_wait() {
+                    match since {
+                        // Give a send a moment to find the daemon that won.
+                        None => since = Some(Instant::now()),
+                        Some(t) if t.elapsed() > Duration::from_millis(200) => {
+                            daemon = match start_daemon(rundir) {
+                                Ok(c) => c,
+                                Err(e) => {
+                                    return Response::err(
+                                        1,
+                                        format!("cannot start the uzfs daemon: {e}"),
+                                    )
+                                }
+                            };
+                            since = None;
+                        }
+                        Some(_) => {}
+                    }
+                    exited = Some(status);
+                }
+            }
         }
     }
 }
 
+/// The last line the daemon logged, for an error that points at the log.
+fn last_log_line(rundir: &Path) -> String {
+    std::fs::read_to_string(rundir.join("uzfsd.log"))
+        .ok()
+        .and_then(|l| l.lines().last().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// Start `uzfs daemon --foreground` detached, logging to the run directory.
-pub fn start_daemon(rundir: &Path) -> std::io::Result<()> {
+pub fn start_daemon(rundir: &Path) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     crate::daemon::prepare_rundir(rundir)?;
     let log = std::fs::OpenOptions::new()
@@ -336,6 +380,5 @@ pub fn start_daemon(rundir: &Path) -> std::io::Result<()> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .process_group(0)
-        .spawn()?;
-    Ok(())
+        .spawn()
 }

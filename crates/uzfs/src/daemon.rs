@@ -502,11 +502,22 @@ pub fn run(rundir: &Path) -> i32 {
             Ok(()) => f,
             Err(std::fs::TryLockError::WouldBlock) => {
                 let pid = std::fs::read_to_string(rundir.join("uzfsd.pid")).unwrap_or_default();
-                log::error!(
-                    "another daemon (pid {}) already serves {}",
-                    pid.trim(),
-                    rundir.display()
-                );
+                if crate::client::connect(rundir).is_ok() {
+                    log::error!(
+                        "another daemon (pid {}) already serves {}",
+                        pid.trim(),
+                        rundir.display()
+                    );
+                } else {
+                    // Killed and still finishing its I/O, or hung: the
+                    // client that started this one starts another.
+                    log::error!(
+                        "the lock of {} is still held (the daemon with pid {} is \
+                         exiting, or hung) and nothing answers on its socket",
+                        rundir.display(),
+                        pid.trim()
+                    );
+                }
                 return 1;
             }
             Err(std::fs::TryLockError::Error(e)) => {

@@ -161,7 +161,7 @@ fn main() {
             Some("--stop") => ask_running_daemon(&rundir, "shutdown", 0),
             Some("--status") => ask_running_daemon(&rundir, "ping", 1),
             None => match client::start_daemon(&rundir) {
-                Ok(()) => emit(client::call(&rundir, vec!["ping".into()])),
+                Ok(_) => emit(client::call(&rundir, vec!["ping".into()])),
                 Err(e) => {
                     err(&format!("uzfs daemon: {e}\n"));
                     1

@@ -430,6 +430,39 @@ fn admin_commands_answer_during_a_hung_sync() {
     e.ok(&["zpool", "export", "tank"]);
 }
 
+/// A daemon killed with `kill -9` holds the run directory's lock until
+/// the kernel has finished its I/O, which on a loaded machine can take
+/// longer than a new daemon waits for the lock (10 s). The next command
+/// starts daemons until one gets the lock: it answers, late, not "did not
+/// answer". The test holds the lock itself for 12 s after a kill.
+#[test]
+fn a_killed_daemon_that_holds_its_lock_long() {
+    let e = Env::new();
+    e.ok(&["zpool", "list"]);
+    let pid = e.daemon_pid();
+    e.kill_daemon();
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(e.rundir.join("uzfsd.lock"))
+        .expect("lock file");
+    lock.lock().expect("lock");
+    let held = std::time::Duration::from_secs(12);
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(held);
+        drop(lock);
+    });
+    let t = std::time::Instant::now();
+    let o = e.run(&["zpool", "list"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t.elapsed() >= held, "answered while the lock was held");
+    releaser.join().expect("releaser");
+    assert_eq!(daemons_of(&e.rundir), 1);
+    e.ok(&["daemon", "--stop"]);
+}
+
 fn daemons_of(rundir: &Path) -> usize {
     let want = format!("--rundir\0{}\0daemon", rundir.display());
     std::fs::read_dir("/proc")
