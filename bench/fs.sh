@@ -143,8 +143,27 @@ metric meta_stat_s "$(walk)" s
 # apart (bench/before_after.sh): the median of REPEAT more of each does.
 med() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 5)}
-for _ in $(seq "$REPEAT"); do walk; done | med | { read -r v; metric meta_stat_med_s "$v" s; }
-for _ in $(seq "$REPEAT"); do cold_ls; done | med | { read -r v; metric meta_lsR_cold_med_s "$v" s; }
+# The ARC's metadata misses over the repeated walks, and its metadata size
+# against the floor it keeps before data (`RUNDIR/arcstats`, rewritten
+# every second; each walk's seconds in $RES/walks.txt): whether a smaller
+# ARC (UZFS_ARC_MAX) makes the walks read from disk. And the allocator
+# trims that hold the RSS to its budget during the warm walks.
+arcsnap() { sleep 1.1; cp "$UZFS_RUNDIR/arcstats" "$RES/arcstats-$1.txt"; }
+arcv() { awk -v k="$2" '$1 == k {print $3}' "$RES/arcstats-$1.txt"; }
+arcd() { echo $(( $(arcv "$2" "$3") - $(arcv "$1" "$3") )); }
+arcsnap walks0
+metric arc_meta_before_walks_MiB "$(( $(arcv walks0 metadata_size) >> 20 ))" MiB
+metric arc_meta_floor_MiB "$(( $(arcv walks0 uzfs_meta_floor) >> 20 ))" MiB
+for _ in $(seq "$REPEAT"); do walk; done | tee "$RES/walks.txt" | med | { read -r v; metric meta_stat_med_s "$v" s; }
+arcsnap walks1
+for _ in $(seq "$REPEAT"); do cold_ls; done | tee -a "$RES/walks.txt" | med | { read -r v; metric meta_lsR_cold_med_s "$v" s; }
+arcsnap walks2
+metric arc_meta_misses_warm_walks "$(arcd walks0 walks1 demand_metadata_misses)" ""
+metric arc_meta_misses_cold_ls "$(arcd walks1 walks2 demand_metadata_misses)" ""
+metric trims_warm_walks "$(arcd walks0 walks1 uzfs_malloc_trims)" ""
+metric trim_ms_warm_walks "$(( $(arcd walks0 walks1 uzfs_malloc_trim_us) / 1000 ))" ms
+metric trims_total "$(arcv walks2 uzfs_malloc_trims)" ""
+metric trim_ms_total "$(( $(arcv walks2 uzfs_malloc_trim_us) / 1000 ))" ms
 metric daemon_peak_rss_MiB "$(awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$PID/status")" MiB
 metric daemon_cpu_s "$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/hz}' "/proc/$PID/stat")" s
 metric transport "$(transport)"

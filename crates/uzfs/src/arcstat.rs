@@ -51,8 +51,10 @@ fn rss_bytes() -> u64 {
 /// (`spa/io.rs`, `CacheWritten`; `dmu/bufpool.rs`), by name.
 /// And what became of records written in part (`dmu/partial.rs`), and
 /// records given whole to the kernel's page cache after a read of part
-/// of them (`fuse/store.rs`; daemon-wide, the same in every pool's line).
-const WRITE_FIELDS: [&str; 11] = [
+/// of them (`fuse/store.rs`), and the allocator trims that hold the RSS
+/// to its budget (`daemon::return_free_memory`); these last four are
+/// daemon-wide, the same in every pool's line.
+const WRITE_FIELDS: [&str; 13] = [
     "uzfs_written_uncached_bytes",
     "uzfs_bufpool_reused",
     "uzfs_bufpool_size",
@@ -64,9 +66,11 @@ const WRITE_FIELDS: [&str; 11] = [
     "uzfs_partial_retrieve_missed",
     "uzfs_kernel_stores",
     "uzfs_kernel_stores_dropped",
+    "uzfs_malloc_trims",
+    "uzfs_malloc_trim_us",
 ];
 
-fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 11] {
+fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 13] {
     use std::sync::atomic::Ordering::Relaxed;
     let s = p.io.partial.stats();
     let v = [
@@ -81,6 +85,8 @@ fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 11] {
         s.retrieve_missed,
         crate::fuse::store::STORED.load(Relaxed),
         crate::fuse::store::DROPPED.load(Relaxed),
+        crate::daemon::TRIMS.load(Relaxed),
+        crate::daemon::TRIM_US.load(Relaxed),
     ];
     std::array::from_fn(|i| (WRITE_FIELDS[i], v[i]))
 }

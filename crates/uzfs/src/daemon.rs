@@ -471,12 +471,22 @@ pub fn return_free_memory() {
     if !*ON.get_or_init(|| std::env::var("UZFS_MALLOC_TRIM").map_or(true, |v| v != "0")) {
         return;
     }
+    let t = std::time::Instant::now();
     // SAFETY: malloc_trim takes each arena's lock itself and only returns
     // pages that hold no allocation; it has no precondition.
     unsafe {
         libc::malloc_trim(0);
     }
+    use std::sync::atomic::Ordering::Relaxed;
+    TRIMS.fetch_add(1, Relaxed);
+    TRIM_US.fetch_add(t.elapsed().as_micros() as u64, Relaxed);
 }
+
+/// Trims done, and the microseconds they took (each holds an arena's lock
+/// while it walks the heap: a thread allocating there waits):
+/// `uzfs_malloc_trims` and `uzfs_malloc_trim_us` in `arcstats`.
+pub static TRIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static TRIM_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Run the daemon in the foreground until a `shutdown` request.
 pub fn run(rundir: &Path) -> i32 {
