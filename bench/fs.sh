@@ -137,26 +137,36 @@ walk() { local out; out=$(python3 "$LIB" stat-walk "$M/meta/tree"); echo "${out%
 metric meta_lsR_cold_s "$(cold_ls)" s
 metric meta_stat_s "$(walk)" s
 # The two rows above are the peers' shape: one walk each. A warm walk of
-# 20,000 files takes 0.09 s or 0.13 s on this VM from one walk to the next
-# with the daemon idle (bench/RESULTS.md, "the walk's two speeds"), and a
-# cold one 0.2-0.45 s, so one walk cannot tell two uzfs configurations
-# apart (bench/before_after.sh): the median of REPEAT more of each does.
+# 20,000 files takes 0.08 s or 0.11 s on this VM from one walk to the
+# next, often alternating, and the same walk of a copy of the tree on
+# tmpfs, with no FUSE at all, 0.045 s or 0.09 s (bench/RESULTS.md, "the
+# walk's two speeds"); a cold one 0.2-0.45 s. One walk cannot tell two
+# uzfs configurations apart (bench/before_after.sh), nor the median of an
+# odd number of alternating walks (it is the mode that had one more): the
+# mean of REPEAT more of each, an even number, can.
 med() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 5)}
+mean() { awk '{s+=$1} END{printf "%.4f\n", s/NR}'; }
+REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 10)}
 # The ARC's metadata misses over the repeated walks, and its metadata size
 # against the floor it keeps before data (`RUNDIR/arcstats`, rewritten
-# every second; each walk's seconds in $RES/walks.txt): whether a smaller
+# every second; each walk's seconds in $RES/walks-*.txt): whether a smaller
 # ARC (UZFS_ARC_MAX) makes the walks read from disk. And the allocator
-# trims that hold the RSS to its budget during the warm walks.
+# trims that hold the RSS to its budget during the warm walks (none, and
+# no misses, in a 512 MiB run: the warm walk is the kernel's caches and
+# readdir of 221 directories from the daemon's).
 arcsnap() { sleep 1.1; cp "$UZFS_RUNDIR/arcstats" "$RES/arcstats-$1.txt"; }
 arcv() { awk -v k="$2" '$1 == k {print $3}' "$RES/arcstats-$1.txt"; }
 arcd() { echo $(( $(arcv "$2" "$3") - $(arcv "$1" "$3") )); }
 arcsnap walks0
 metric arc_meta_before_walks_MiB "$(( $(arcv walks0 metadata_size) >> 20 ))" MiB
 metric arc_meta_floor_MiB "$(( $(arcv walks0 uzfs_meta_floor) >> 20 ))" MiB
-for _ in $(seq "$REPEAT"); do walk; done | tee "$RES/walks.txt" | med | { read -r v; metric meta_stat_med_s "$v" s; }
+for _ in $(seq "$REPEAT"); do walk; done > "$RES/walks-warm.txt"
+metric meta_stat_med_s "$(med < "$RES/walks-warm.txt")" s
+metric meta_stat_mean_s "$(mean < "$RES/walks-warm.txt")" s
 arcsnap walks1
-for _ in $(seq "$REPEAT"); do cold_ls; done | tee -a "$RES/walks.txt" | med | { read -r v; metric meta_lsR_cold_med_s "$v" s; }
+for _ in $(seq "$REPEAT"); do cold_ls; done > "$RES/walks-cold.txt"
+metric meta_lsR_cold_med_s "$(med < "$RES/walks-cold.txt")" s
+metric meta_lsR_cold_mean_s "$(mean < "$RES/walks-cold.txt")" s
 arcsnap walks2
 metric arc_meta_misses_warm_walks "$(arcd walks0 walks1 demand_metadata_misses)" ""
 metric arc_meta_misses_cold_ls "$(arcd walks1 walks2 demand_metadata_misses)" ""
