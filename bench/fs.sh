@@ -137,13 +137,15 @@ walk() { local out; out=$(python3 "$LIB" stat-walk "$M/meta/tree"); echo "${out%
 metric meta_lsR_cold_s "$(cold_ls)" s
 metric meta_stat_s "$(walk)" s
 # The two rows above are the peers' shape: one walk each. A warm walk of
-# 20,000 files takes 0.08 s or 0.11 s on this VM from one walk to the
-# next, often alternating, and the same walk of a copy of the tree on
-# tmpfs, with no FUSE at all, 0.045 s or 0.09 s (bench/RESULTS.md, "the
-# walk's two speeds"); a cold one 0.2-0.45 s. One walk cannot tell two
-# uzfs configurations apart (bench/before_after.sh), nor the median of an
-# odd number of alternating walks (it is the mode that had one more): the
-# mean of REPEAT more of each, an even number, can.
+# 20,000 files takes 0.05-0.14 s on this VM from one walk to the next,
+# and the same walk of a copy of the tree on tmpfs, with no FUSE at all,
+# 0.049 s or 0.096 s: the VM's two vCPUs run at different speeds, by
+# minutes (`taskset -c 0` 0.049 s five times while `-c 1` took 0.096;
+# bench/RESULTS.md, "the walk's two speeds"), and a walk goes at the
+# speed of the vCPU it lands on. A cold one takes 0.2-0.45 s. One walk
+# cannot tell two uzfs configurations apart (bench/before_after.sh), nor
+# the median of a few: REPEAT more of each, their median, mean and the
+# fastest (the one that ran on the fast vCPU throughout).
 med() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mean() { awk '{s+=$1} END{printf "%.4f\n", s/NR}'; }
 REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 10)}
@@ -163,10 +165,12 @@ metric arc_meta_floor_MiB "$(( $(arcv walks0 uzfs_meta_floor) >> 20 ))" MiB
 for _ in $(seq "$REPEAT"); do walk; done > "$RES/walks-warm.txt"
 metric meta_stat_med_s "$(med < "$RES/walks-warm.txt")" s
 metric meta_stat_mean_s "$(mean < "$RES/walks-warm.txt")" s
+metric meta_stat_min_s "$(sort -n "$RES/walks-warm.txt" | head -1)" s
 arcsnap walks1
 for _ in $(seq "$REPEAT"); do cold_ls; done > "$RES/walks-cold.txt"
 metric meta_lsR_cold_med_s "$(med < "$RES/walks-cold.txt")" s
 metric meta_lsR_cold_mean_s "$(mean < "$RES/walks-cold.txt")" s
+metric meta_lsR_cold_min_s "$(sort -n "$RES/walks-cold.txt" | head -1)" s
 arcsnap walks2
 metric arc_meta_misses_warm_walks "$(arcd walks0 walks1 demand_metadata_misses)" ""
 metric arc_meta_misses_cold_ls "$(arcd walks1 walks2 demand_metadata_misses)" ""
