@@ -242,6 +242,10 @@ fn a_log_mirror_is_attached_and_detached() {
         "{st}"
     );
     records("g", 30);
+    // l2 is a valid replica once its resilver is done (on a loaded
+    // machine it may not be yet: detaching l1 then says "no valid
+    // replicas", as OpenZFS does).
+    e.ok(&["zpool", "wait", "-t", "resilver", "tank"]);
     e.ok(&["zpool", "detach", "tank", &l1]);
     e.kill_daemon();
     e.ok(&["zpool", "status", "tank"]);
