@@ -139,23 +139,29 @@ metric meta_stat_s "$(walk)" s
 # The two rows above are the peers' shape: one walk each. A warm walk of
 # 20,000 files takes 0.05-0.14 s on this VM from one walk to the next,
 # and the same walk of a copy of the tree on tmpfs, with no FUSE at all,
-# 0.049 s or 0.096 s: the VM's two vCPUs run at different speeds, by
-# minutes (`taskset -c 0` 0.049 s five times while `-c 1` took 0.096;
-# bench/RESULTS.md, "the walk's two speeds"), and a walk goes at the
-# speed of the vCPU it lands on. A cold one takes 0.2-0.45 s. One walk
+# 0.049 s or 0.096 s: the host runs the VM's vCPUs at two speeds that
+# change from one second to the next (`taskset -c 0` 0.049 s five times
+# while `-c 1` took 0.096; bench/RESULTS.md, "the walk's two speeds"),
+# and a walk goes at the speed its vCPU has then. A cold one takes 0.2-0.45 s. One walk
 # cannot tell two uzfs configurations apart (bench/before_after.sh), nor
 # the median of a few: REPEAT more of each, their median, mean and the
 # fastest (the one that ran on the fast vCPU throughout).
 med() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mean() { awk '{s+=$1} END{printf "%.4f\n", s/NR}'; }
+# NAME_med_s, NAME_mean_s and NAME_min_s of the seconds in FILE.
+spread() {
+  metric "$1_med_s" "$(med < "$2")" s
+  metric "$1_mean_s" "$(mean < "$2")" s
+  metric "$1_min_s" "$(sort -n "$2" | head -1)" s
+}
 REPEAT=${REPEAT:-$([ $SMOKE = 1 ] && echo 2 || echo 10)}
 # The ARC's metadata misses over the repeated walks, and its metadata size
 # against the floor it keeps before data (`RUNDIR/arcstats`, rewritten
 # every second; each walk's seconds in $RES/walks-*.txt): whether a smaller
 # ARC (UZFS_ARC_MAX) makes the walks read from disk. And the allocator
 # trims that hold the RSS to its budget during the warm walks (none, and
-# no misses, in a 512 MiB run: the warm walk is the kernel's caches and
-# readdir of 221 directories from the daemon's).
+# no misses, in a 512 MiB run: the kernel keeps the listings, and a warm
+# walk asks the daemon only to open and close its 221 directories).
 arcsnap() { sleep 1.1; cp "$UZFS_RUNDIR/arcstats" "$RES/arcstats-$1.txt"; }
 arcv() { awk -v k="$2" '$1 == k {print $3}' "$RES/arcstats-$1.txt"; }
 arcd() { echo $(( $(arcv "$2" "$3") - $(arcv "$1" "$3") )); }
@@ -163,14 +169,10 @@ arcsnap walks0
 metric arc_meta_before_walks_MiB "$(( $(arcv walks0 metadata_size) >> 20 ))" MiB
 metric arc_meta_floor_MiB "$(( $(arcv walks0 uzfs_meta_floor) >> 20 ))" MiB
 for _ in $(seq "$REPEAT"); do walk; done > "$RES/walks-warm.txt"
-metric meta_stat_med_s "$(med < "$RES/walks-warm.txt")" s
-metric meta_stat_mean_s "$(mean < "$RES/walks-warm.txt")" s
-metric meta_stat_min_s "$(sort -n "$RES/walks-warm.txt" | head -1)" s
+spread meta_stat "$RES/walks-warm.txt"
 arcsnap walks1
 for _ in $(seq "$REPEAT"); do cold_ls; done > "$RES/walks-cold.txt"
-metric meta_lsR_cold_med_s "$(med < "$RES/walks-cold.txt")" s
-metric meta_lsR_cold_mean_s "$(mean < "$RES/walks-cold.txt")" s
-metric meta_lsR_cold_min_s "$(sort -n "$RES/walks-cold.txt" | head -1)" s
+spread meta_lsR_cold "$RES/walks-cold.txt"
 arcsnap walks2
 metric arc_meta_misses_warm_walks "$(arcd walks0 walks1 demand_metadata_misses)" ""
 metric arc_meta_misses_cold_ls "$(arcd walks1 walks2 demand_metadata_misses)" ""
