@@ -323,6 +323,16 @@ pub fn refresh(d: &Daemon, pool: &str) {
     }
 }
 
+/// Snapshots were taken, destroyed, renamed or moved: every mount's
+/// `.zfs/snapshot` as the kernel keeps it goes (the kernel is told
+/// outside the table's lock).
+pub fn snapshots_changed(d: &Daemon) {
+    let served: Vec<Arc<FuseMount>> = lock(d).by_name.values().map(|m| m.fs.clone()).collect();
+    for fs in served {
+        fs.snapshots_changed();
+    }
+}
+
 /// `acltype` changed in `pool`: a mounted dataset whose ACL handling
 /// changes is mounted again, since only the INIT handshake can ask the
 /// kernel to check ACLs or stop (and a remount drops the ACLs the kernel

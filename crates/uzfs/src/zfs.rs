@@ -86,7 +86,22 @@ pub fn run(d: &Daemon, args: &[String]) -> Response {
         return usage_err("missing command");
     };
     let rest = &args[1..];
-    match cmd.as_str() {
+    let r = dispatch(d, cmd, rest);
+    // Whatever the answer: a command that failed part way may have
+    // changed some snapshots.
+    if CHANGES_SNAPSHOTS.contains(&cmd.as_str()) {
+        crate::mounts::snapshots_changed(d);
+    }
+    r
+}
+
+/// The commands that may take, destroy, rename or move snapshots.
+const CHANGES_SNAPSHOTS: &[&str] = &[
+    "destroy", "rename", "snapshot", "snap", "rollback", "promote", "release",
+];
+
+fn dispatch(d: &Daemon, cmd: &str, rest: &[String]) -> Response {
+    match cmd {
         "create" => create(d, rest),
         "destroy" => destroy(d, rest),
         "list" => list(d, rest),

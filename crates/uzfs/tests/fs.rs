@@ -629,7 +629,14 @@ fn a_warm_walk_is_served_by_the_kernel() {
     };
     // The daemon's request counts run on across mounts: each session's
     // are the difference between the counts its export logs and the last.
-    let ops = ["readdirplus", "readdir", "lookup", "getattr"];
+    let ops = [
+        "readdirplus",
+        "readdir",
+        "lookup",
+        "getattr",
+        "opendir",
+        "releasedir",
+    ];
     let counts = |e: &Env| -> Vec<u64> { ops.iter().map(|op| requests_served(e, op)).collect() };
     let dir = e.dir.path().to_str().expect("path").to_string();
     e.ok(&["zpool", "export", "tank"]);
@@ -639,7 +646,7 @@ fn a_warm_walk_is_served_by_the_kernel() {
     assert_eq!(walk(), 600);
     e.ok(&["zpool", "export", "tank"]);
     let walked = counts(&e);
-    let cold: Vec<u64> = (0..4).map(|i| walked[i] - made[i]).collect();
+    let cold: Vec<u64> = (0..ops.len()).map(|i| walked[i] - made[i]).collect();
     let (listings, lookups) = (cold[0] + cold[1], cold[2]);
     assert!(listings > 0, "the cold walk listed nothing");
     // The same cold walk, then five warm ones.
@@ -685,7 +692,7 @@ fn a_warm_walk_is_served_by_the_kernel() {
     );
     e.ok(&["zpool", "export", "tank"]);
     let last = counts(&e);
-    let now: Vec<u64> = (0..4).map(|i| last[i] - walked[i]).collect();
+    let now: Vec<u64> = (0..ops.len()).map(|i| last[i] - walked[i]).collect();
     // One cold walk and five warm ones; a second full listing is allowed
     // for the machine reclaiming the kernel's caches meanwhile (another
     // process dropping caches did, once), not five.
@@ -704,6 +711,14 @@ fn a_warm_walk_is_served_by_the_kernel() {
         "{} getattrs, {} for a cold walk",
         now[3],
         cold[3]
+    );
+    // Directories open without a round trip (FUSE_NO_OPENDIR_SUPPORT,
+    // Linux 5.1 on): one OPENDIR a session, answered ENOSYS, and no
+    // RELEASEDIR; 5 directories opened 6 times before.
+    assert_eq!(
+        (cold[4], cold[5], now[4], now[5]),
+        (1, 0, 1, 0),
+        "OPENDIR and RELEASEDIR of a cold walk, then of a cold and five warm ones"
     );
 }
 

@@ -297,6 +297,8 @@ fn snapshot_directory_on_a_mount() {
     let held = snapdir.join("a/src/f01");
     e.ok(&["zfs", "destroy", "tank@a"]);
     assert_eq!(names(&snapdir), ["b", "c"]);
+    // Its name is gone at once too (not after the entry TTL).
+    assert!(!snapdir.join("a").exists(), "a destroyed snapshot's name");
     assert_eq!(
         errno(std::fs::read(&held)),
         libc::ENOENT,

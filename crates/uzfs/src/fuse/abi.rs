@@ -140,6 +140,19 @@ pub fn is_one_way(opcode: u32) -> bool {
 /// SETXATTR then carries `setxattr_flags`, and its header is 16 bytes.
 pub static SETXATTR_EXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether the kernel offered FUSE_NO_OPENDIR_SUPPORT: an OPENDIR
+/// answered ENOSYS opens that directory and every later one without a
+/// round trip, with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR, and no
+/// RELEASEDIR at close (`fuse_do_open`).
+pub static NO_OPENDIR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether an OPENDIR should be answered ENOSYS: the kernel then keeps
+/// every listing of the mount (`keep`, what an answer would ask for) and
+/// opens directories without asking again.
+pub fn no_opendir(keep: bool) -> bool {
+    keep && NO_OPENDIR.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// In `setxattr_flags`: the caller may not keep the set-group-ID bit when
 /// setting an access ACL.
 pub const SETXATTR_ACL_KILL_SGID: u32 = 1;

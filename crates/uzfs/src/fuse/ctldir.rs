@@ -17,9 +17,12 @@
 //! node ids (object numbers are the snapshot's own). Every request checks
 //! that the snapshot still exists: one destroyed while the kernel still
 //! caches its entries answers ENOENT. `.zfs/snapshot` lists the dataset's
-//! snapshots as they are at each readdir, so snapshots created, renamed or
-//! destroyed while mounted appear, move and vanish (a name looked up
-//! before keeps its cached entry for the 1 s entry TTL).
+//! snapshots as they are: the kernel keeps the listing (it opens every
+//! directory of the mount by itself, see `abi::no_opendir`), and each
+//! `zfs` command that may change snapshots drops it and the names looked
+//! up in it before it answers (`CtlDir::snapshots_changed`), so snapshots
+//! created, renamed or destroyed while mounted appear, move and vanish at
+//! once.
 //!
 //! A snapshot destroyed between that check and a read: its blocks may be
 //! freed and reused under the read, which then fails its checksum (EIO).
@@ -33,7 +36,7 @@
 use super::abi::{self, FAttr, InHeader, Op, Out};
 use super::{FuseFs, Tree, SHORT};
 use crate::fuse::abi::Ttl;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use uzfs_core::dsl::Dataset;
 use uzfs_core::spa::Pool;
@@ -67,6 +70,9 @@ struct Views {
     /// Open snapshots by view, with the clock of their last use.
     open: HashMap<u64, (Arc<Zpl>, u64)>,
     clock: u64,
+    /// Names looked up in `.zfs/snapshot` since the snapshots last
+    /// changed: the kernel may hold them.
+    looked_up: HashSet<Vec<u8>>,
 }
 
 pub struct CtlDir {
@@ -130,6 +136,19 @@ impl CtlDir {
         Ok(out)
     }
 
+    /// The dataset's snapshots changed (taken, destroyed, renamed,
+    /// promoted away): the kernel keeps `.zfs/snapshot`'s listing (it
+    /// opens directories by itself, see `abi::no_opendir`) and the names
+    /// it looked up there, so both go now, before the command that
+    /// changed them is answered.
+    pub fn snapshots_changed(&self, n: &super::Notifier) {
+        let names = std::mem::take(&mut self.views().looked_up);
+        for name in &names {
+            n.inval_entry(SNAP_DIR, name);
+        }
+        n.inval_inode(SNAP_DIR);
+    }
+
     /// The view of the snapshot called `name`.
     fn lookup(&self, name: &[u8]) -> ZResult<u64> {
         let name = std::str::from_utf8(name).map_err(|_| libc::ENOENT)?;
@@ -141,7 +160,9 @@ impl CtlDir {
             .find(|s| s.phys().name == name)
             .ok_or(libc::ENOENT)?;
         let p = s.phys();
-        Self::view_for(&mut self.views(), p.id, p.guid)
+        let mut v = self.views();
+        v.looked_up.insert(name.as_bytes().to_vec());
+        Self::view_for(&mut v, p.id, p.guid)
     }
 
     /// View `view`'s files, opened if they are not; ENOENT once its
@@ -246,6 +267,10 @@ impl FuseFs {
                 out.entry(&t.fattr(&a), a.z.gen, ttl);
                 Ok(())
             }
+            // Listings not kept, unless the kernel opens directories by
+            // itself (then it keeps them all, and `snapshots_changed`
+            // drops `.zfs/snapshot`'s).
+            Op::Opendir if abi::no_opendir(super::long_ttl() > SHORT) => Err(libc::ENOSYS),
             Op::Opendir => {
                 out.open(0, 0);
                 Ok(())

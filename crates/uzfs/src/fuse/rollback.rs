@@ -163,6 +163,15 @@ impl FuseMount {
         }
     }
 
+    /// The dataset's snapshots changed: `.zfs/snapshot` as the kernel
+    /// keeps it goes. Not from a request thread.
+    pub fn snapshots_changed(&self) {
+        let fs = self.cur();
+        if let (Some(n), Some(ctl)) = (fs.notifier.get(), &fs.ctl) {
+            ctl.snapshots_changed(n);
+        }
+    }
+
     /// Step 1: wait for the requests in flight, hold back the rest.
     pub fn suspend(&self) -> Suspended<'_> {
         Suspended {
