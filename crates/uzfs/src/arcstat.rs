@@ -53,7 +53,7 @@ fn rss_bytes() -> u64 {
 /// records given whole to the kernel's page cache after a read of part
 /// of them (`fuse/store.rs`), and the allocator trims that hold the RSS
 /// to its budget (`daemon::return_free_memory`); these last four are
-/// daemon-wide, the same in every pool's line.
+/// daemon-wide ([`DAEMON_WIDE`]), the same in every pool's line.
 const WRITE_FIELDS: [&str; 13] = [
     "uzfs_written_uncached_bytes",
     "uzfs_bufpool_reused",
@@ -64,6 +64,15 @@ const WRITE_FIELDS: [&str; 13] = [
     "uzfs_partial_filled_sync",
     "uzfs_partial_retrieved",
     "uzfs_partial_retrieve_missed",
+    "uzfs_kernel_stores",
+    "uzfs_kernel_stores_dropped",
+    "uzfs_malloc_trims",
+    "uzfs_malloc_trim_us",
+];
+
+/// The figures of the whole daemon, not of a pool: the `arcstats` file
+/// gives them once, not summed over pools.
+const DAEMON_WIDE: [&str; 4] = [
     "uzfs_kernel_stores",
     "uzfs_kernel_stores_dropped",
     "uzfs_malloc_trims",
@@ -131,7 +140,8 @@ pub fn snapshot_cmd(d: &Daemon, args: &[String]) -> Response {
     }
 }
 
-/// The `arcstats` file's text: every pool's figures summed.
+/// The `arcstats` file's text: every pool's figures summed, the
+/// daemon's own ([`DAEMON_WIDE`]) once.
 pub fn kstat_text(snaps: &[ArcSnap]) -> String {
     let names: Vec<&str> = uzfs_core::arc::ArcStats::default()
         .fields()
@@ -145,7 +155,12 @@ pub fn kstat_text(snaps: &[ArcSnap]) -> String {
         names.len() + 1
     );
     for k in names {
-        let sum: u64 = snaps.iter().filter_map(|s| s.stats.get(k)).sum();
+        let mut each = snaps.iter().filter_map(|s| s.stats.get(k));
+        let sum: u64 = if DAEMON_WIDE.contains(&k) {
+            each.next().copied().unwrap_or(0)
+        } else {
+            each.sum()
+        };
         out.push_str(&format!("{k:<32}4    {sum}\n"));
     }
     out.push_str(&format!("{:<32}4    {avail}\n", "memory_available_bytes"));
@@ -496,13 +511,22 @@ mod tests {
             assert!(USAGE.contains(f), "{f} missing from the usage");
             assert_ne!(column(f, &b, &d), "", "{f}");
         }
-        let text = kstat_text(&[a.clone(), b]);
+        let (mut a, mut b) = (a.clone(), b);
+        for s in [&mut a, &mut b] {
+            s.stats.insert("uzfs_malloc_trims".into(), 7);
+        }
+        let text = kstat_text(&[a, b]);
         assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("name")));
         let hits = text
             .lines()
             .find(|l| l.split_whitespace().next() == Some("hits"))
             .and_then(|l| l.split_whitespace().nth(2));
         assert_eq!(hits, Some("50"), "summed over pools:\n{text}");
+        let trims = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("uzfs_malloc_trims"))
+            .and_then(|l| l.split_whitespace().nth(2));
+        assert_eq!(trims, Some("7"), "the daemon's own, once:\n{text}");
         assert!(text.contains("mfu_ghost_hits") && text.contains("memory_available_bytes"));
     }
 }
