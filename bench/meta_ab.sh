@@ -4,10 +4,12 @@
 # sync, drop the caches (drop_caches, `zinject -a`), then a cold `ls -lR`,
 # an lstat walk and a warm `ls -lR`. For metadata figures that move in
 # bench/before_after.sh, to see whether they move without the rest of
-# fs.sh's sequence around them.
+# fs.sh's sequence around them. With WALKS=N, N more warm lstat walks
+# after those, printed sorted (the vCPUs' speed moves from one walk to the
+# next: compare the medians).
 #
 # usage: bench/meta_ab.sh BEFORE_BIN AFTER_BIN [ROUNDS]
-# env: DATA [/var/tmp/uzfs-meta]  NFILES [20000]
+# env: DATA [/var/tmp/uzfs-meta]  NFILES [20000]  WALKS [0]
 set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "bench/meta_ab.sh: must run as root" >&2; exit 1; }
 [ $# -ge 2 ] || { echo "usage: bench/meta_ab.sh BEFORE_BIN AFTER_BIN [ROUNDS]" >&2; exit 2; }
@@ -27,6 +29,9 @@ one() { # binary label
   t2=$EPOCHREALTIME; ls -lR "$D/mnt/meta/tree" > /dev/null; t3=$EPOCHREALTIME
   awk -v l="$L" -v c="${out% *}" -v a="$t0" -v b="$t1" -v s="${s% *}" -v x="$t2" -v y="$t3" \
     'BEGIN { printf "%s create_s=%s lsR_cold_s=%.3f stat_walk_s=%s lsR_warm_s=%.3f\n", l, c, b - a, s, y - x }'
+  if [ "${WALKS:-0}" -gt 0 ]; then
+    echo "$L warm_walks_s=$(for _ in $(seq "$WALKS"); do python3 "$LIB" stat-walk "$D/mnt/meta/tree" | cut -d' ' -f1; done | sort -n | tr '\n' ' ')"
+  fi
   "$U" zpool destroy mab; "$U" daemon --stop >/dev/null 2>&1 || true
   rm -rf "$D"
 }
