@@ -70,14 +70,10 @@ const WRITE_FIELDS: [&str; 13] = [
     "uzfs_malloc_trim_us",
 ];
 
-/// The figures of the whole daemon, not of a pool: the `arcstats` file
-/// gives them once, not summed over pools.
-const DAEMON_WIDE: [&str; 4] = [
-    "uzfs_kernel_stores",
-    "uzfs_kernel_stores_dropped",
-    "uzfs_malloc_trims",
-    "uzfs_malloc_trim_us",
-];
+/// The figures of the whole daemon, not of a pool (the last four of
+/// [`WRITE_FIELDS`]): the `arcstats` file gives them once, not summed
+/// over pools.
+const DAEMON_WIDE: &[&str] = WRITE_FIELDS.split_at(WRITE_FIELDS.len() - 4).1;
 
 fn write_fields(p: &uzfs_core::spa::Pool) -> [(&'static str, u64); 13] {
     use std::sync::atomic::Ordering::Relaxed;
@@ -511,7 +507,7 @@ mod tests {
             assert!(USAGE.contains(f), "{f} missing from the usage");
             assert_ne!(column(f, &b, &d), "", "{f}");
         }
-        let (mut a, mut b) = (a.clone(), b);
+        let (mut a, mut b) = (a, b);
         for s in [&mut a, &mut b] {
             s.stats.insert("uzfs_malloc_trims".into(), 7);
         }

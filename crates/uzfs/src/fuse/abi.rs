@@ -146,13 +146,6 @@ pub static SETXATTR_EXT: std::sync::atomic::AtomicBool = std::sync::atomic::Atom
 /// RELEASEDIR at close (`fuse_do_open`).
 pub static NO_OPENDIR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether an OPENDIR should be answered ENOSYS: the kernel then keeps
-/// every listing of the mount (`keep`, what an answer would ask for) and
-/// opens directories without asking again.
-pub fn no_opendir(keep: bool) -> bool {
-    keep && NO_OPENDIR.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// In `setxattr_flags`: the caller may not keep the set-group-ID bit when
 /// setting an access ACL.
 pub const SETXATTR_ACL_KILL_SGID: u32 = 1;

@@ -18,7 +18,7 @@
 //! that the snapshot still exists: one destroyed while the kernel still
 //! caches its entries answers ENOENT. `.zfs/snapshot` lists the dataset's
 //! snapshots as they are: the kernel keeps the listing (it opens every
-//! directory of the mount by itself, see `abi::no_opendir`), and each
+//! directory of the mount by itself, see `fuse::no_opendir`), and each
 //! `zfs` command that may change snapshots drops it and the names looked
 //! up in it before it answers (`CtlDir::snapshots_changed`), so snapshots
 //! created, renamed or destroyed while mounted appear, move and vanish at
@@ -138,7 +138,7 @@ impl CtlDir {
 
     /// The dataset's snapshots changed (taken, destroyed, renamed,
     /// promoted away): the kernel keeps `.zfs/snapshot`'s listing (it
-    /// opens directories by itself, see `abi::no_opendir`) and the names
+    /// opens directories by itself, see `fuse::no_opendir`) and the names
     /// it looked up there, so both go now, before the command that
     /// changed them is answered.
     pub fn snapshots_changed(&self, n: &super::Notifier) {
@@ -270,7 +270,7 @@ impl FuseFs {
             // Listings not kept, unless the kernel opens directories by
             // itself (then it keeps them all, and `snapshots_changed`
             // drops `.zfs/snapshot`'s).
-            Op::Opendir if abi::no_opendir(super::long_ttl() > SHORT) => Err(libc::ENOSYS),
+            Op::Opendir if super::no_opendir() => Err(libc::ENOSYS),
             Op::Opendir => {
                 out.open(0, 0);
                 Ok(())

@@ -53,6 +53,13 @@ fn long_ttl() -> u64 {
     })
 }
 
+/// Whether an OPENDIR is answered ENOSYS: the kernel offered
+/// FUSE_NO_OPENDIR_SUPPORT and listings are kept, so the kernel may keep
+/// every listing of the mount and open directories without asking again.
+fn no_opendir() -> bool {
+    long_ttl() > SHORT && abi::NO_OPENDIR.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 const ROOT: u64 = 1;
 
 /// One tree a mount serves; a rollback swaps in another
@@ -485,10 +492,10 @@ impl<'a> Tree<'a> {
             // OPENDIR says so (ENOSYS) and no other comes: a warm walk of
             // 221 directories made 442 round trips for this and RELEASEDIR.
             Op::Opendir => {
-                let keep = long_ttl() > SHORT;
-                if abi::no_opendir(keep) {
+                if no_opendir() {
                     return Err(libc::ENOSYS);
                 }
+                let keep = long_ttl() > SHORT;
                 out.open(
                     0,
                     if keep {
